@@ -1,0 +1,87 @@
+// Package partitionq consumes a PgQ or PgQue queue in order per partition
+// key and in parallel across keys.
+//
+// Producers attach a partition key to each event (stored in ev_extra1). A
+// consumer group has a fixed number N of slots; the slot of a key is
+// hashtextextended(key, 0) mod N, and each slot is its own engine consumer
+// that reads its hash class of the stream. Events sharing a key are handled
+// one at a time in engine order; events of different keys run in parallel,
+// across slots and inside a slot. On failure a key is paused by default:
+// its later events wait while every other key keeps flowing.
+//
+// See docs/architecture.md and docs/guarantees.md for the full contract.
+package partitionq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/partitionq/partitionq/partitionq/internal/engine"
+)
+
+// Config configures a Client. The zero value is valid.
+type Config struct {
+	// EngineSchema is the schema of the queue engine: "pgq" for the PgQ
+	// extension, "pgque" for PgQue. Defaults to auto-detection: the one of
+	// the two that is installed in the database.
+	EngineSchema string
+
+	// Logger receives the library's logs. Defaults to a logger that
+	// discards everything.
+	Logger *slog.Logger
+
+	// Actor names who is acting in operator actions (skip, retry, replay,
+	// purge, quarantine) when a call does not say; it is stored in the
+	// audit trail beside the database role. Defaults to "".
+	Actor string
+}
+
+// Client is the entry point: setup, sending, workers, inspection and
+// operator actions. It is safe for concurrent use.
+type Client struct {
+	pool *pgxpool.Pool
+	eng  *engine.Engine
+	log  *slog.Logger
+	cfg  Config
+}
+
+// NewClient returns a Client that uses pool, which the caller owns (the
+// client never closes it). ctx governs the engine detection query only.
+func NewClient(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, error) {
+	if pool == nil {
+		return nil, errors.New("partitionq.NewClient: pool is nil: pass a *pgxpool.Pool")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	schema := cfg.EngineSchema
+	if schema == "" {
+		var err error
+		if schema, err = engine.Detect(ctx, pool); err != nil {
+			return nil, err
+		}
+	}
+	eng, err := engine.New(schema)
+	if err != nil {
+		return nil, &ValidationError{Field: "Config.EngineSchema", Value: shorten(schema), Problem: err.Error(), Fix: `use "pgq" or "pgque", or leave it empty to detect`}
+	}
+	return &Client{pool: pool, eng: eng, log: cfg.Logger, cfg: cfg}, nil
+}
+
+// EngineSchema returns the engine schema the client uses.
+func (c *Client) EngineSchema() string { return c.eng.Schema() }
+
+// Pool returns the pool the client was built with.
+func (c *Client) Pool() *pgxpool.Pool { return c.pool }
+
+func wrapf(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf(format+": %w", append(args, err)...)
+}

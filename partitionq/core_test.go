@@ -1,0 +1,76 @@
+package partitionq_test
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/partitionq/partitionq/partitionq"
+)
+
+func TestOrderAndCompleteness(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.group(t, 4)
+	rec := newRecorder(t)
+	b.worker(t, partitionq.WorkerConfig{Handler: rec, Concurrency: 8})
+	const keys, rounds = 200, 25
+	sent := b.sendRounds(t, keys, rounds)
+	rec.waitTotal(t, keys*rounds)
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.total != keys*rounds {
+		t.Fatalf("handled %d events, sent %d", rec.total, keys*rounds)
+	}
+	for id, n := range rec.ids {
+		if n != 1 {
+			t.Errorf("event %d handled %d times on the happy path", id, n)
+		}
+	}
+	for key, want := range sent {
+		if got := rec.byKey[key]; !reflect.DeepEqual(got, want) {
+			t.Fatalf("key %s handled %v, sent %v", key, got, want)
+		}
+	}
+	slotsUsed := map[int]bool{}
+	for key, s := range rec.slotOf {
+		want, err := b.client.SlotOf(b.ctx, key, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s != want {
+			t.Errorf("key %s handled on slot %d, SlotOf says %d", key, s, want)
+		}
+		slotsUsed[s] = true
+	}
+	if len(slotsUsed) != 4 {
+		t.Errorf("only slots %v were used", slotsUsed)
+	}
+	if rec.maxInside < 2 {
+		t.Errorf("at most %d events were inside the handler at once: no parallelism", rec.maxInside)
+	}
+}
+
+func TestSlotOfPinned(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// Pinned so that a change of hash function or of sign handling cannot
+	// pass unnoticed: hashtextextended('tenant-1', 0) = -5960342201233910903,
+	// whose remainder by 4 is -3 in SQL, normalized to 1.
+	cases := []struct {
+		key  string
+		n    int
+		want int
+	}{
+		{"tenant-1", 1, 0}, {"tenant-1", 4, 1}, {"tenant-1", 8, 1}, {"tenant-2", 4, 3}, {"acme", 16, 14},
+	}
+	for _, c := range cases {
+		got, err := b.client.SlotOf(b.ctx, c.key, c.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != c.want {
+			t.Errorf("SlotOf(%q, %d) = %d, want %d", c.key, c.n, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,87 @@
+package partitionq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Event is one event handed to a Handler. The handler may keep it.
+type Event struct {
+	ID      int64     // the engine's event id (ev_id)
+	Queue   string    // the queue it was read from
+	Group   string    // the consumer group handling it
+	Slot    int       // the slot of its key
+	Key     string    // its partition key
+	Type    string    // its type
+	Payload []byte    // its body
+	Time    time.Time // when it was sent
+	Attempt int       // 1 on the first delivery, 2 on the first retry, ...
+}
+
+// Handler handles events. Returning nil means the event is done. Any other
+// error is a failure, handled by the worker's Policy: under PolicyPause the
+// key waits until the event succeeds on a retry, is skipped by an operator,
+// or runs out of attempts; under PolicySkip the event is retried later and
+// the key goes on. Two typed errors change that:
+//   - DeadLetter(err): do not retry; the event goes to the dead letters at
+//     once and its key goes on.
+//   - RetryAfter(d, err): a failure whose next attempt is in d, in place of
+//     the backoff.
+//
+// A handler that panics fails with the panic's text. The context is
+// cancelled when the worker's shutdown timeout passes or the handler
+// timeout expires.
+type Handler interface {
+	Handle(ctx context.Context, ev *Event) error
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, ev *Event) error
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, ev *Event) error { return f(ctx, ev) }
+
+type deadLetterError struct{ err error }
+
+func (e *deadLetterError) Error() string { return "dead letter: " + errString(e.err) }
+func (e *deadLetterError) Unwrap() error { return e.err }
+
+// DeadLetter wraps err to say the event must not be retried: it goes to the
+// dead letters at once, and its key goes on with its next event.
+func DeadLetter(err error) error { return &deadLetterError{err: err} }
+
+type retryAfterError struct {
+	d   time.Duration
+	err error
+}
+
+func (e *retryAfterError) Error() string {
+	return fmt.Sprintf("retry after %s: %s", e.d, errString(e.err))
+}
+func (e *retryAfterError) Unwrap() error { return e.err }
+
+// RetryAfter wraps err to ask for the next attempt in d rather than after
+// the configured backoff. The attempt still counts toward MaxAttempts.
+func RetryAfter(d time.Duration, err error) error { return &retryAfterError{d: d, err: err} }
+
+func errString(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}
+
+// classify reads the typed errors out of a handler's error.
+func classify(err error) (deadLetter bool, retryAfter time.Duration) {
+	var dl *deadLetterError
+	if errors.As(err, &dl) {
+		return true, 0
+	}
+	var ra *retryAfterError
+	if errors.As(err, &ra) {
+		return false, ra.d
+	}
+	return false, 0
+}

@@ -1,0 +1,161 @@
+package partitionq_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/partitionq/partitionq/partitionq"
+	"github.com/partitionq/partitionq/partitionq/internal/pgtest"
+)
+
+// bundle is what most tests need: a fresh database, a pool and a client.
+type bundle struct {
+	db     pgtest.DB
+	pool   *pgxpool.Pool
+	client *partitionq.Client
+	ctx    context.Context
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	db := pgtest.New(t)
+	pool := pgtest.Pool(t, db, 40)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	c, err := partitionq.NewClient(ctx, pool, partitionq.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &bundle{db: db, pool: pool, client: c, ctx: ctx}
+}
+
+// group sets up queue "q" with group "g" of n slots, ticking fast.
+func (b *bundle) group(t *testing.T, n int) {
+	t.Helper()
+	if _, err := b.client.Setup(b.ctx, partitionq.GroupSpec{Queue: "q", Group: "g", Slots: n, TickMaxLag: 20 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// worker starts a worker on q/g that ticks fast; it is stopped at cleanup.
+func (b *bundle) worker(t *testing.T, cfg partitionq.WorkerConfig) *partitionq.Worker {
+	t.Helper()
+	cfg.Queue, cfg.Group = "q", "g"
+	cfg.RunTicker = true
+	if cfg.TickInterval == 0 {
+		cfg.TickInterval = 10 * time.Millisecond
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 10 * time.Millisecond
+	}
+	if cfg.StandbyPoll == 0 {
+		cfg.StandbyPoll = 100 * time.Millisecond
+	}
+	if cfg.HeadScanInterval == 0 {
+		cfg.HeadScanInterval = 50 * time.Millisecond
+	}
+	w, err := b.client.NewWorker(b.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := w.Stop(ctx); err != nil {
+			t.Errorf("stop worker: %v", err)
+		}
+	})
+	return w
+}
+
+// sendRounds sends rounds x keys events, key-major inside each round, one
+// batch per round, and returns the payload sequence sent per key.
+func (b *bundle) sendRounds(t *testing.T, keys, rounds int) map[string][]string {
+	t.Helper()
+	sent := map[string][]string{}
+	for r := 0; r < rounds; r++ {
+		var ms []partitionq.Message
+		for k := 0; k < keys; k++ {
+			key := fmt.Sprintf("tenant-%d", k)
+			p := fmt.Sprintf(`{"seq":%d}`, r)
+			ms = append(ms, partitionq.Message{Key: key, Type: "FileCreated", Payload: []byte(p)})
+			sent[key] = append(sent[key], p)
+		}
+		if _, err := b.client.SendBatch(b.ctx, "q", ms); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return sent
+}
+
+// recorder is a handler that records what it handles and checks that no
+// key is ever handled twice at once.
+type recorder struct {
+	mu        sync.Mutex
+	t         *testing.T
+	byKey     map[string][]string
+	slotOf    map[string]int
+	ids       map[int64]int
+	inKey     map[string]bool
+	total     int
+	fail      func(ev *partitionq.Event) error // optional
+	inside    int
+	maxInside int
+}
+
+func newRecorder(t *testing.T) *recorder {
+	return &recorder{t: t, byKey: map[string][]string{}, slotOf: map[string]int{}, ids: map[int64]int{}, inKey: map[string]bool{}}
+}
+
+func (r *recorder) Handle(ctx context.Context, ev *partitionq.Event) error {
+	r.mu.Lock()
+	if r.inKey[ev.Key] {
+		r.t.Errorf("key %s handled twice at once (event %d)", ev.Key, ev.ID)
+	}
+	r.inKey[ev.Key] = true
+	r.inside++
+	r.maxInside = max(r.maxInside, r.inside)
+	if s, ok := r.slotOf[ev.Key]; ok && s != ev.Slot {
+		r.t.Errorf("key %s handled on slots %d and %d", ev.Key, s, ev.Slot)
+	}
+	r.slotOf[ev.Key] = ev.Slot
+	fail := r.fail
+	r.mu.Unlock()
+
+	var err error
+	if fail != nil {
+		err = fail(ev)
+	}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.inKey[ev.Key] = false
+	r.inside--
+	if err == nil {
+		r.byKey[ev.Key] = append(r.byKey[ev.Key], string(ev.Payload))
+		r.ids[ev.ID]++
+		r.total++
+	}
+	return err
+}
+
+func (r *recorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.total
+}
+
+func (r *recorder) waitTotal(t *testing.T, n int) {
+	t.Helper()
+	pgtest.WaitFor(t, 60*time.Second, fmt.Sprintf("%d handled events", n), func() (bool, error) {
+		return r.count() >= n, nil
+	})
+}

@@ -1,0 +1,343 @@
+// Package engine is the only place that speaks to the queue engine (PgQ or
+// PgQue). Every engine function call and every read or write of an engine
+// table goes through an *Engine, which takes the engine's schema as
+// configuration and uses only the core that both engines share.
+//
+// An *Engine is immutable and safe for concurrent use.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DB is what the engine layer needs from a connection, pool or transaction.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Known engine schemas, in detection order.
+const (
+	SchemaPgQ   = "pgq"
+	SchemaPgQue = "pgque"
+)
+
+var schemaRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// ErrNotInstalled reports that no engine schema was found in the database.
+var ErrNotInstalled = errors.New("no PgQ engine found in this database (neither schema pgq nor pgque has next_batch): install it with `create extension pgq` (Debian package postgresql-<major>-pgq3) or load PgQue")
+
+// Engine builds and runs engine SQL for one schema.
+type Engine struct {
+	schema string // validated: safe to paste into SQL
+}
+
+// New returns an Engine for schema, which must be a plain lower-case
+// identifier such as "pgq" or "pgque".
+func New(schema string) (*Engine, error) {
+	if !schemaRe.MatchString(schema) {
+		return nil, fmt.Errorf("engine schema %q is not a plain lower-case identifier: use \"pgq\" or \"pgque\"", schema)
+	}
+	return &Engine{schema: schema}, nil
+}
+
+// Schema returns the engine schema name.
+func (e *Engine) Schema() string { return e.schema }
+
+// Detect finds the engine schema in the database: the first of pgq and
+// pgque that has next_batch. When both are installed it fails and asks the
+// caller to choose.
+func Detect(ctx context.Context, db DB) (string, error) {
+	var pgq, pgque bool
+	err := db.QueryRow(ctx, `select to_regprocedure('pgq.next_batch(text,text)') is not null,
+	                                to_regprocedure('pgque.next_batch(text,text)') is not null`).Scan(&pgq, &pgque)
+	if err != nil {
+		return "", fmt.Errorf("detect engine schema: %w", err)
+	}
+	switch {
+	case pgq && pgque:
+		return "", errors.New("both pgq and pgque are installed in this database: set the engine schema explicitly (Config.EngineSchema or --engine)")
+	case pgq:
+		return SchemaPgQ, nil
+	case pgque:
+		return SchemaPgQue, nil
+	}
+	return "", ErrNotInstalled
+}
+
+// f replaces every "pgq." in a statement template with the engine schema.
+// Templates are constants of this package; nothing user-supplied is pasted.
+func (e *Engine) f(sql string) string {
+	if e.schema == SchemaPgQ {
+		return sql
+	}
+	return strings.ReplaceAll(sql, "pgq.", e.schema+".")
+}
+
+// ---------------------------------------------------------------- queues
+
+// CreateQueue creates the queue unless it exists; it reports whether it did.
+func (e *Engine) CreateQueue(ctx context.Context, db DB, queue string) (bool, error) {
+	var n int
+	if err := db.QueryRow(ctx, e.f(`select pgq.create_queue($1)`), queue).Scan(&n); err != nil {
+		return false, fmt.Errorf("create queue %q: %w", queue, err)
+	}
+	return n == 1, nil
+}
+
+// DropQueue drops the queue and, with force, its consumers.
+func (e *Engine) DropQueue(ctx context.Context, db DB, queue string, force bool) error {
+	_, err := db.Exec(ctx, e.f(`select pgq.drop_queue($1, $2)`), queue, force)
+	return err
+}
+
+// QueueID returns the queue's id, or ok=false when there is no such queue.
+func (e *Engine) QueueID(ctx context.Context, db DB, queue string) (id int32, ok bool, err error) {
+	err = db.QueryRow(ctx, e.f(`select queue_id from pgq.queue where queue_name = $1`), queue).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("look up queue %q: %w", queue, err)
+	}
+	return id, true, nil
+}
+
+// SetQueueConfig sets one queue parameter (for example ticker_max_lag).
+func (e *Engine) SetQueueConfig(ctx context.Context, db DB, queue, param, value string) error {
+	_, err := db.Exec(ctx, e.f(`select pgq.set_queue_config($1, $2, $3)`), queue, param, value)
+	if err != nil {
+		return fmt.Errorf("set %s of queue %q: %w", param, queue, err)
+	}
+	return nil
+}
+
+// TickerMaxLag returns the queue's ticker_max_lag.
+func (e *Engine) TickerMaxLag(ctx context.Context, db DB, queue string) (time.Duration, error) {
+	var d time.Duration
+	err := db.QueryRow(ctx, e.f(`select queue_ticker_max_lag from pgq.queue where queue_name = $1`), queue).Scan(&d)
+	return d, err
+}
+
+// ------------------------------------------------------------- consumers
+
+// Subscription is one consumer registered on a queue.
+type Subscription struct {
+	Consumer string
+	SubID    int32
+}
+
+// RegisterConsumer registers consumer on queue; it reports whether it was new.
+func (e *Engine) RegisterConsumer(ctx context.Context, db DB, queue, consumer string) (bool, error) {
+	var n int
+	if err := db.QueryRow(ctx, e.f(`select pgq.register_consumer($1, $2)`), queue, consumer).Scan(&n); err != nil {
+		return false, fmt.Errorf("register consumer %q on queue %q: %w", consumer, queue, err)
+	}
+	return n == 1, nil
+}
+
+// UnregisterConsumer removes consumer from queue, with its retry events.
+func (e *Engine) UnregisterConsumer(ctx context.Context, db DB, queue, consumer string) error {
+	_, err := db.Exec(ctx, e.f(`select pgq.unregister_consumer($1, $2)`), queue, consumer)
+	return err
+}
+
+// Subscriptions lists the consumers of queue whose name starts with prefix.
+func (e *Engine) Subscriptions(ctx context.Context, db DB, queue, prefix string) ([]Subscription, error) {
+	rows, err := db.Query(ctx, e.f(`
+		select c.co_name, s.sub_id
+		  from pgq.subscription s
+		  join pgq.consumer c on c.co_id = s.sub_consumer
+		  join pgq.queue q on q.queue_id = s.sub_queue
+		 where q.queue_name = $1 and left(c.co_name, length($2)) = $2
+		 order by c.co_name`), queue, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("list consumers of queue %q: %w", queue, err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Subscription, error) {
+		var s Subscription
+		err := r.Scan(&s.Consumer, &s.SubID)
+		return s, err
+	})
+}
+
+// ConsumerInfo is the engine's view of one consumer.
+type ConsumerInfo struct {
+	Consumer      string
+	Lag           time.Duration // age of the last finished tick
+	LastSeen      time.Duration // since the consumer last took or finished a batch
+	LastTick      int64
+	CurrentBatch  *int64
+	NextTick      *int64
+	PendingEvents int64 // events of the whole queue after the last finished tick
+}
+
+// ConsumerInfos returns get_consumer_info for every consumer of queue whose
+// name starts with prefix.
+func (e *Engine) ConsumerInfos(ctx context.Context, db DB, queue, prefix string) ([]ConsumerInfo, error) {
+	rows, err := db.Query(ctx, e.f(`
+		select consumer_name, lag, last_seen, last_tick, current_batch, next_tick, coalesce(pending_events, 0)
+		  from pgq.get_consumer_info($1)
+		 where left(consumer_name, length($2)) = $2
+		 order by consumer_name`), queue, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("consumer info of queue %q: %w", queue, err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ConsumerInfo, error) {
+		var c ConsumerInfo
+		var lag, seen *time.Duration
+		err := r.Scan(&c.Consumer, &lag, &seen, &c.LastTick, &c.CurrentBatch, &c.NextTick, &c.PendingEvents)
+		if lag != nil {
+			c.Lag = *lag
+		}
+		if seen != nil {
+			c.LastSeen = *seen
+		}
+		return c, err
+	})
+}
+
+// ----------------------------------------------------------------- ticks
+
+// Ticker runs the engine's ticker for every queue; it returns how many
+// queues got a new tick.
+func (e *Engine) Ticker(ctx context.Context, db DB) (int64, error) {
+	var n int64
+	err := db.QueryRow(ctx, e.f(`select coalesce(pgq.ticker(), 0)`)).Scan(&n)
+	return n, err
+}
+
+// TickQueue runs the engine's ticker for one queue; it reports whether a
+// tick was made (the engine skips it when the queue's thresholds are not met).
+func (e *Engine) TickQueue(ctx context.Context, db DB, queue string) (bool, error) {
+	var id *int64
+	err := db.QueryRow(ctx, e.f(`select pgq.ticker($1)`), queue).Scan(&id)
+	return id != nil, err
+}
+
+// MaintRetryEvents moves due retry events back into their queues (at most
+// 10 a call, as the engine does) and returns how many it moved.
+func (e *Engine) MaintRetryEvents(ctx context.Context, db DB) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, e.f(`select pgq.maint_retry_events()`)).Scan(&n)
+	return n, err
+}
+
+// MaintOp is one maintenance step named by maint_operations.
+type MaintOp struct {
+	Func string
+	Arg  *string
+}
+
+// MaintOperations lists the maintenance steps that are due now.
+func (e *Engine) MaintOperations(ctx context.Context, db DB) ([]MaintOp, error) {
+	rows, err := db.Query(ctx, e.f(`select func_name, func_arg from pgq.maint_operations()`))
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (MaintOp, error) {
+		var m MaintOp
+		err := r.Scan(&m.Func, &m.Arg)
+		return m, err
+	})
+}
+
+var maintFuncRe = regexp.MustCompile(`^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$`)
+
+// RunMaintOp runs one step returned by MaintOperations. Only the engine's own
+// functions and "vacuum" are run; anything else is refused.
+func (e *Engine) RunMaintOp(ctx context.Context, db DB, op MaintOp) error {
+	switch {
+	case op.Func == "vacuum":
+		if op.Arg == nil {
+			return nil
+		}
+		_, err := db.Exec(ctx, "vacuum "+quoteQualified(*op.Arg))
+		return err
+	case maintFuncRe.MatchString(op.Func) && strings.HasPrefix(op.Func, e.schema+"."):
+		if op.Arg == nil {
+			_, err := db.Exec(ctx, "select "+op.Func+"()")
+			return err
+		}
+		_, err := db.Exec(ctx, "select "+op.Func+"($1)", *op.Arg)
+		return err
+	}
+	return fmt.Errorf("maintenance step %q is not an engine function: not run", op.Func)
+}
+
+// quoteQualified quotes a possibly schema-qualified table name.
+func quoteQualified(name string) string {
+	parts := strings.SplitN(name, ".", 2)
+	for i, p := range parts {
+		parts[i] = pgx.Identifier{p}.Sanitize()
+	}
+	return strings.Join(parts, ".")
+}
+
+// --------------------------------------------------------------- routing
+
+// SlotExpr is the SQL expression that computes an event's slot out of n from
+// its key column: the sign-normalized remainder of hashtextextended(key, 0).
+// An event without a key (NULL ev_extra1, written by some other producer)
+// hashes as the empty string. Only integers are pasted.
+func SlotExpr(keyColumn string, n int) string {
+	ns := strconv.Itoa(n)
+	return "((hashtextextended(coalesce(" + keyColumn + ", ''), 0) % " + ns + " + " + ns + ") % " + ns + ")"
+}
+
+// SlotFilter is get_batch_cursor's extra_where for slot of n, or nil when
+// n is 1 (every event belongs to the only slot).
+func SlotFilter(slot, n int) *string {
+	if n <= 1 {
+		return nil
+	}
+	s := SlotExpr("ev_extra1", n) + " = " + strconv.Itoa(slot)
+	return &s
+}
+
+// SlotOf asks the server for the slot of key among n.
+func SlotOf(ctx context.Context, db DB, key string, n int) (int, error) {
+	var s int
+	err := db.QueryRow(ctx, "select "+SlotExpr("$1::text", n), key).Scan(&s)
+	return s, err
+}
+
+// -------------------------------------------------------------- function defs
+
+// FunctionDefs returns pg_get_functiondef of every function in the engine
+// schema, keyed by signature. Tests use it to prove the engine is untouched.
+func (e *Engine) FunctionDefs(ctx context.Context, db DB) (map[string]string, error) {
+	rows, err := db.Query(ctx, `
+		select p.oid::regprocedure::text, pg_get_functiondef(p.oid)
+		  from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+		 where n.nspname = $1 and p.prokind = 'f'`, e.schema)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var sig, def string
+		if err := rows.Scan(&sig, &def); err != nil {
+			return nil, err
+		}
+		out[sig] = def
+	}
+	return out, rows.Err()
+}
+
+// isLockNotAvailable reports SQLSTATE 55P03 (lock_not_available).
+func isLockNotAvailable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "55P03"
+}

@@ -1,0 +1,341 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Event is one engine event row.
+type Event struct {
+	ID     int64
+	Time   time.Time
+	Retry  int32 // ev_retry: 0 when fresh
+	Type   string
+	Data   string
+	Key    string // ev_extra1
+	Extra2 *string
+	Extra3 *string
+	Extra4 *string
+}
+
+// NewEvent is one event to insert.
+type NewEvent struct {
+	Key, Type, Data string
+}
+
+// Insert inserts one event and returns its id.
+func (e *Engine) Insert(ctx context.Context, db DB, queue string, ev NewEvent) (int64, error) {
+	var id int64
+	err := db.QueryRow(ctx, e.f(`select pgq.insert_event($1, $2, $3, $4, null, null, null)`),
+		queue, ev.Type, ev.Data, ev.Key).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("insert event into queue %q: %w", queue, err)
+	}
+	return id, nil
+}
+
+// InsertMany inserts events in one statement (one round trip) and returns
+// their ids in input order.
+func (e *Engine) InsertMany(ctx context.Context, db DB, queue string, evs []NewEvent) ([]int64, error) {
+	types := make([]string, len(evs))
+	datas := make([]string, len(evs))
+	keys := make([]string, len(evs))
+	for i, ev := range evs {
+		types[i], datas[i], keys[i] = ev.Type, ev.Data, ev.Key
+	}
+	rows, err := db.Query(ctx, e.f(`
+		select pgq.insert_event($1, u.t, u.d, u.k, null, null, null)
+		  from unnest($2::text[], $3::text[], $4::text[]) with ordinality as u(t, d, k, n)
+		 order by u.n`), queue, types, datas, keys)
+	if err != nil {
+		return nil, fmt.Errorf("insert %d events into queue %q: %w", len(evs), queue, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("insert %d events into queue %q: %w", len(evs), queue, err)
+	}
+	return ids, nil
+}
+
+// NextBatch returns the consumer's open batch, opening one when a new tick
+// exists; ok is false when there is nothing new.
+func (e *Engine) NextBatch(ctx context.Context, db DB, queue, consumer string) (id int64, ok bool, err error) {
+	var b *int64
+	if err := db.QueryRow(ctx, e.f(`select pgq.next_batch($1, $2)`), queue, consumer).Scan(&b); err != nil {
+		return 0, false, err
+	}
+	if b == nil {
+		return 0, false, nil
+	}
+	return *b, true, nil
+}
+
+// FinishBatch closes a batch; it reports false when the batch was not open.
+func (e *Engine) FinishBatch(ctx context.Context, db DB, batch int64) (bool, error) {
+	var n int
+	err := db.QueryRow(ctx, e.f(`select pgq.finish_batch($1)`), batch).Scan(&n)
+	return n == 1, err
+}
+
+const eventCols = `ev_id, ev_time, coalesce(ev_retry, 0), coalesce(ev_type, ''), coalesce(ev_data, ''), coalesce(ev_extra1, ''), ev_extra2, ev_extra3, ev_extra4`
+
+func scanEvent(r pgx.CollectableRow) (Event, error) {
+	var ev Event
+	err := r.Scan(&ev.ID, &ev.Time, &ev.Retry, &ev.Type, &ev.Data, &ev.Key, &ev.Extra2, &ev.Extra3, &ev.Extra4)
+	return ev, err
+}
+
+// BatchCursor streams the events of one batch that belong to one slot, in
+// engine order. It must be used inside a transaction (tx), which the
+// cursor lives in.
+type BatchCursor struct {
+	tx   pgx.Tx
+	name string
+	done bool
+}
+
+// OpenBatchCursor declares a cursor over the batch's events of slot (of n)
+// and returns the first chunk of at most limit events.
+func (e *Engine) OpenBatchCursor(ctx context.Context, tx pgx.Tx, batch int64, slot, n, limit int) (*BatchCursor, []Event, error) {
+	c := &BatchCursor{tx: tx, name: "partitionq_batch"}
+	rows, err := tx.Query(ctx, e.f(`select `+eventCols+` from pgq.get_batch_cursor($1, $2, $3, $4)`),
+		batch, c.name, limit, SlotFilter(slot, n))
+	if err != nil {
+		return nil, nil, fmt.Errorf("read batch %d: %w", batch, err)
+	}
+	evs, err := pgx.CollectRows(rows, scanEvent)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read batch %d: %w", batch, err)
+	}
+	c.done = len(evs) < limit
+	return c, evs, nil
+}
+
+// Next returns the next chunk of at most limit events; an empty chunk means
+// the batch is exhausted.
+func (c *BatchCursor) Next(ctx context.Context, limit int) ([]Event, error) {
+	if c.done {
+		return nil, nil
+	}
+	rows, err := c.tx.Query(ctx, fmt.Sprintf("fetch %d from %s", limit, c.name))
+	if err != nil {
+		return nil, err
+	}
+	evs, err := pgx.CollectRows(rows, scanEvent)
+	if err != nil {
+		return nil, err
+	}
+	c.done = len(evs) < limit
+	return evs, nil
+}
+
+// Close closes the cursor.
+func (c *BatchCursor) Close(ctx context.Context) error {
+	_, err := c.tx.Exec(ctx, "close "+c.name)
+	return err
+}
+
+// ------------------------------------------------------------ retry queue
+
+// Far is the retry time of a parked event: the engine's retry mover only
+// moves rows whose time has come, so it never touches a parked row.
+var Far = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+
+// RetryRow is one event to put into the consumer's retry queue.
+type RetryRow struct {
+	Event
+	After time.Time // when the engine may re-deliver it (Far: never on its own)
+	Retry int32     // ev_retry to store
+}
+
+// PutRetry inserts rows into the retry queue of consumer through the
+// engine's event_retry_raw, in one statement. ev_retry is stored as given:
+// nothing is incremented behind the caller's back.
+func (e *Engine) PutRetry(ctx context.Context, db DB, queue, consumer string, rows []RetryRow) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	n := len(rows)
+	after := make([]time.Time, n)
+	ids := make([]int64, n)
+	times := make([]time.Time, n)
+	retries := make([]int32, n)
+	types := make([]string, n)
+	datas := make([]string, n)
+	keys := make([]string, n)
+	x2 := make([]*string, n)
+	x3 := make([]*string, n)
+	x4 := make([]*string, n)
+	for i, r := range rows {
+		after[i], ids[i], times[i], retries[i] = r.After, r.ID, r.Time, r.Retry
+		types[i], datas[i], keys[i] = r.Type, r.Data, r.Key
+		x2[i], x3[i], x4[i] = r.Extra2, r.Extra3, r.Extra4
+	}
+	_, err := db.Exec(ctx, e.f(`
+		select pgq.event_retry_raw($1, $2, u.a, u.id, u.t, u.r, u.ty, u.d, u.k, u.x2, u.x3, u.x4)
+		  from unnest($3::timestamptz[], $4::int8[], $5::timestamptz[], $6::int4[], $7::text[], $8::text[],
+		              $9::text[], $10::text[], $11::text[], $12::text[]) as u(a, id, t, r, ty, d, k, x2, x3, x4)`),
+		queue, consumer, after, ids, times, retries, types, datas, keys, x2, x3, x4)
+	if err != nil {
+		return fmt.Errorf("put %d events into the retry queue of %q: %w", n, consumer, err)
+	}
+	return nil
+}
+
+// KeysWithRetry returns which of keys have at least one event in the retry
+// queue of the subscription subID.
+func (e *Engine) KeysWithRetry(ctx context.Context, db DB, subID int32, keys []string) (map[string]bool, error) {
+	out := map[string]bool{}
+	if len(keys) == 0 {
+		return out, nil
+	}
+	rows, err := db.Query(ctx, e.f(`
+		select distinct ev_extra1 from pgq.retry_queue
+		 where ev_owner = $1 and ev_extra1 = any($2::text[])`), subID, keys)
+	if err != nil {
+		return nil, fmt.Errorf("read retry queue: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, err
+		}
+		out[k] = true
+	}
+	return out, rows.Err()
+}
+
+// HasRetry reports whether the subscription has any row in the retry queue.
+func (e *Engine) HasRetry(ctx context.Context, db DB, subID int32) (bool, error) {
+	var ok bool
+	err := db.QueryRow(ctx, e.f(`select exists (select 1 from pgq.retry_queue where ev_owner = $1)`), subID).Scan(&ok)
+	return ok, err
+}
+
+// RetryHead is the oldest retry-queue event of one key of a subscription,
+// with the number of events of that key behind it.
+type RetryHead struct {
+	Event
+	After   time.Time
+	Waiting int64
+}
+
+// RetryHeads returns, for every key with events in the retry queue of subID
+// (only the given key when key is not nil), its oldest event (by ev_id) and
+// how many more events of the key are there.
+func (e *Engine) RetryHeads(ctx context.Context, db DB, subID int32, key *string) ([]RetryHead, error) {
+	rows, err := db.Query(ctx, e.f(`
+		select h.ev_id, h.ev_time, coalesce(h.ev_retry, 0), coalesce(h.ev_type, ''), coalesce(h.ev_data, ''),
+		       coalesce(h.ev_extra1, ''), h.ev_extra2, h.ev_extra3, h.ev_extra4, h.ev_retry_after, k.n - 1
+		  from (select ev_extra1, min(ev_id) as head, count(*) as n
+		          from pgq.retry_queue
+		         where ev_owner = $1 and ($2::text is null or ev_extra1 = $2)
+		         group by ev_extra1) k
+		  join pgq.retry_queue h on h.ev_owner = $1 and h.ev_id = k.head
+		 order by h.ev_id`), subID, key)
+	if err != nil {
+		return nil, fmt.Errorf("read retry queue: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (RetryHead, error) {
+		var h RetryHead
+		err := r.Scan(&h.ID, &h.Time, &h.Retry, &h.Type, &h.Data, &h.Key, &h.Extra2, &h.Extra3, &h.Extra4, &h.After, &h.Waiting)
+		return h, err
+	})
+}
+
+// RetryEvents returns the retry-queue events of one key of subID in ev_id
+// order, at most limit of them.
+func (e *Engine) RetryEvents(ctx context.Context, db DB, subID int32, key string, limit int) ([]Event, error) {
+	rows, err := db.Query(ctx, e.f(`
+		select `+eventCols+` from pgq.retry_queue
+		 where ev_owner = $1 and ev_extra1 = $2
+		 order by ev_id limit $3`), subID, key, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read retry queue: %w", err)
+	}
+	return pgx.CollectRows(rows, scanEvent)
+}
+
+// ErrLocked reports that a retry-queue row is locked by another transaction.
+var ErrLocked = errors.New("retry event is being handled right now")
+
+// LockRetry locks one retry-queue row for the rest of tx. wait=false makes
+// it fail with ErrLocked at once when another transaction holds it; a row
+// that no longer exists gives ok=false.
+func (e *Engine) LockRetry(ctx context.Context, tx pgx.Tx, subID int32, evID int64, wait bool) (ev Event, ok bool, err error) {
+	sql := `select ` + eventCols + ` from pgq.retry_queue where ev_owner = $1 and ev_id = $2 for update`
+	if !wait {
+		sql += ` nowait`
+	}
+	rows, err := tx.Query(ctx, e.f(sql), subID, evID)
+	if err != nil {
+		return Event{}, false, err
+	}
+	evs, err := pgx.CollectRows(rows, scanEvent)
+	if err != nil {
+		if isLockNotAvailable(err) {
+			return Event{}, false, ErrLocked
+		}
+		return Event{}, false, err
+	}
+	if len(evs) == 0 {
+		return Event{}, false, nil
+	}
+	return evs[0], true, nil
+}
+
+// HasOlderRetry reports whether subID's retry queue holds an event of key
+// older than evID (so evID is not the key's head).
+func (e *Engine) HasOlderRetry(ctx context.Context, db DB, subID int32, key string, evID int64) (bool, error) {
+	var ok bool
+	err := db.QueryRow(ctx, e.f(`select exists (select 1 from pgq.retry_queue
+		where ev_owner = $1 and ev_extra1 = $2 and ev_id < $3)`), subID, key, evID).Scan(&ok)
+	return ok, err
+}
+
+// DeleteRetry removes one row from the retry queue; it reports whether the
+// row was there. Callers hold the row lock (LockRetry), and only delete rows
+// parked at Far, which the engine's mover never selects.
+func (e *Engine) DeleteRetry(ctx context.Context, db DB, subID int32, evID int64) (bool, error) {
+	tag, err := db.Exec(ctx, e.f(`delete from pgq.retry_queue where ev_owner = $1 and ev_id = $2`), subID, evID)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// SetRetryCount stores ev_retry of one parked row.
+func (e *Engine) SetRetryCount(ctx context.Context, db DB, subID int32, evID int64, retry int32) error {
+	_, err := db.Exec(ctx, e.f(`update pgq.retry_queue set ev_retry = $3 where ev_owner = $1 and ev_id = $2`), subID, evID, retry)
+	return err
+}
+
+// RetryCount counts the rows in subID's retry queue that the engine's mover
+// will re-deliver (time set) and the parked ones (at Far).
+func (e *Engine) RetryCount(ctx context.Context, db DB, subID int32) (timed, parked int64, err error) {
+	err = db.QueryRow(ctx, e.f(`select count(*) filter (where ev_retry_after < $2), count(*) filter (where ev_retry_after >= $2)
+		from pgq.retry_queue where ev_owner = $1`), subID, Far).Scan(&timed, &parked)
+	return
+}
+
+// NextRetry returns the oldest retry-queue event of key of subID with an id
+// above afterID (a walk of the primary key from afterID on).
+func (e *Engine) NextRetry(ctx context.Context, db DB, subID int32, key string, afterID int64) (Event, bool, error) {
+	rows, err := db.Query(ctx, e.f(`
+		select `+eventCols+` from pgq.retry_queue
+		 where ev_owner = $1 and ev_id > $3 and ev_extra1 = $2
+		 order by ev_id limit 1`), subID, key, afterID)
+	if err != nil {
+		return Event{}, false, err
+	}
+	evs, err := pgx.CollectRows(rows, scanEvent)
+	if err != nil || len(evs) == 0 {
+		return Event{}, false, err
+	}
+	return evs[0], true, nil
+}

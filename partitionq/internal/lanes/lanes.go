@@ -1,0 +1,137 @@
+// Package lanes runs work grouped by key: the items of one key strictly one
+// at a time in the order they were added, items of different keys
+// concurrently, at most a fixed number at once. After each item its key
+// goes to the back of the ready list, so keys are served round-robin.
+package lanes
+
+import "sync"
+
+type lane[T any] struct {
+	key    string
+	items  []T
+	active bool // an item of this lane is being worked on
+	queued bool // the lane is in the ready list
+}
+
+// Dispatcher is safe for concurrent use. Add items, then call Close and Wait.
+type Dispatcher[T any] struct {
+	limit int
+	work  func(key string, item T)
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	lanes   map[string]*lane[T]
+	ready   []*lane[T]
+	pending int // added, not yet worked
+	workers int
+	active  int // lanes being worked on
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// New returns a dispatcher that calls work for every item, with at most
+// limit calls running at once (limit < 1 counts as 1).
+func New[T any](limit int, work func(key string, item T)) *Dispatcher[T] {
+	if limit < 1 {
+		limit = 1
+	}
+	d := &Dispatcher[T]{limit: limit, work: work, lanes: map[string]*lane[T]{}}
+	d.cond = sync.NewCond(&d.mu)
+	return d
+}
+
+// Add queues item behind the earlier items of key.
+func (d *Dispatcher[T]) Add(key string, item T) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		panic("lanes: Add after Close")
+	}
+	l := d.lanes[key]
+	if l == nil {
+		l = &lane[T]{key: key}
+		d.lanes[key] = l
+	}
+	l.items = append(l.items, item)
+	d.pending++
+	if !l.active && !l.queued {
+		l.queued = true
+		d.ready = append(d.ready, l)
+	}
+	if d.workers < d.limit && d.workers < len(d.ready)+d.active {
+		d.workers++
+		d.wg.Add(1)
+		go d.worker()
+	}
+	d.cond.Broadcast()
+}
+
+// Pending returns how many added items have not finished.
+func (d *Dispatcher[T]) Pending() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.pending
+}
+
+// WaitBelow blocks until fewer than n items are pending.
+func (d *Dispatcher[T]) WaitBelow(n int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for d.pending >= n {
+		d.cond.Wait()
+	}
+}
+
+// Close says no more items come; Wait then returns once all are worked.
+func (d *Dispatcher[T]) Close() {
+	d.mu.Lock()
+	d.closed = true
+	d.cond.Broadcast()
+	d.mu.Unlock()
+}
+
+// Wait closes the dispatcher and waits until every item has been worked.
+func (d *Dispatcher[T]) Wait() {
+	d.Close()
+	d.wg.Wait()
+}
+
+func (d *Dispatcher[T]) worker() {
+	defer d.wg.Done()
+	d.mu.Lock()
+	for {
+		for len(d.ready) == 0 && !d.closed {
+			d.cond.Wait()
+		}
+		if len(d.ready) == 0 {
+			d.workers--
+			d.mu.Unlock()
+			return
+		}
+		l := d.ready[0]
+		d.ready[0] = nil
+		d.ready = d.ready[1:]
+		l.queued = false
+		l.active = true
+		d.active++
+		item := l.items[0]
+		var zero T
+		l.items[0] = zero
+		l.items = l.items[1:]
+		d.mu.Unlock()
+
+		d.work(l.key, item)
+
+		d.mu.Lock()
+		d.pending--
+		l.active = false
+		d.active--
+		if len(l.items) > 0 {
+			l.queued = true
+			d.ready = append(d.ready, l)
+		} else {
+			delete(d.lanes, l.key)
+		}
+		d.cond.Broadcast()
+	}
+}

@@ -1,0 +1,360 @@
+// Package store keeps partitionq's own records in the schema "partitionq":
+// failure details of retried events (last error, next attempt time), dead
+// letters, and the audit trail of operator actions. None of it decides
+// whether a key is blocked: that is derived from the engine's retry queue.
+//
+// The functions are safe for concurrent use; each runs on the DB it is given.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DB is what the store needs from a connection, pool or transaction.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Version is the schema version this package writes.
+const Version = 1
+
+const ddl = `
+create schema if not exists partitionq;
+create table if not exists partitionq.schema_version (version int not null);
+create table if not exists partitionq.failure (
+    queue           text        not null,
+    consumer        text        not null,
+    ev_id           bigint      not null,
+    attempts        int         not null,
+    last_error      text        not null default '',
+    first_failed_at timestamptz not null default now(),
+    last_failed_at  timestamptz not null default now(),
+    next_attempt_at timestamptz not null,
+    primary key (queue, consumer, ev_id)
+);
+create table if not exists partitionq.dead_letter (
+    id          bigserial   primary key,
+    queue       text        not null,
+    grp         text        not null,
+    slot        int         not null,
+    ev_id       bigint      not null,
+    ev_time     timestamptz not null,
+    ev_type     text        not null,
+    ev_data     text        not null,
+    key         text        not null,
+    attempts    int         not null,
+    last_error  text        not null default '',
+    reason      text        not null,
+    actor       text        not null default '',
+    db_role     text        not null default session_user,
+    dead_at     timestamptz not null default now(),
+    replayed_at timestamptz,
+    replay_ev_id bigint
+);
+create index if not exists dead_letter_group on partitionq.dead_letter (queue, grp, id);
+create unique index if not exists dead_letter_event on partitionq.dead_letter (queue, grp, ev_id);
+create table if not exists partitionq.audit (
+    id      bigserial   primary key,
+    at      timestamptz not null default now(),
+    db_role text        not null default session_user,
+    actor   text        not null default '',
+    action  text        not null,
+    queue   text        not null,
+    grp     text        not null,
+    key     text,
+    ev_id   bigint,
+    reason  text        not null default '',
+    outcome text        not null default ''
+);
+create index if not exists audit_group on partitionq.audit (queue, grp, id);
+`
+
+// Migrate creates the schema and tables when missing. Concurrent callers
+// are serialized with a transaction-level advisory lock.
+func Migrate(ctx context.Context, db interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}) error {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
+	if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(28753, -1)`); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, ddl); err != nil {
+		return fmt.Errorf("create schema partitionq: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `insert into partitionq.schema_version select $1 where not exists (select 1 from partitionq.schema_version)`, Version); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// Installed reports whether the partitionq schema exists.
+func Installed(ctx context.Context, db DB) (bool, error) {
+	var ok bool
+	err := db.QueryRow(ctx, `select to_regclass('partitionq.dead_letter') is not null`).Scan(&ok)
+	return ok, err
+}
+
+// ---------------------------------------------------------------- failures
+
+// Failure is what partitionq remembers of a failed, retried event.
+type Failure struct {
+	EvID          int64
+	Attempts      int
+	LastError     string
+	FirstFailedAt time.Time
+	LastFailedAt  time.Time
+	NextAttemptAt time.Time
+	// Set by Failures from the server's clock: whether the next attempt is
+	// due, and if not, how long until it is.
+	Due  bool
+	Wait time.Duration
+}
+
+// PutFailure records (or updates) the failure of one event; the next
+// attempt is due `after` from now by the server's clock.
+func PutFailure(ctx context.Context, db DB, queue, consumer string, f Failure, after time.Duration) error {
+	_, err := db.Exec(ctx, `
+		insert into partitionq.failure (queue, consumer, ev_id, attempts, last_error, next_attempt_at)
+		values ($1, $2, $3, $4, $5, now() + $6::interval)
+		on conflict (queue, consumer, ev_id) do update
+		   set attempts = excluded.attempts, last_error = excluded.last_error,
+		       last_failed_at = now(), next_attempt_at = excluded.next_attempt_at`,
+		queue, consumer, f.EvID, f.Attempts, f.LastError, after)
+	if err != nil {
+		return fmt.Errorf("record failure of event %d: %w", f.EvID, err)
+	}
+	return nil
+}
+
+// DeleteFailure forgets the failure of one event.
+func DeleteFailure(ctx context.Context, db DB, queue, consumer string, evID int64) error {
+	_, err := db.Exec(ctx, `delete from partitionq.failure where queue = $1 and consumer = $2 and ev_id = $3`, queue, consumer, evID)
+	return err
+}
+
+// Failures returns the failure records of the given events, by event id.
+func Failures(ctx context.Context, db DB, queue, consumer string, ids []int64) (map[int64]Failure, error) {
+	out := map[int64]Failure{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := db.Query(ctx, `
+		select ev_id, attempts, last_error, first_failed_at, last_failed_at, next_attempt_at,
+		       next_attempt_at <= now(), greatest(next_attempt_at - now(), '0'::interval)
+		  from partitionq.failure where queue = $1 and consumer = $2 and ev_id = any($3::int8[])`, queue, consumer, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read failures: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var f Failure
+		if err := rows.Scan(&f.EvID, &f.Attempts, &f.LastError, &f.FirstFailedAt, &f.LastFailedAt, &f.NextAttemptAt, &f.Due, &f.Wait); err != nil {
+			return nil, err
+		}
+		out[f.EvID] = f
+	}
+	return out, rows.Err()
+}
+
+// RetryNow brings the next attempt of one event forward to now; it reports
+// whether a failure record was there.
+func RetryNow(ctx context.Context, db DB, queue, consumer string, evID int64) (bool, error) {
+	tag, err := db.Exec(ctx, `update partitionq.failure set next_attempt_at = now()
+		where queue = $1 and consumer = $2 and ev_id = $3`, queue, consumer, evID)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// PurgeFailures deletes failure records of a consumer whose events are no
+// longer in the engine's retry queue (ids not in keep).
+func PurgeFailures(ctx context.Context, db DB, queue, consumer string, keep []int64) error {
+	_, err := db.Exec(ctx, `delete from partitionq.failure where queue = $1 and consumer = $2 and not (ev_id = any($3::int8[]))`, queue, consumer, keep)
+	return err
+}
+
+// ------------------------------------------------------------ dead letters
+
+// DeadLetter is an event that will not be handled again unless replayed.
+type DeadLetter struct {
+	ID         int64
+	Queue      string
+	Group      string
+	Slot       int
+	EvID       int64
+	EvTime     time.Time
+	Type       string
+	Data       string
+	Key        string
+	Attempts   int
+	LastError  string
+	Reason     string
+	Actor      string
+	DBRole     string
+	DeadAt     time.Time
+	ReplayedAt *time.Time
+	ReplayEvID *int64
+}
+
+// AddDeadLetters stores dead letters in one statement. An event that is
+// already a dead letter of the group is left as it is (a replayed batch
+// after a crash writes the same rows again).
+func AddDeadLetters(ctx context.Context, db DB, dls []DeadLetter) error {
+	if len(dls) == 0 {
+		return nil
+	}
+	n := len(dls)
+	q, g, typ, data, key, lastErr, reason, actor := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	slot, attempts := make([]int32, n), make([]int32, n)
+	evID := make([]int64, n)
+	evTime := make([]time.Time, n)
+	for i, d := range dls {
+		q[i], g[i], typ[i], data[i], key[i], lastErr[i], reason[i], actor[i] = d.Queue, d.Group, d.Type, d.Data, d.Key, d.LastError, d.Reason, d.Actor
+		slot[i], attempts[i], evID[i], evTime[i] = int32(d.Slot), int32(d.Attempts), d.EvID, d.EvTime
+	}
+	_, err := db.Exec(ctx, `
+		insert into partitionq.dead_letter (queue, grp, slot, ev_id, ev_time, ev_type, ev_data, key, attempts, last_error, reason, actor)
+		select * from unnest($1::text[], $2::text[], $3::int4[], $4::int8[], $5::timestamptz[], $6::text[], $7::text[],
+		                     $8::text[], $9::int4[], $10::text[], $11::text[], $12::text[])
+		on conflict (queue, grp, ev_id) do nothing`,
+		q, g, slot, evID, evTime, typ, data, key, attempts, lastErr, reason, actor)
+	if err != nil {
+		return fmt.Errorf("store %d dead letters: %w", n, err)
+	}
+	return nil
+}
+
+const dlCols = `id, queue, grp, slot, ev_id, ev_time, ev_type, ev_data, key, attempts, last_error, reason, actor, db_role, dead_at, replayed_at, replay_ev_id`
+
+func scanDL(r pgx.CollectableRow) (DeadLetter, error) {
+	var d DeadLetter
+	err := r.Scan(&d.ID, &d.Queue, &d.Group, &d.Slot, &d.EvID, &d.EvTime, &d.Type, &d.Data, &d.Key, &d.Attempts,
+		&d.LastError, &d.Reason, &d.Actor, &d.DBRole, &d.DeadAt, &d.ReplayedAt, &d.ReplayEvID)
+	return d, err
+}
+
+// DeadLetterFilter selects dead letters of one group.
+type DeadLetterFilter struct {
+	Queue, Group string
+	Key          *string
+	AfterID      int64 // only ids greater than this (paging)
+	Limit        int
+	Pending      bool // only those not replayed
+}
+
+// ListDeadLetters lists dead letters in id order.
+func ListDeadLetters(ctx context.Context, db DB, f DeadLetterFilter) ([]DeadLetter, error) {
+	rows, err := db.Query(ctx, `select `+dlCols+` from partitionq.dead_letter
+		where queue = $1 and grp = $2 and ($3::text is null or key = $3) and id > $4
+		  and (not $6 or replayed_at is null)
+		order by id limit $5`, f.Queue, f.Group, f.Key, f.AfterID, f.Limit, f.Pending)
+	if err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	return pgx.CollectRows(rows, scanDL)
+}
+
+// ErrNoDeadLetter reports that no dead letter has the given id in the group.
+var ErrNoDeadLetter = errors.New("no such dead letter")
+
+// GetDeadLetter returns one dead letter; forUpdate locks it for the rest of
+// the transaction db.
+func GetDeadLetter(ctx context.Context, db DB, queue, group string, id int64, forUpdate bool) (DeadLetter, error) {
+	sql := `select ` + dlCols + ` from partitionq.dead_letter where queue = $1 and grp = $2 and id = $3`
+	if forUpdate {
+		sql += ` for update`
+	}
+	rows, err := db.Query(ctx, sql, queue, group, id)
+	if err != nil {
+		return DeadLetter{}, err
+	}
+	d, err := pgx.CollectExactlyOneRow(rows, scanDL)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return DeadLetter{}, ErrNoDeadLetter
+	}
+	return d, err
+}
+
+// MarkReplayed records that a dead letter was re-sent as event evID.
+func MarkReplayed(ctx context.Context, db DB, id, evID int64) error {
+	_, err := db.Exec(ctx, `update partitionq.dead_letter set replayed_at = now(), replay_ev_id = $2 where id = $1`, id, evID)
+	return err
+}
+
+// PurgeDeadLetters deletes the dead letters of a group (only the given ids
+// when ids is not nil; only those dead before `before` when it is not zero)
+// and returns how many.
+func PurgeDeadLetters(ctx context.Context, db DB, queue, group string, ids []int64, before time.Time) (int64, error) {
+	var b *time.Time
+	if !before.IsZero() {
+		b = &before
+	}
+	tag, err := db.Exec(ctx, `delete from partitionq.dead_letter
+		where queue = $1 and grp = $2 and ($3::int8[] is null or id = any($3)) and ($4::timestamptz is null or dead_at < $4)`,
+		queue, group, ids, b)
+	if err != nil {
+		return 0, fmt.Errorf("purge dead letters: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// CountDeadLetters counts the dead letters of a group not yet replayed.
+func CountDeadLetters(ctx context.Context, db DB, queue, group string) (int64, error) {
+	var n int64
+	err := db.QueryRow(ctx, `select count(*) from partitionq.dead_letter where queue = $1 and grp = $2 and replayed_at is null`, queue, group).Scan(&n)
+	return n, err
+}
+
+// ------------------------------------------------------------------ audit
+
+// AuditEntry is one operator action.
+type AuditEntry struct {
+	ID      int64
+	At      time.Time
+	DBRole  string
+	Actor   string
+	Action  string
+	Queue   string
+	Group   string
+	Key     *string
+	EvID    *int64
+	Reason  string
+	Outcome string
+}
+
+// Audit records one operator action.
+func Audit(ctx context.Context, db DB, a AuditEntry) error {
+	_, err := db.Exec(ctx, `insert into partitionq.audit (actor, action, queue, grp, key, ev_id, reason, outcome)
+		values ($1, $2, $3, $4, $5, $6, $7, $8)`, a.Actor, a.Action, a.Queue, a.Group, a.Key, a.EvID, a.Reason, a.Outcome)
+	if err != nil {
+		return fmt.Errorf("record audit entry: %w", err)
+	}
+	return nil
+}
+
+// ListAudit returns the newest audit entries of a group, newest first.
+func ListAudit(ctx context.Context, db DB, queue, group string, limit int) ([]AuditEntry, error) {
+	rows, err := db.Query(ctx, `select id, at, db_role, actor, action, queue, grp, key, ev_id, reason, outcome
+		from partitionq.audit where queue = $1 and grp = $2 order by id desc limit $3`, queue, group, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list audit: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
+		var a AuditEntry
+		err := r.Scan(&a.ID, &a.At, &a.DBRole, &a.Actor, &a.Action, &a.Queue, &a.Group, &a.Key, &a.EvID, &a.Reason, &a.Outcome)
+		return a, err
+	})
+}
