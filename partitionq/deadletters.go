@@ -2,9 +2,216 @@ package partitionq
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/partitionq/partitionq/partitionq/internal/engine"
 	"github.com/partitionq/partitionq/partitionq/internal/store"
 )
+
+// DeadLetter is an event that will not be handled again unless replayed.
+type DeadLetter struct {
+	ID         int64 // the dead letter's own id
+	Queue      string
+	Group      string
+	Slot       int
+	EventID    int64 // the original event id
+	EventTime  time.Time
+	Type       string
+	Payload    []byte
+	Key        string
+	Attempts   int    // failed attempts before it died
+	LastError  string // the handler's last error, when known
+	Reason     string // "max_attempts", "handler" (DeadLetter error), "skip: ...", "quarantine: ..."
+	Actor      string // who acted ("worker" for automatic ones)
+	DBRole     string // the database role that wrote it
+	DeadAt     time.Time
+	ReplayedAt *time.Time // set once replayed
+	ReplayID   *int64     // the event id of the replay
+}
+
+func fromStore(d store.DeadLetter) DeadLetter {
+	return DeadLetter{ID: d.ID, Queue: d.Queue, Group: d.Group, Slot: d.Slot, EventID: d.EvID, EventTime: d.EvTime,
+		Type: d.Type, Payload: []byte(d.Data), Key: d.Key, Attempts: d.Attempts, LastError: d.LastError, Reason: d.Reason,
+		Actor: d.Actor, DBRole: d.DBRole, DeadAt: d.DeadAt, ReplayedAt: d.ReplayedAt, ReplayID: d.ReplayEvID}
+}
+
+// DeadLetterQuery selects dead letters of one group.
+type DeadLetterQuery struct {
+	Queue, Group string
+	Key          string // only this key when not empty
+	AfterID      int64  // only ids above this one (for paging)
+	Limit        int    // defaults to 100
+	Pending      bool   // only those not replayed
+}
+
+// DeadLetters lists dead letters of a group, oldest first.
+func (c *Client) DeadLetters(ctx context.Context, q DeadLetterQuery) ([]DeadLetter, error) {
+	if _, err := c.Group(ctx, q.Queue, q.Group); err != nil {
+		return nil, err
+	}
+	if ok, err := store.Installed(ctx, c.pool); err != nil || !ok {
+		return nil, err
+	}
+	f := store.DeadLetterFilter{Queue: q.Queue, Group: q.Group, AfterID: q.AfterID, Limit: q.Limit, Pending: q.Pending}
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	if q.Key != "" {
+		f.Key = &q.Key
+	}
+	dls, err := store.ListDeadLetters(ctx, c.pool, f)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]DeadLetter, len(dls))
+	for i, d := range dls {
+		out[i] = fromStore(d)
+	}
+	return out, nil
+}
+
+// DeadLetterByID returns one dead letter of a group, or ErrNoDeadLetter.
+func (c *Client) DeadLetterByID(ctx context.Context, queue, group string, id int64) (DeadLetter, error) {
+	if _, err := c.Group(ctx, queue, group); err != nil {
+		return DeadLetter{}, err
+	}
+	if ok, err := store.Installed(ctx, c.pool); err != nil {
+		return DeadLetter{}, err
+	} else if !ok {
+		return DeadLetter{}, noDeadLetter(id)
+	}
+	d, err := store.GetDeadLetter(ctx, c.pool, queue, group, id, false)
+	if errors.Is(err, store.ErrNoDeadLetter) {
+		return DeadLetter{}, noDeadLetter(id)
+	}
+	return fromStore(d), err
+}
+
+func noDeadLetter(id int64) error {
+	return fmt.Errorf("%w %d in this group: list them with partitionq dlq list", ErrNoDeadLetter, id)
+}
+
+// ReplayResult says what Replay did.
+type ReplayResult struct {
+	Outcome    Outcome // OutcomeReplayed or OutcomeAlreadyReplayed
+	NewEventID int64   // the event id of the replay
+}
+
+// Replay sends a dead letter again, with its key, type and payload, at the
+// tail of its key's order (after every event of the key sent before). It is
+// idempotent: a dead letter is replayed once; later calls return
+// OutcomeAlreadyReplayed and the first replay's event id.
+func (c *Client) Replay(ctx context.Context, queue, group string, id int64, reason, actor string) (ReplayResult, error) {
+	if _, err := c.Group(ctx, queue, group); err != nil {
+		return ReplayResult{}, err
+	}
+	if err := store.Migrate(ctx, c.pool); err != nil {
+		return ReplayResult{}, err
+	}
+	var res ReplayResult
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		d, err := store.GetDeadLetter(ctx, tx, queue, group, id, true)
+		if errors.Is(err, store.ErrNoDeadLetter) {
+			return noDeadLetter(id)
+		}
+		if err != nil {
+			return err
+		}
+		if d.ReplayedAt != nil && d.ReplayEvID != nil {
+			res = ReplayResult{Outcome: OutcomeAlreadyReplayed, NewEventID: *d.ReplayEvID}
+		} else {
+			evID, err := c.eng.Insert(ctx, tx, queue, engine.NewEvent{Key: d.Key, Type: d.Type, Data: d.Data})
+			if err != nil {
+				return err
+			}
+			if err := store.MarkReplayed(ctx, tx, id, evID); err != nil {
+				return err
+			}
+			res = ReplayResult{Outcome: OutcomeReplayed, NewEventID: evID}
+		}
+		key := d.Key
+		return store.Audit(ctx, tx, store.AuditEntry{Actor: c.actor(actor), Action: "replay", Queue: queue, Group: group,
+			Key: &key, EvID: &d.EvID, Reason: reason, Outcome: string(res.Outcome)})
+	})
+	return res, err
+}
+
+// PurgeRequest selects dead letters to delete.
+type PurgeRequest struct {
+	Queue, Group string
+	IDs          []int64   // these ids; nil means every dead letter of the group
+	Before       time.Time // only those dead before this time, when not zero
+	Reason       string
+	Actor        string
+}
+
+// Purge deletes dead letters for good and returns how many.
+func (c *Client) Purge(ctx context.Context, r PurgeRequest) (int64, error) {
+	if _, err := c.Group(ctx, r.Queue, r.Group); err != nil {
+		return 0, err
+	}
+	if err := store.Migrate(ctx, c.pool); err != nil {
+		return 0, err
+	}
+	var n int64
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		var err error
+		if n, err = store.PurgeDeadLetters(ctx, tx, r.Queue, r.Group, r.IDs, r.Before); err != nil {
+			return err
+		}
+		return store.Audit(ctx, tx, store.AuditEntry{Actor: c.actor(r.Actor), Action: "purge", Queue: r.Queue, Group: r.Group,
+			Reason: r.Reason, Outcome: fmt.Sprintf("%s %d", OutcomePurged, n)})
+	})
+	return n, err
+}
+
+// AuditEntry is one recorded operator action.
+type AuditEntry struct {
+	ID      int64
+	At      time.Time
+	DBRole  string // the database role that acted
+	Actor   string // the free-text actor given
+	Action  string // skip, retry, quarantine, replay, purge
+	Queue   string
+	Group   string
+	Key     string
+	EventID int64
+	Reason  string
+	Outcome string
+}
+
+// Audit returns the newest operator actions on a group, newest first.
+func (c *Client) Audit(ctx context.Context, queue, group string, limit int) ([]AuditEntry, error) {
+	if _, err := c.Group(ctx, queue, group); err != nil {
+		return nil, err
+	}
+	if ok, err := store.Installed(ctx, c.pool); err != nil || !ok {
+		return nil, err
+	}
+	if limit <= 0 {
+		limit = 100
+	}
+	es, err := store.ListAudit(ctx, c.pool, queue, group, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]AuditEntry, len(es))
+	for i, e := range es {
+		out[i] = AuditEntry{ID: e.ID, At: e.At, DBRole: e.DBRole, Actor: e.Actor, Action: e.Action, Queue: e.Queue,
+			Group: e.Group, Reason: e.Reason, Outcome: e.Outcome}
+		if e.Key != nil {
+			out[i].Key = *e.Key
+		}
+		if e.EvID != nil {
+			out[i].EventID = *e.EvID
+		}
+	}
+	return out, nil
+}
 
 func (c *Client) countDeadLetters(ctx context.Context, queue, group string) (int64, error) {
 	ok, err := store.Installed(ctx, c.pool)

@@ -25,7 +25,7 @@ type Event struct {
 // key waits until the event succeeds on a retry, is skipped by an operator,
 // or runs out of attempts; under PolicySkip the event is retried later and
 // the key goes on. Two typed errors change that:
-//   - DeadLetter(err): do not retry; the event goes to the dead letters at
+//   - DeadLetterNow(err): do not retry; the event goes to the dead letters at
 //     once and its key goes on.
 //   - RetryAfter(d, err): a failure whose next attempt is in d, in place of
 //     the backoff.
@@ -48,9 +48,9 @@ type deadLetterError struct{ err error }
 func (e *deadLetterError) Error() string { return "dead letter: " + errString(e.err) }
 func (e *deadLetterError) Unwrap() error { return e.err }
 
-// DeadLetter wraps err to say the event must not be retried: it goes to the
+// DeadLetterNow wraps err to say the event must not be retried: it goes to the
 // dead letters at once, and its key goes on with its next event.
-func DeadLetter(err error) error { return &deadLetterError{err: err} }
+func DeadLetterNow(err error) error { return &deadLetterError{err: err} }
 
 type retryAfterError struct {
 	d   time.Duration

@@ -264,15 +264,17 @@ func (e *Engine) RetryEvents(ctx context.Context, db DB, subID int32, key string
 // ErrLocked reports that a retry-queue row is locked by another transaction.
 var ErrLocked = errors.New("retry event is being handled right now")
 
-// LockRetry locks one retry-queue row for the rest of tx. wait=false makes
-// it fail with ErrLocked at once when another transaction holds it; a row
-// that no longer exists gives ok=false.
+// LockRetry locks one parked retry-queue row (one at Far) for the rest of
+// tx. wait=false makes it fail with ErrLocked at once when another
+// transaction holds it; wait=true waits up to the session's lock_timeout
+// and then fails with ErrLocked. A row that no longer exists, or that the
+// engine's mover is due to move (not parked), gives ok=false.
 func (e *Engine) LockRetry(ctx context.Context, tx pgx.Tx, subID int32, evID int64, wait bool) (ev Event, ok bool, err error) {
-	sql := `select ` + eventCols + ` from pgq.retry_queue where ev_owner = $1 and ev_id = $2 for update`
+	sql := `select ` + eventCols + ` from pgq.retry_queue where ev_owner = $1 and ev_id = $2 and ev_retry_after >= $3 for update`
 	if !wait {
 		sql += ` nowait`
 	}
-	rows, err := tx.Query(ctx, e.f(sql), subID, evID)
+	rows, err := tx.Query(ctx, e.f(sql), subID, evID, Far)
 	if err != nil {
 		return Event{}, false, err
 	}
@@ -338,4 +340,27 @@ func (e *Engine) NextRetry(ctx context.Context, db DB, subID int32, key string, 
 		return Event{}, false, err
 	}
 	return evs[0], true, nil
+}
+
+// LockRetryQueue takes the lock the engine's retry mover (maint_retry_events)
+// takes, for the rest of tx, so that rows deleted in tx cannot be moved
+// back into the queue at the same time (H4 in ENGINE.md).
+func (e *Engine) LockRetryQueue(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, e.f(`lock table pgq.retry_queue in share update exclusive mode`))
+	return err
+}
+
+// LockKeyRetries locks every retry-queue row of key of subID for the rest of
+// tx (waiting up to lock_timeout, then ErrLocked) and returns them in ev_id order.
+func (e *Engine) LockKeyRetries(ctx context.Context, tx pgx.Tx, subID int32, key string) ([]Event, error) {
+	rows, err := tx.Query(ctx, e.f(`select `+eventCols+` from pgq.retry_queue
+		where ev_owner = $1 and ev_extra1 = $2 order by ev_id for update`), subID, key)
+	if err != nil {
+		return nil, err
+	}
+	evs, err := pgx.CollectRows(rows, scanEvent)
+	if isLockNotAvailable(err) {
+		return nil, ErrLocked
+	}
+	return evs, err
 }

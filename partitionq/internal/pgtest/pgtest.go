@@ -75,6 +75,13 @@ func New(t testing.TB) DB {
 			t.Errorf("drop database %s: %v", name, err)
 		}
 	})
+	// The first create extension pgq of a cluster creates cluster-wide roles
+	// (pgq_reader, ...) with a check-then-create that races between
+	// databases: serialize it with a lock taken in the shared admin database.
+	if _, err := admin.Exec(ctx, "select pg_advisory_lock(28753, -100)"); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Exec(ctx, "select pg_advisory_unlock(28753, -100)") //nolint:errcheck
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatalf("connect to %s: %v", name, err)

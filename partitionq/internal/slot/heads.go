@@ -68,6 +68,11 @@ func (r *runner) scanHeads(ctx context.Context) time.Time {
 		return next
 	}
 	for _, h := range heads {
+		if h.After.Before(engine.Far) {
+			// A timed retry (left by the skip policy): the engine's mover
+			// re-delivers it; it is not parked, so it is not drained here.
+			continue
+		}
 		if f, ok := fails[h.ID]; ok && !f.Due {
 			if at := time.Now().Add(f.Wait); at.Before(next) {
 				next = at
