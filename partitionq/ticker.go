@@ -1,0 +1,45 @@
+package partitionq
+
+import (
+	"context"
+	"time"
+
+	"github.com/partitionq/partitionq/partitionq/internal/ticker"
+)
+
+// TickerConfig configures RunTicker. Zero values mean the defaults.
+type TickerConfig struct {
+	// Interval is how often the engine's ticker() runs. Whether a queue
+	// gets a tick then is the engine's decision, from the queue's
+	// ticker_max_count, ticker_max_lag and ticker_idle_period (see
+	// GroupSpec.TickMaxLag). Defaults to 100ms.
+	Interval time.Duration
+	// MaintInterval is how often retry events are moved back into their
+	// queues and the engine's maintenance (table rotation) runs. Defaults to 30s.
+	MaintInterval time.Duration
+}
+
+// RunTicker makes ticks and runs the engine's maintenance until ctx is
+// cancelled, in place of the pgqd daemon. Several tickers (in several
+// processes) may run at once: each round is done by one of them.
+func (c *Client) RunTicker(ctx context.Context, cfg TickerConfig) error {
+	if cfg.Interval == 0 {
+		cfg.Interval = TickIntervalDefault
+	}
+	if cfg.MaintInterval == 0 {
+		cfg.MaintInterval = MaintIntervalDefault
+	}
+	if cfg.Interval < 0 || cfg.MaintInterval < 0 {
+		return &ValidationError{Field: "TickerConfig", Value: cfg.Interval.String(), Problem: "intervals must be positive", Fix: "use 0 for the defaults"}
+	}
+	ticker.Run(ctx, ticker.Config{Eng: c.eng, Pool: c.pool, Log: c.log, Interval: cfg.Interval, MaintInterval: cfg.MaintInterval})
+	return nil
+}
+
+// TickOnce runs one ticker round and one maintenance round. ctx governs both.
+func (c *Client) TickOnce(ctx context.Context) error {
+	if err := ticker.Tick(ctx, c.eng, c.pool); err != nil {
+		return err
+	}
+	return ticker.Maintain(ctx, c.eng, c.pool)
+}
