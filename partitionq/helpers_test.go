@@ -3,6 +3,8 @@ package partitionq_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -27,7 +29,11 @@ func setup(t *testing.T) *bundle {
 	pool := pgtest.Pool(t, db, 40)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	c, err := partitionq.NewClient(ctx, pool, partitionq.Config{})
+	cfg := partitionq.Config{}
+	if os.Getenv("PQ_TEST_LOG") != "" { // debug aid: PQ_TEST_LOG=1 go test -v
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	c, err := partitionq.NewClient(ctx, pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -89,6 +89,30 @@ func scanEvent(r pgx.CollectableRow) (Event, error) {
 	return ev, err
 }
 
+// scanCursorRow reads a row fetched from the batch cursor, which has the
+// engine's own columns: ev_id, ev_time, ev_txid, ev_retry, ev_type, ev_data,
+// ev_extra1..4.
+func scanCursorRow(r pgx.CollectableRow) (Event, error) {
+	var ev Event
+	var txid *int64
+	var retry *int32
+	var typ, data, key *string
+	err := r.Scan(&ev.ID, &ev.Time, &txid, &retry, &typ, &data, &key, &ev.Extra2, &ev.Extra3, &ev.Extra4)
+	if retry != nil {
+		ev.Retry = *retry
+	}
+	if typ != nil {
+		ev.Type = *typ
+	}
+	if data != nil {
+		ev.Data = *data
+	}
+	if key != nil {
+		ev.Key = *key
+	}
+	return ev, err
+}
+
 // BatchCursor streams the events of one batch that belong to one slot, in
 // engine order. It must be used inside a transaction (tx), which the
 // cursor lives in.
@@ -125,7 +149,7 @@ func (c *BatchCursor) Next(ctx context.Context, limit int) ([]Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	evs, err := pgx.CollectRows(rows, scanEvent)
+	evs, err := pgx.CollectRows(rows, scanCursorRow)
 	if err != nil {
 		return nil, err
 	}
@@ -363,4 +387,27 @@ func (e *Engine) LockKeyRetries(ctx context.Context, tx pgx.Tx, subID int32, key
 		return nil, ErrLocked
 	}
 	return evs, err
+}
+
+// LockParkedRun locks up to limit parked rows (at Far) of key of subID, in
+// ev_id order from fromID on, for the rest of tx, without waiting: when any
+// of them is locked by another transaction it fails with ErrLocked.
+func (e *Engine) LockParkedRun(ctx context.Context, tx pgx.Tx, subID int32, key string, fromID int64, limit int) ([]Event, error) {
+	rows, err := tx.Query(ctx, e.f(`select `+eventCols+` from pgq.retry_queue
+		where ev_owner = $1 and ev_extra1 = $2 and ev_id >= $3 and ev_retry_after >= $4
+		order by ev_id limit $5 for update nowait`), subID, key, fromID, Far, limit)
+	if err != nil {
+		return nil, err
+	}
+	evs, err := pgx.CollectRows(rows, scanEvent)
+	if isLockNotAvailable(err) {
+		return nil, ErrLocked
+	}
+	return evs, err
+}
+
+// DeleteRetries removes rows of subID from the retry queue.
+func (e *Engine) DeleteRetries(ctx context.Context, db DB, subID int32, ids []int64) error {
+	_, err := db.Exec(ctx, e.f(`delete from pgq.retry_queue where ev_owner = $1 and ev_id = any($2::int8[])`), subID, ids)
+	return err
 }

@@ -123,9 +123,19 @@ func (r *runner) startDrain(ctx context.Context, key string, headID int64) {
 	}()
 }
 
-// drainOne handles the parked head headID of key under its row lock, so an
-// operator's skip of the same event waits for the outcome and never both
-// happen. It returns the key's next head when that is due now, else 0.
+// Drain limits: one transaction handles at most drainRun events of a key,
+// or goes on for at most drainRunTime, before it commits what it handled.
+const (
+	drainRun     = 100
+	drainRunTime = time.Second
+)
+
+// drainOne handles a run of parked events of key, from its head headID on,
+// in one transaction holding their row locks, so an operator's skip of the
+// head waits for the outcome and never both happen. It stops at the first
+// failure (which is then the key's head, with its failure recorded), at an
+// event whose next attempt is not due, or at the run's limits. It returns
+// the key's next head when that is due now, else 0.
 func (r *runner) drainOne(ctx context.Context, key string, headID int64) (int64, error) {
 	db := r.hard
 	tx, err := r.cfg.Pool.Begin(db)
@@ -134,8 +144,8 @@ func (r *runner) drainOne(ctx context.Context, key string, headID int64) (int64,
 	}
 	defer tx.Rollback(context.Background()) //nolint:errcheck // no-op after commit
 
-	ev, ok, err := r.cfg.Eng.LockRetry(db, tx, r.cfg.SubID, headID, false)
-	if errors.Is(err, engine.ErrLocked) || (err == nil && !ok) {
+	run, err := r.cfg.Eng.LockParkedRun(db, tx, r.cfg.SubID, key, headID, drainRun)
+	if errors.Is(err, engine.ErrLocked) || (err == nil && (len(run) == 0 || run[0].ID != headID)) {
 		return 0, nil // being handled by an operator action, or already resolved
 	}
 	if err != nil {
@@ -144,22 +154,41 @@ func (r *runner) drainOne(ctx context.Context, key string, headID int64) (int64,
 	if older, err := r.cfg.Eng.HasOlderRetry(db, tx, r.cfg.SubID, key, headID); err != nil || older {
 		return 0, err // not the head: the next scan finds the real one
 	}
-	attempt := int(ev.Retry) + 1
-	res := r.call(ev, attempt)
-	switch {
-	case res.Err == nil:
-		if err := r.resolve(db, tx, ev.ID, nil); err != nil {
-			return 0, err
+	ids := make([]int64, len(run))
+	for i, ev := range run {
+		ids[i] = ev.ID
+	}
+	fails, err := store.Failures(db, tx, r.cfg.Queue, r.cfg.Consumer, ids)
+	if err != nil {
+		return 0, err
+	}
+
+	start := time.Now()
+	var done []int64 // handled or dead-lettered, in order
+	var dead []store.DeadLetter
+	stopped := false // a failure or a not-due event ends the run
+	for i, ev := range run {
+		if f, ok := fails[ev.ID]; ok && !f.Due {
+			stopped = true
+			break
 		}
-	case r.hard.Err() != nil:
-		return 0, nil // shutdown: the rollback leaves the head as it was
-	case r.exhausted(res, attempt):
-		dl := r.deadLetter(ev, attempt, res)
-		if err := r.resolve(db, tx, ev.ID, &dl); err != nil {
-			return 0, err
+		if ctx.Err() != nil || (i > 0 && time.Since(start) > drainRunTime) {
+			break
 		}
-		r.cfg.Stats.DeadLettered.Add(1)
-	default:
+		attempt := int(ev.Retry) + 1
+		res := r.call(ev, attempt)
+		if res.Err == nil {
+			done = append(done, ev.ID)
+			continue
+		}
+		if r.hard.Err() != nil {
+			return 0, nil // shutdown: the rollback leaves every event as it was
+		}
+		if r.exhausted(res, attempt) {
+			done = append(done, ev.ID)
+			dead = append(dead, r.deadLetter(ev, attempt, res))
+			continue
+		}
 		if err := r.cfg.Eng.SetRetryCount(db, tx, r.cfg.SubID, ev.ID, int32(attempt)); err != nil {
 			return 0, err
 		}
@@ -167,40 +196,42 @@ func (r *runner) drainOne(ctx context.Context, key string, headID int64) (int64,
 		if err := store.PutFailure(db, tx, r.cfg.Queue, r.cfg.Consumer, f, r.retryDelay(res, attempt)); err != nil {
 			return 0, err
 		}
-		return 0, tx.Commit(db)
+		stopped = true
+		break
 	}
-	if ctx.Err() != nil {
+	if err := r.resolve(db, tx, done, dead); err != nil {
+		return 0, err
+	}
+	r.cfg.Stats.DeadLettered.Add(int64(len(dead)))
+	if stopped || ctx.Err() != nil {
 		return 0, nil
 	}
 	// The key's next parked event is its new head: due now unless it has
 	// failed before (then its own schedule applies).
-	nextEv, ok, err := r.cfg.Eng.NextRetry(ctx, r.cfg.Pool, r.cfg.SubID, key, ev.ID)
+	last := headID
+	if len(done) > 0 {
+		last = done[len(done)-1]
+	}
+	nextEv, ok, err := r.cfg.Eng.NextRetry(ctx, r.cfg.Pool, r.cfg.SubID, key, last)
 	if err != nil || !ok {
 		return 0, err
-	}
-	fails, err := store.Failures(ctx, r.cfg.Pool, r.cfg.Queue, r.cfg.Consumer, []int64{nextEv.ID})
-	if err != nil {
-		return 0, err
-	}
-	if f, ok := fails[nextEv.ID]; ok && !f.Due {
-		return 0, nil
 	}
 	return nextEv.ID, nil
 }
 
-// resolve removes a handled (or dead-lettered, when dl is set) head from
-// the retry queue in tx and commits.
-func (r *runner) resolve(ctx context.Context, tx pgx.Tx, evID int64, dl *store.DeadLetter) error {
-	if _, err := r.cfg.Eng.DeleteRetry(ctx, tx, r.cfg.SubID, evID); err != nil {
-		return err
-	}
-	if err := store.DeleteFailure(ctx, tx, r.cfg.Queue, r.cfg.Consumer, evID); err != nil {
-		return err
-	}
-	if dl != nil {
-		if err := store.AddDeadLetters(ctx, tx, []store.DeadLetter{*dl}); err != nil {
+// resolve removes handled (and dead-lettered) events from the retry queue
+// in tx, with their failure records, stores the dead letters and commits.
+func (r *runner) resolve(ctx context.Context, tx pgx.Tx, ids []int64, dead []store.DeadLetter) error {
+	if len(ids) > 0 {
+		if err := r.cfg.Eng.DeleteRetries(ctx, tx, r.cfg.SubID, ids); err != nil {
 			return err
 		}
+		if err := store.DeleteFailures(ctx, tx, r.cfg.Queue, r.cfg.Consumer, ids); err != nil {
+			return err
+		}
+	}
+	if err := store.AddDeadLetters(ctx, tx, dead); err != nil {
+		return err
 	}
 	return tx.Commit(ctx)
 }

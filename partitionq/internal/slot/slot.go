@@ -84,7 +84,7 @@ type Config struct {
 // is done, Run takes no new event; a batch whose events were not all
 // resolved is left open (rolled back), so the next owner gets it again.
 func Run(stop, hard context.Context, cfg Config) {
-	log := cfg.Log.With(slog.String("queue", cfg.Queue), slog.String("group", cfg.Group), slog.Int("slot", cfg.Slot))
+	log := cfg.Log.With(slog.Int("slot", cfg.Slot)) // the caller's logger names queue and group
 	backoff := time.Duration(0)
 	for stop.Err() == nil {
 		owned, err := runOnce(stop, hard, cfg, log)

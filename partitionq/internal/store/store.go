@@ -144,6 +144,12 @@ func DeleteFailure(ctx context.Context, db DB, queue, consumer string, evID int6
 	return err
 }
 
+// DeleteFailures forgets the failures of events.
+func DeleteFailures(ctx context.Context, db DB, queue, consumer string, ids []int64) error {
+	_, err := db.Exec(ctx, `delete from partitionq.failure where queue = $1 and consumer = $2 and ev_id = any($3::int8[])`, queue, consumer, ids)
+	return err
+}
+
 // Failures returns the failure records of the given events, by event id.
 func Failures(ctx context.Context, db DB, queue, consumer string, ids []int64) (map[int64]Failure, error) {
 	out := map[int64]Failure{}

@@ -21,6 +21,7 @@ import (
 const (
 	tickLock  = -2
 	maintLock = -3
+	retryLock = -4
 )
 
 // Config configures a ticker loop.
@@ -32,7 +33,8 @@ type Config struct {
 	MaintInterval time.Duration // between maintenance rounds
 }
 
-// Run ticks and maintains until ctx is done.
+// Run ticks, moves due retry events, and (every MaintInterval) runs the
+// engine's maintenance, until ctx is done.
 func Run(ctx context.Context, cfg Config) {
 	tick := time.NewTicker(cfg.Interval)
 	defer tick.Stop()
@@ -40,6 +42,9 @@ func Run(ctx context.Context, cfg Config) {
 	for {
 		if err := Tick(ctx, cfg.Eng, cfg.Pool); err != nil && ctx.Err() == nil {
 			cfg.Log.Warn("partitionq: tick failed", slog.Any("error", err))
+		}
+		if err := MoveRetries(ctx, cfg.Eng, cfg.Pool); err != nil && ctx.Err() == nil {
+			cfg.Log.Warn("partitionq: moving retry events failed", slog.Any("error", err))
 		}
 		if time.Since(lastMaint) >= cfg.MaintInterval {
 			if err := Maintain(ctx, cfg.Eng, cfg.Pool); err != nil && ctx.Err() == nil {
@@ -65,6 +70,24 @@ func Tick(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) error {
 		}
 		_, err := eng.Ticker(ctx, tx)
 		return err
+	})
+}
+
+// MoveRetries moves the due retry events (timed retries of the skip
+// policy; parked events are never due) back into their queues, unless
+// another ticker is doing it right now.
+func MoveRetries(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var got bool
+		if err := tx.QueryRow(ctx, `select pg_try_advisory_xact_lock($1, $2)`, int32(ownership.LockClass), int32(retryLock)).Scan(&got); err != nil || !got {
+			return err
+		}
+		for {
+			n, err := eng.MaintRetryEvents(ctx, tx)
+			if err != nil || n == 0 {
+				return err
+			}
+		}
 	})
 }
 
