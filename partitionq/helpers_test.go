@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/partitionq/partitionq/internal/pgtest"
 	"github.com/partitionq/partitionq/partitionq"
-	"github.com/partitionq/partitionq/partitionq/internal/pgtest"
 )
 
 // bundle is what most tests need: a fresh database, a pool and a client.

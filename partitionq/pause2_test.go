@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/partitionq/partitionq/internal/pgtest"
 	"github.com/partitionq/partitionq/partitionq"
-	"github.com/partitionq/partitionq/partitionq/internal/pgtest"
 )
 
 // A skip issued while the worker is inside the head's handler waits for
@@ -300,7 +300,14 @@ func TestSkipPolicyDoesNotBlock(t *testing.T) {
 	}}
 	b.worker(t, partitionq.WorkerConfig{Handler: l, Policy: partitionq.PolicySkip, MaxAttempts: 2,
 		BackoffMin: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond})
-	b.send(t, "k", 1, 2, 3, 4)
+	// One batch: the retry of 2 is only written when that batch finishes.
+	var ms []partitionq.Message
+	for i := 1; i <= 4; i++ {
+		ms = append(ms, partitionq.Message{Key: "k", Payload: []byte(fmt.Sprint(i))})
+	}
+	if _, err := b.client.SendBatch(b.ctx, "q", ms); err != nil {
+		t.Fatal(err)
+	}
 	l.waitOK(t, "k", 3)
 	// 4 went on without waiting for 2's retry; 2 came back through the engine's retry.
 	if got := l.okSeq("k"); !reflect.DeepEqual(got, []string{"1", "4", "2"}) {

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/partitionq/partitionq/internal/pgtest"
 	"github.com/partitionq/partitionq/partitionq"
-	"github.com/partitionq/partitionq/partitionq/internal/pgtest"
 )
 
 // sameSlotKeys returns two distinct keys that share a slot of n.
@@ -50,8 +50,8 @@ type handling struct {
 
 // log is a handler whose behaviour a test scripts per event.
 type log struct {
-	mu   sync.Mutex
-	all  []handling
+	mu     sync.Mutex
+	all    []handling
 	decide func(ctx context.Context, ev *partitionq.Event) error
 }
 

@@ -61,7 +61,7 @@ func New(t testing.TB) DB {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := replaceDB(AdminURL(), cfg.Database, name)
+	url := ReplaceDB(AdminURL(), cfg.Database, name)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -93,8 +93,8 @@ func New(t testing.TB) DB {
 	return DB{Name: name, URL: url}
 }
 
-// replaceDB points a URL or keyword/value connection string at another database.
-func replaceDB(connStr, from, to string) string {
+// ReplaceDB points a URL or keyword/value connection string at another database.
+func ReplaceDB(connStr, from, to string) string {
 	if strings.HasPrefix(connStr, "postgres://") || strings.HasPrefix(connStr, "postgresql://") {
 		rest := connStr[strings.Index(connStr, "://")+3:]
 		hostEnd := strings.IndexAny(rest, "/?")

@@ -1,0 +1,148 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/partitionq/partitionq/partitionq"
+)
+
+// actionJSON is the --json output of skip, retry and quarantine (docs/cli.md).
+type actionJSON struct {
+	Action       string  `json:"action"`
+	Outcome      string  `json:"outcome"`
+	Queue        string  `json:"queue"`
+	Group        string  `json:"group"`
+	Key          string  `json:"key"`
+	Slot         int     `json:"slot"`
+	EventID      int64   `json:"event_id"`
+	Count        int     `json:"count"`
+	NextEventIDs []int64 `json:"next_event_ids"`
+}
+
+// keyAction describes one operator command on a blocked key.
+type keyAction struct {
+	name, short, long, example string
+	do                         func(c *partitionq.Client, ctx context.Context, a partitionq.Action) (partitionq.ActionResult, error)
+}
+
+func (a *app) skipCmd() *cobra.Command {
+	return a.keyActionCmd(keyAction{
+		name:  "skip",
+		short: "Move a blocked key's head event to the dead letters; its waiting events run next",
+		long: `Skip the head event of a blocked key: it goes to the dead letters (replay
+it later with dlq replay), and the key's waiting events run next, in order.
+Safe while workers run. With --event, the skip applies only if that event
+is still the head; otherwise it prints "already resolved" and changes
+nothing, so running the same skip twice is harmless.`,
+		example: "  partitionq skip --queue files --group indexer --key tenant-42 --event 1234 --reason 'corrupt file'",
+		do:      (*partitionq.Client).Skip,
+	})
+}
+
+func (a *app) retryCmd() *cobra.Command {
+	return a.keyActionCmd(keyAction{
+		name:  "retry",
+		short: "Retry a blocked key's head event now, without waiting for its backoff",
+		long: `Bring the next attempt of a blocked key's head event forward to now: a
+running worker tries it again within about a second.`,
+		example: "  partitionq retry --queue files --group indexer --key tenant-42",
+		do:      (*partitionq.Client).RetryNow,
+	})
+}
+
+func (a *app) quarantineCmd() *cobra.Command {
+	return a.keyActionCmd(keyAction{
+		name:  "quarantine",
+		short: "Move a blocked key's head and all its waiting events to the dead letters",
+		long: `Move the head event of a key and every event waiting behind it to the
+dead letters, in one transaction (for a tenant being deleted, or a key
+known to be broken). Events of the key sent later are handled as usual.`,
+		example: "  partitionq quarantine --queue files --group indexer --key tenant-42 --reason 'tenant deleted'",
+		do:      (*partitionq.Client).Quarantine,
+	})
+}
+
+func (a *app) keyActionCmd(k keyAction) *cobra.Command {
+	var (
+		t      target
+		key    string
+		headID int64
+		who    actorFlags
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:     k.name,
+		Short:   k.short,
+		Long:    k.long,
+		Example: k.example,
+		Args:    cobra.NoArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			if err := t.need(); err != nil {
+				return err
+			}
+			if err := need("key", key, "name the blocked key (see partitionq blocked)"); err != nil {
+				return err
+			}
+			if headID < 0 {
+				return usagef("invalid --event %d: give the head event id shown by partitionq blocked", headID)
+			}
+			s, err := a.open(cmd.Context(), 0)
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			res, err := k.do(s.client, cmd.Context(), partitionq.Action{Queue: t.queue, Group: t.group, Key: key, HeadID: headID,
+				Reason: who.reason, Actor: a.actorOr(who.actor)})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				next := res.NextIDs
+				if next == nil {
+					next = []int64{}
+				}
+				return writeJSON(cmd.OutOrStdout(), actionJSON{Action: k.name, Outcome: string(res.Outcome), Queue: t.queue, Group: t.group,
+					Key: res.Key, Slot: res.Slot, EventID: res.EventID, Count: res.Count, NextEventIDs: next})
+			}
+			return printAction(cmd.OutOrStdout(), res)
+		}),
+	}
+	f := cmd.Flags()
+	t.bind(f)
+	f.StringVar(&key, "key", "", "the blocked key (required)")
+	f.Int64Var(&headID, "event", 0, "act only if this event is still the key's head (the HEAD shown by blocked)")
+	who.bind(f)
+	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	return cmd
+}
+
+func printAction(w io.Writer, res partitionq.ActionResult) error {
+	var err error
+	switch res.Outcome {
+	case partitionq.OutcomeSkipped:
+		_, err = fmt.Fprintf(w, "skipped: event %d of key %q (slot %d) moved to the dead letters", res.EventID, res.Key, res.Slot)
+		if len(res.NextIDs) > 0 {
+			ids := make([]string, len(res.NextIDs))
+			for i, id := range res.NextIDs {
+				ids[i] = strconv.FormatInt(id, 10)
+			}
+			fmt.Fprintf(w, "; next to run: %s", strings.Join(ids, ", "))
+		}
+		fmt.Fprintln(w)
+	case partitionq.OutcomeAlreadyResolved:
+		_, err = fmt.Fprintf(w, "already resolved: event %d is no longer the blocked head of key %q; nothing changed\n", res.EventID, res.Key)
+	case partitionq.OutcomeRetryScheduled:
+		_, err = fmt.Fprintf(w, "retry scheduled: event %d of key %q (slot %d) will be tried again now by the slot's worker\n", res.EventID, res.Key, res.Slot)
+	case partitionq.OutcomeQuarantined:
+		_, err = fmt.Fprintf(w, "quarantined: %d events of key %q (slot %d) moved to the dead letters\n", res.Count, res.Key, res.Slot)
+	default:
+		_, err = fmt.Fprintf(w, "%s: event %d of key %q\n", res.Outcome, res.EventID, res.Key)
+	}
+	return err
+}

@@ -1,0 +1,64 @@
+package cli
+
+import (
+	"context"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/partitionq/partitionq/tui"
+)
+
+// consoleOptions are the flags of console, handed to package tui.
+type consoleOptions struct {
+	refresh  time.Duration
+	readOnly bool
+	actor    string
+	logFile  string
+}
+
+func (a *app) consoleCmd() *cobra.Command {
+	var (
+		t    target
+		opts consoleOptions
+	)
+	cmd := &cobra.Command{
+		Use:   "console",
+		Short: "Open the operations console: slots, blocked keys, dead letters, actions",
+		Long: `Open the terminal console of a group: its slots, blocked keys, dead
+letters and audit trail, with skip, retry now, quarantine and replay a few
+keystrokes away (none of them with --read-only). It owns the terminal
+until you quit with q; its logs go to --log-file only. See docs/console.md.`,
+		Example: "  partitionq console --queue files --group indexer --read-only",
+		Args:    cobra.NoArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			if err := t.need(); err != nil {
+				return err
+			}
+			a.logsOff = true // the console owns the terminal
+			s, err := a.open(cmd.Context(), 0)
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			if _, err := s.client.Group(cmd.Context(), t.queue, t.group); err != nil {
+				return err
+			}
+			opts.actor = a.actorOr(opts.actor)
+			return runConsole(cmd.Context(), s, t, opts)
+		}),
+	}
+	f := cmd.Flags()
+	t.bind(f)
+	f.DurationVar(&opts.refresh, "refresh", tui.RefreshDefault, "how often the console reads the group's state")
+	f.BoolVar(&opts.readOnly, "read-only", false, "only watch: hide every action")
+	f.StringVar(&opts.actor, "actor", "", "who is acting, recorded in the audit trail (default $USER)")
+	f.StringVar(&opts.logFile, "log-file", "", "append the console's logs to this file (default: no log)")
+	return cmd
+}
+
+// runConsole hands the terminal to the console until the user quits or ctx ends.
+func runConsole(ctx context.Context, s *session, t target, opts consoleOptions) error {
+	return tui.Run(ctx, s.client, tui.Options{Queue: t.queue, Group: t.group, Refresh: opts.refresh,
+		ReadOnly: opts.readOnly, Actor: opts.actor, LogFile: opts.logFile})
+}

@@ -1,0 +1,146 @@
+package cli
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/partitionq/partitionq/partitionq"
+)
+
+// target is the queue and consumer group a command acts on.
+type target struct {
+	queue, group string
+}
+
+// bindQueue adds --queue; bind adds --queue and --group.
+func (t *target) bindQueue(fs *pflag.FlagSet) {
+	fs.StringVar(&t.queue, "queue", "", "queue name (required)")
+}
+
+func (t *target) bind(fs *pflag.FlagSet) {
+	t.bindQueue(fs)
+	fs.StringVar(&t.group, "group", "", "consumer group name (required)")
+}
+
+func (t target) needQueue() error {
+	if err := need("queue", t.queue, "name the queue, e.g. --queue files"); err != nil {
+		return err
+	}
+	return partitionq.ValidateQueueName(t.queue)
+}
+
+func (t target) need() error {
+	if err := t.needQueue(); err != nil {
+		return err
+	}
+	if err := need("group", t.group, "name the consumer group, e.g. --group indexer"); err != nil {
+		return err
+	}
+	return partitionq.ValidateGroupName(t.group)
+}
+
+// need fails with a usage error when a required flag is empty.
+func need(flag, value, hint string) error {
+	if value == "" {
+		return usagef("missing --%s: %s", flag, hint)
+	}
+	return nil
+}
+
+// actorFlags are who acts and why, for operator actions.
+type actorFlags struct {
+	actor, reason string
+}
+
+func (f *actorFlags) bind(fs *pflag.FlagSet) {
+	fs.StringVar(&f.actor, "actor", "", "who is acting, recorded in the audit trail (default $USER)")
+	fs.StringVar(&f.reason, "reason", "", "why, recorded in the audit trail and the dead letters")
+}
+
+func (a *app) actorOr(given string) string {
+	if given != "" {
+		return given
+	}
+	return a.env.Getenv("USER")
+}
+
+// parseSlots reads --slots: "all", or a list of slots and ranges such as
+// "0,2,5-7", each below n.
+func parseSlots(s string, n int) ([]int, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || s == "all" {
+		all := make([]int, n)
+		for i := range all {
+			all[i] = i
+		}
+		return all, nil
+	}
+	bad := func(part, problem string) error {
+		return usagef(`invalid --slots %q: %q %s: use "all" or a list such as 0,2,5-7 of slots 0 to %d`, s, part, problem, n-1)
+	}
+	seen := map[int]bool{}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		lo, hi, isRange := strings.Cut(part, "-")
+		from, err1 := strconv.Atoi(lo)
+		to := from
+		var err2 error
+		if isRange {
+			to, err2 = strconv.Atoi(hi)
+		}
+		switch {
+		case err1 != nil || err2 != nil:
+			return nil, bad(part, "is not a slot number or range")
+		case from > to:
+			return nil, bad(part, "is an empty range")
+		case from < 0 || to >= n:
+			return nil, bad(part, fmt.Sprintf("is outside the group's %d slots", n))
+		}
+		for i := from; i <= to; i++ {
+			seen[i] = true
+		}
+	}
+	out := make([]int, 0, len(seen))
+	for i := range seen {
+		out = append(out, i)
+	}
+	sort.Ints(out)
+	return out, nil
+}
+
+// parseBefore reads --before: an RFC 3339 time, a date (local midnight), or
+// a duration meaning that long ago.
+func parseBefore(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	if t, err := time.ParseInLocation(time.DateOnly, s, time.Local); err == nil {
+		return t, nil
+	}
+	if t, err := time.ParseInLocation(time.DateTime, s, time.Local); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, usagef("invalid --before %q: give a time (2024-05-01T12:00:00Z, 2024-05-01 or 2024-05-01 12:00:00) or an age (72h)", s)
+}
+
+// exactArgs wants n positional arguments, named for the message.
+func exactArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usagef("%s wants %s, got %d arguments", cmd.CommandPath(), names, len(args))
+		}
+		return nil
+	}
+}

@@ -1,0 +1,150 @@
+package cli_test
+
+import "time"
+
+// The JSON shapes of docs/cli.md, as a script would decode them. Tests
+// decode command output into these and pin the exact keys with pinKeys.
+
+type setupOut struct {
+	Queue        string   `json:"queue"`
+	Group        string   `json:"group"`
+	Slots        int      `json:"slots"`
+	Consumers    []string `json:"consumers"`
+	QueueCreated bool     `json:"queue_created"`
+	Registered   int      `json:"registered"`
+}
+
+type sendOut struct {
+	Queue        string `json:"queue"`
+	Sent         int    `json:"sent"`
+	FirstEventID int64  `json:"first_event_id"`
+	LastEventID  int64  `json:"last_event_id"`
+}
+
+type statusOut struct {
+	Queue       string    `json:"queue"`
+	Group       string    `json:"group"`
+	Engine      string    `json:"engine"`
+	SlotCount   int       `json:"slot_count"`
+	DeadLetters int64     `json:"dead_letters"`
+	At          time.Time `json:"at"`
+	Slots       []struct {
+		Slot     int    `json:"slot"`
+		Consumer string `json:"consumer"`
+		Owner    *struct {
+			Name  string    `json:"name"`
+			PID   int32     `json:"pid"`
+			Addr  string    `json:"addr"`
+			Since time.Time `json:"since"`
+		} `json:"owner"`
+		LagSeconds      float64 `json:"lag_seconds"`
+		LastSeenSeconds float64 `json:"last_seen_seconds"`
+		InBatch         bool    `json:"in_batch"`
+		QueuePending    int64   `json:"queue_pending"`
+		PendingEstimate int64   `json:"pending_estimate"`
+		BlockedKeys     int     `json:"blocked_keys"`
+		SetAside        int64   `json:"set_aside"`
+	} `json:"slots"`
+}
+
+type blockedOut struct {
+	Queue       string          `json:"queue"`
+	Group       string          `json:"group"`
+	BlockedKeys []blockedKeyOut `json:"blocked_keys"`
+}
+
+type blockedKeyOut struct {
+	Key  string `json:"key"`
+	Slot int    `json:"slot"`
+	Head struct {
+		EventID     int64      `json:"event_id"`
+		Type        string     `json:"type"`
+		Payload     string     `json:"payload"`
+		SentAt      time.Time  `json:"sent_at"`
+		Attempts    int        `json:"attempts"`
+		NextAttempt *time.Time `json:"next_attempt"`
+		LastError   string     `json:"last_error"`
+	} `json:"head"`
+	Waiting      int64     `json:"waiting"`
+	BlockedSince time.Time `json:"blocked_since"`
+}
+
+type actionOut struct {
+	Action       string  `json:"action"`
+	Outcome      string  `json:"outcome"`
+	Queue        string  `json:"queue"`
+	Group        string  `json:"group"`
+	Key          string  `json:"key"`
+	Slot         int     `json:"slot"`
+	EventID      int64   `json:"event_id"`
+	Count        int     `json:"count"`
+	NextEventIDs []int64 `json:"next_event_ids"`
+}
+
+type previewOut struct {
+	Queue  string `json:"queue"`
+	Group  string `json:"group"`
+	Key    string `json:"key"`
+	Events []struct {
+		EventID int64     `json:"event_id"`
+		Type    string    `json:"type"`
+		Payload string    `json:"payload"`
+		SentAt  time.Time `json:"sent_at"`
+		Head    bool      `json:"head"`
+	} `json:"events"`
+}
+
+type deadLetterOut struct {
+	ID            int64      `json:"id"`
+	EventID       int64      `json:"event_id"`
+	Slot          int        `json:"slot"`
+	Key           string     `json:"key"`
+	Type          string     `json:"type"`
+	Payload       string     `json:"payload"`
+	SentAt        time.Time  `json:"sent_at"`
+	Attempts      int        `json:"attempts"`
+	LastError     string     `json:"last_error"`
+	Reason        string     `json:"reason"`
+	Actor         string     `json:"actor"`
+	DBRole        string     `json:"db_role"`
+	DeadAt        time.Time  `json:"dead_at"`
+	ReplayedAt    *time.Time `json:"replayed_at"`
+	ReplayEventID *int64     `json:"replay_event_id"`
+}
+
+type dlqListOut struct {
+	Queue       string          `json:"queue"`
+	Group       string          `json:"group"`
+	DeadLetters []deadLetterOut `json:"dead_letters"`
+}
+
+type replayOut struct {
+	ID         int64  `json:"id"`
+	Outcome    string `json:"outcome"`
+	NewEventID int64  `json:"new_event_id"`
+}
+
+type purgeOut struct {
+	Purged int64 `json:"purged"`
+}
+
+type auditOut struct {
+	Queue   string `json:"queue"`
+	Group   string `json:"group"`
+	Entries []struct {
+		ID      int64     `json:"id"`
+		At      time.Time `json:"at"`
+		DBRole  string    `json:"db_role"`
+		Actor   string    `json:"actor"`
+		Action  string    `json:"action"`
+		Key     string    `json:"key"`
+		EventID int64     `json:"event_id"`
+		Reason  string    `json:"reason"`
+		Outcome string    `json:"outcome"`
+	} `json:"entries"`
+}
+
+type versionOut struct {
+	Version string `json:"version"`
+	Go      string `json:"go"`
+}

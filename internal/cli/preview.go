@@ -1,0 +1,93 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/partitionq/partitionq/partitionq"
+)
+
+// previewJSON is the --json output of preview (docs/cli.md).
+type previewJSON struct {
+	Queue  string             `json:"queue"`
+	Group  string             `json:"group"`
+	Key    string             `json:"key"`
+	Events []previewEventJSON `json:"events"`
+}
+
+type previewEventJSON struct {
+	EventID int64     `json:"event_id"`
+	Type    string    `json:"type"`
+	Payload string    `json:"payload"`
+	SentAt  time.Time `json:"sent_at"`
+	Head    bool      `json:"head"`
+}
+
+func (a *app) previewCmd() *cobra.Command {
+	var (
+		t      target
+		key    string
+		limit  int
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "preview",
+		Short: "Show which events of a blocked key run next, in order",
+		Long: `Show the blocked head of a key and the events waiting behind it, in the
+order they will run: after a skip of the head, the waiting events run in
+this order, then the key's events still in the stream.`,
+		Example: "  partitionq preview --queue files --group indexer --key tenant-42",
+		Args:    cobra.NoArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			if err := t.need(); err != nil {
+				return err
+			}
+			if err := need("key", key, "name the blocked key (see partitionq blocked)"); err != nil {
+				return err
+			}
+			if limit < 1 {
+				return usagef("invalid --limit %d: give 1 or more", limit)
+			}
+			s, err := a.open(cmd.Context(), 0)
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			evs, err := s.client.Preview(cmd.Context(), t.queue, t.group, key, limit)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				out := previewJSON{Queue: t.queue, Group: t.group, Key: key, Events: make([]previewEventJSON, 0, len(evs))}
+				for _, ev := range evs {
+					out.Events = append(out.Events, previewEventJSON{EventID: ev.ID, Type: ev.Type, Payload: string(ev.Payload), SentAt: utc(ev.Time), Head: ev.Head})
+				}
+				return writeJSON(cmd.OutOrStdout(), out)
+			}
+			return printPreview(cmd.OutOrStdout(), key, evs)
+		}),
+	}
+	f := cmd.Flags()
+	t.bind(f)
+	f.StringVar(&key, "key", "", "the blocked key (required)")
+	f.IntVar(&limit, "limit", 10, "show at most this many waiting events after the head")
+	f.BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printPreview(w io.Writer, key string, evs []partitionq.PreviewEvent) error {
+	fmt.Fprintf(w, "key %q runs next:\n", key)
+	tb := newTable(w, "#", "EVENT", "TYPE", "SENT", "", "PAYLOAD")
+	for i, ev := range evs {
+		mark := ""
+		if ev.Head {
+			mark = "blocked head"
+		}
+		tb.row(strconv.Itoa(i+1), i64(ev.ID), dash(ev.Type), fmtTime(ev.Time), mark, clip(string(ev.Payload), 60))
+	}
+	return tb.flush()
+}

@@ -1,0 +1,78 @@
+package cli
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/partitionq/partitionq/partitionq"
+)
+
+// setupJSON is the --json output of setup (docs/cli.md).
+type setupJSON struct {
+	Queue        string   `json:"queue"`
+	Group        string   `json:"group"`
+	Slots        int      `json:"slots"`
+	Consumers    []string `json:"consumers"`
+	QueueCreated bool     `json:"queue_created"`
+	Registered   int      `json:"registered"`
+}
+
+func (a *app) setupCmd() *cobra.Command {
+	var (
+		t          target
+		slots      int
+		tickMaxLag time.Duration
+		asJSON     bool
+	)
+	cmd := &cobra.Command{
+		Use:   "setup",
+		Short: "Create the queue and a consumer group of N slots (idempotent)",
+		Long: `Create the queue when missing and register a consumer group of --slots
+slots on it. Running it again changes nothing. The number of slots of a
+group is fixed: setup with another number fails and names both.`,
+		Example: "  partitionq setup --queue files --group indexer --slots 8",
+		Args:    cobra.NoArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			if err := t.need(); err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("slots") {
+				return usagef("missing --slots: give the group's fixed number of slots, e.g. --slots 8 (docs/tuning.md)")
+			}
+			s, err := a.open(cmd.Context(), 0)
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			res, err := s.client.Setup(cmd.Context(), partitionq.GroupSpec{Queue: t.queue, Group: t.group, Slots: slots, TickMaxLag: tickMaxLag})
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return writeJSON(out, setupJSON{Queue: res.Queue, Group: res.Group.Group, Slots: res.Slots, Consumers: res.Consumers,
+					QueueCreated: res.QueueCreated, Registered: res.Registered})
+			}
+			if res.QueueCreated {
+				fmt.Fprintf(out, "created queue %q\n", res.Queue)
+			}
+			if res.Registered > 0 {
+				fmt.Fprintf(out, "set up group %q on queue %q with %d slots (%d slot consumers registered)\n", res.Group.Group, res.Queue, res.Slots, res.Registered)
+			} else {
+				fmt.Fprintf(out, "group %q on queue %q is already set up with %d slots: nothing to do\n", res.Group.Group, res.Queue, res.Slots)
+			}
+			if tickMaxLag > 0 {
+				fmt.Fprintf(out, "queue %q: ticker_max_lag set to %s\n", res.Queue, tickMaxLag)
+			}
+			return nil
+		}),
+	}
+	f := cmd.Flags()
+	t.bind(f)
+	f.IntVar(&slots, "slots", 0, fmt.Sprintf("fixed number of slots N of the group, 1 to %d (required)", partitionq.MaxSlots))
+	f.DurationVar(&tickMaxLag, "tick-max-lag", 0, "set the queue's ticker_max_lag: the longest a sent event waits for a tick (default: leave the queue as it is)")
+	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	return cmd
+}

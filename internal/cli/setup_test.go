@@ -1,0 +1,70 @@
+package cli_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/partitionq/partitionq/internal/cli"
+)
+
+func TestSetup(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	out := h.ok(with(qg, "setup", "--slots", "4", "--tick-max-lag", "20ms")...)
+	for _, w := range []string{`created queue "q"`, "with 4 slots (4 slot consumers registered)", "ticker_max_lag set to 20ms"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("setup output lacks %q:\n%s", w, out)
+		}
+	}
+	if out := h.ok(with(qg, "setup", "--slots", "4")...); !strings.Contains(out, "already set up with 4 slots: nothing to do") {
+		t.Errorf("second setup said:\n%s", out)
+	}
+
+	// Another N fails and names both values.
+	h.fails(cli.ExitFailed, []string{"has 4 slots, not 8"}, with(qg, "setup", "--slots", "8")...)
+	// N out of range is a bad value.
+	h.fails(cli.ExitUsage, []string{"invalid number of slots"}, with(qg, "setup", "--slots", "0")...)
+
+	raw := h.raw(with(qg, "setup", "--slots", "4")...)
+	pinKeys(t, "setup", raw, "queue", "group", "slots", "consumers", "queue_created", "registered")
+	var s setupOut
+	h.json(&s, with(qg, "setup", "--slots", "4")...)
+	if s.Queue != "q" || s.Group != "g" || s.Slots != 4 || s.QueueCreated || s.Registered != 0 ||
+		!slices.Equal(s.Consumers, []string{"g#0/4", "g#1/4", "g#2/4", "g#3/4"}) {
+		t.Errorf("setup --json = %+v", s)
+	}
+
+	// A second group on the same queue.
+	var s2 setupOut
+	h.json(&s2, "setup", "--queue", "q", "--group", "other", "--slots", "2")
+	if s2.QueueCreated || s2.Registered != 2 {
+		t.Errorf("setup of a second group = %+v", s2)
+	}
+}
+
+// Every command on a queue or group that does not exist fails (1) and
+// says to run setup.
+func TestUnknownQueueAndGroup(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	for _, args := range [][]string{
+		{"status"}, {"blocked"}, {"audit"}, {"dlq", "list"}, {"dlq", "show", "1"}, {"dlq", "replay", "1"},
+		{"dlq", "purge", "--all"}, {"skip", "--key", "k"}, {"retry", "--key", "k"}, {"quarantine", "--key", "k"},
+		{"preview", "--key", "k"}, {"work", "--exec", "true"}, {"console"},
+	} {
+		h.fails(cli.ExitFailed, []string{`no such queue "q"`, "run partitionq setup"}, append(args, qg...)...)
+	}
+	h.fails(cli.ExitFailed, []string{`no such queue "q"`, "run partitionq setup"}, "send", "--queue", "q", "--key", "k")
+	r := h.runStdin(`{"key":"k"}`+"\n", "send", "--queue", "q")
+	h.expect(r, cli.ExitFailed, []string{`no such queue "q"`}, []string{"send"})
+
+	h.setup(2)
+	h.fails(cli.ExitFailed, []string{`no such consumer group "nope"`, "run partitionq setup"}, "status", "--queue", "q", "--group", "nope")
+	h.fails(cli.ExitFailed, []string{`no such consumer group "nope"`}, "work", "--queue", "q", "--group", "nope", "--exec", "true")
+	h.fails(cli.ExitFailed, []string{`no such consumer group "nope"`}, "console", "--queue", "q", "--group", "nope")
+
+	// console reaches the console package, which checks its options before
+	// it takes the terminal.
+	h.fails(cli.ExitUsage, []string{"Options.Refresh"}, with(qg, "console", "--refresh", "1ms")...)
+}

@@ -1,0 +1,120 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/partitionq/partitionq/partitionq"
+)
+
+// statusJSON is the --json output of status (docs/cli.md).
+type statusJSON struct {
+	Queue       string           `json:"queue"`
+	Group       string           `json:"group"`
+	Engine      string           `json:"engine"`
+	SlotCount   int              `json:"slot_count"`
+	DeadLetters int64            `json:"dead_letters"`
+	At          time.Time        `json:"at"`
+	Slots       []slotStatusJSON `json:"slots"`
+}
+
+type slotStatusJSON struct {
+	Slot            int        `json:"slot"`
+	Consumer        string     `json:"consumer"`
+	Owner           *ownerJSON `json:"owner"`
+	LagSeconds      float64    `json:"lag_seconds"`
+	LastSeenSeconds float64    `json:"last_seen_seconds"`
+	InBatch         bool       `json:"in_batch"`
+	QueuePending    int64      `json:"queue_pending"`
+	PendingEstimate int64      `json:"pending_estimate"`
+	BlockedKeys     int        `json:"blocked_keys"`
+	SetAside        int64      `json:"set_aside"`
+}
+
+type ownerJSON struct {
+	Name  string    `json:"name"`
+	PID   int32     `json:"pid"`
+	Addr  string    `json:"addr"`
+	Since time.Time `json:"since"`
+}
+
+func toStatusJSON(gs partitionq.GroupStatus) statusJSON {
+	out := statusJSON{Queue: gs.Queue, Group: gs.Group, Engine: gs.Engine, SlotCount: gs.Slots, DeadLetters: gs.DeadLetters,
+		At: utc(gs.At), Slots: make([]slotStatusJSON, 0, len(gs.SlotStatus))}
+	for _, s := range gs.SlotStatus {
+		j := slotStatusJSON{Slot: s.Slot, Consumer: s.Consumer, LagSeconds: seconds(s.Lag), LastSeenSeconds: seconds(s.LastSeen),
+			InBatch: s.InBatch, QueuePending: s.QueuePending, PendingEstimate: s.PendingEstimate, BlockedKeys: s.BlockedKeys, SetAside: s.SetAside}
+		if o := s.Owner; o != nil {
+			j.Owner = &ownerJSON{Name: o.Name, PID: o.PID, Addr: o.Addr, Since: utc(o.Since)}
+		}
+		out.Slots = append(out.Slots, j)
+	}
+	return out
+}
+
+func (a *app) statusCmd() *cobra.Command {
+	var (
+		t      target
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show each slot: owner, lag, pending events, blocked keys, set-aside events",
+		Long: `Show the status of every slot of a group: its engine consumer, the worker
+that owns it, its lag (age of the last tick it finished), its pending
+events, its blocked keys and set-aside events; and the group's dead
+letters not yet replayed.
+
+PENDING (est.) is the queue's pending events divided by the number of
+slots: an estimate of the slot's share, exact only when keys spread evenly.
+Read-only and cheap.`,
+		Example: "  partitionq status --queue files --group indexer --json",
+		Args:    cobra.NoArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			if err := t.need(); err != nil {
+				return err
+			}
+			s, err := a.open(cmd.Context(), 0)
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			gs, err := s.client.Status(cmd.Context(), t.queue, t.group)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), toStatusJSON(gs))
+			}
+			return printStatus(cmd.OutOrStdout(), gs)
+		}),
+	}
+	t.bind(cmd.Flags())
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printStatus(w io.Writer, gs partitionq.GroupStatus) error {
+	fmt.Fprintf(w, "queue %q, group %q: %d slots, engine %s\n\n", gs.Queue, gs.Group, gs.Slots, gs.Engine)
+	tb := newTable(w, "SLOT", "CONSUMER", "OWNER", "LAG", "PENDING (est.)", "BLOCKED KEYS", "SET ASIDE")
+	for _, s := range gs.SlotStatus {
+		owner := "-"
+		if s.Owner != nil {
+			owner = fmt.Sprintf("%s (pid %d, %s)", s.Owner.Name, s.Owner.PID, s.Owner.Addr)
+		}
+		lag := fmtDur(s.Lag)
+		if s.InBatch {
+			lag += " (in batch)"
+		}
+		tb.row(strconv.Itoa(s.Slot), s.Consumer, owner, lag, "~"+i64(s.PendingEstimate), strconv.Itoa(s.BlockedKeys), i64(s.SetAside))
+	}
+	if err := tb.flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\ndead letters (not replayed): %d\n", gs.DeadLetters)
+	return err
+}

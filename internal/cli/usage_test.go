@@ -1,0 +1,92 @@
+package cli_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/partitionq/partitionq/internal/cli"
+)
+
+// Usage errors exit 2, say what is wrong, and never reach the database
+// (the offline harness's server does not answer).
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bogus"}, `unknown command "bogus"`},
+		{[]string{"status", "--queue", "q", "--group", "g", "--bogus"}, "unknown flag: --bogus"},
+		{[]string{"status", "--group", "g"}, "missing --queue"},
+		{[]string{"status", "--queue", "q"}, "missing --group"},
+		{[]string{"status", "--queue", "bad name", "--group", "g"}, "invalid queue name"},
+		{[]string{"setup", "--queue", "q", "--group", "g"}, "missing --slots"},
+		{[]string{"setup", "--queue", "q", "--group", "g", "--slots", "x"}, `invalid argument "x"`},
+		{[]string{"send", "--queue", "q", "--payload", "{}"}, "missing --key"},
+		{[]string{"skip", "--queue", "q", "--group", "g"}, "missing --key"},
+		{[]string{"retry", "--queue", "q", "--group", "g"}, "missing --key"},
+		{[]string{"quarantine", "--queue", "q", "--group", "g"}, "missing --key"},
+		{[]string{"preview", "--queue", "q", "--group", "g"}, "missing --key"},
+		{[]string{"work", "--queue", "q", "--group", "g"}, "missing --exec"},
+		{[]string{"work", "--queue", "q", "--group", "g", "--exec", "true", "--policy", "later"}, `invalid --policy "later"`},
+		{[]string{"work", "--queue", "q", "--group", "g", "--exec", "true", "--handler-timeout", "soon"}, "invalid argument"},
+		{[]string{"dlq"}, "dlq needs a subcommand"},
+		{[]string{"dlq", "frob"}, `unknown dlq subcommand "frob"`},
+		{[]string{"dlq", "show", "--queue", "q", "--group", "g"}, "wants ID"},
+		{[]string{"dlq", "show", "x", "--queue", "q", "--group", "g"}, `invalid dead letter id "x"`},
+		{[]string{"dlq", "purge", "--queue", "q", "--group", "g"}, "--id ID (repeatable) or --all"},
+		{[]string{"dlq", "purge", "--queue", "q", "--group", "g", "--all", "--id", "3"}, "not both"},
+		{[]string{"dlq", "purge", "--queue", "q", "--group", "g", "--all", "--before", "yesterday"}, `invalid --before "yesterday"`},
+		{[]string{"status", "--queue", "q", "--group", "g", "--engine", "kafka"}, `invalid --engine "kafka"`},
+		{[]string{"status", "--queue", "q", "--group", "g", "--log-level", "loud"}, `invalid --log-level "loud"`},
+		{[]string{"tick", "--interval", "0s"}, "give positive durations"},
+		{[]string{"version", "extra"}, "unknown command"},
+	}
+	h := offline(t)
+	for _, c := range cases {
+		r := h.run(c.args...)
+		h.expect(r, cli.ExitUsage, []string{c.want, "--help' for usage"}, c.args)
+	}
+
+	// No database at all.
+	nodb := &harness{t: t, env: map[string]string{}}
+	r := nodb.run("status", "--queue", "q", "--group", "g")
+	nodb.expect(r, cli.ExitUsage, []string{"no database: pass --db URL or set DATABASE_URL"}, nil)
+}
+
+// A server that does not answer is an operation failure (1), and the
+// message says what to check.
+func TestUnreachableDatabase(t *testing.T) {
+	t.Parallel()
+	h := offline(t)
+	r := h.run("status", "--queue", "q", "--group", "g")
+	h.expect(r, cli.ExitFailed, []string{"cannot connect to the database", "check --db or DATABASE_URL"}, nil)
+	if strings.Contains(r.stderr, "--help") {
+		t.Errorf("an operation failure should not point at --help: %s", r)
+	}
+}
+
+func TestHelpListsEveryCommand(t *testing.T) {
+	t.Parallel()
+	out := offline(t).ok("--help")
+	for _, c := range []string{"setup", "send", "work", "tick", "status", "blocked", "preview", "audit", "console",
+		"skip", "retry", "quarantine", "dlq", "version"} {
+		if !strings.Contains(out, "\n  "+c+" ") {
+			t.Errorf("--help does not list %s:\n%s", c, out)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	h := offline(t)
+	if out := h.ok("version"); !strings.HasPrefix(out, "partitionq ") {
+		t.Errorf("version printed %q", out)
+	}
+	var v versionOut
+	h.json(&v, "version")
+	if v.Version == "" || !strings.HasPrefix(v.Go, "go") {
+		t.Errorf("version --json = %+v", v)
+	}
+	pinKeys(t, "version", h.raw("version"), "version", "go")
+}

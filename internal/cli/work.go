@@ -1,0 +1,183 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/partitionq/partitionq/partitionq"
+)
+
+// workFlags are the flags of work.
+type workFlags struct {
+	exec            string
+	slots           string
+	concurrency     int
+	policy          string
+	maxAttempts     int
+	backoffMin      time.Duration
+	backoffMax      time.Duration
+	handlerTimeout  time.Duration
+	shutdownTimeout time.Duration
+	pollInterval    time.Duration
+	ticker          bool
+	tickInterval    time.Duration
+	identity        string
+}
+
+// Connections a worker needs beyond one per slot: the library's own two,
+// and room for the slots' drains of blocked keys.
+const workExtraConns = 2 + 4
+
+func (a *app) workCmd() *cobra.Command {
+	var (
+		t target
+		w workFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "work",
+		Short: "Run a worker that hands each event to a shell command",
+		Long: `Run a worker for the group's slots (all, or --slots). For each event it
+runs --exec with sh -c, the payload on standard input and the event in
+environment variables:
+
+  PARTITIONQ_EVENT_ID PARTITIONQ_KEY PARTITIONQ_TYPE PARTITIONQ_SLOT
+  PARTITIONQ_ATTEMPT PARTITIONQ_QUEUE PARTITIONQ_GROUP PARTITIONQ_EVENT_TIME
+
+Exit status 0 means done. Anything else is a failure, whose last lines of
+standard error (20 lines, 4 KiB) become the error shown by blocked and
+dlq. A command still running after --handler-timeout is killed, with its
+whole process group, and counts as a failure. The commands' standard
+output goes to this standard output, their standard error to this one.
+
+Events of one key run one at a time, in order; up to --concurrency keys
+per slot at once. SIGTERM or SIGINT stops the worker gracefully: running
+commands get --shutdown-timeout to finish. Per-slot counts are printed to
+standard error at exit.`,
+		Example: `  partitionq work --queue files --group indexer --exec ./index-file.sh
+  partitionq work --queue files --group indexer --slots 0-3 --policy skip --exec 'python3 handle.py'`,
+		Args: cobra.NoArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			if err := t.need(); err != nil {
+				return err
+			}
+			if err := need("exec", w.exec, "give the command to run for each event, e.g. --exec ./handle.sh"); err != nil {
+				return err
+			}
+			if w.policy != string(partitionq.PolicyPause) && w.policy != string(partitionq.PolicySkip) {
+				return usagef(`invalid --policy %q: use "pause" (a failed event blocks its key) or "skip" (retried later, the key goes on)`, w.policy)
+			}
+			return a.work(cmd, t, w)
+		}),
+	}
+	f := cmd.Flags()
+	t.bind(f)
+	f.StringVar(&w.exec, "exec", "", "shell command run for each event (required)")
+	f.StringVar(&w.slots, "slots", "all", `slots to run: "all", or a list such as 0,2,5-7`)
+	f.IntVar(&w.concurrency, "concurrency", partitionq.ConcurrencyDefault, "events of different keys handled at once per slot")
+	f.StringVar(&w.policy, "policy", string(partitionq.PolicyPause), `on failure: "pause" blocks the key until resolved, "skip" retries later and lets the key go on`)
+	f.IntVar(&w.maxAttempts, "max-attempts", 0, fmt.Sprintf("tries before an event becomes a dead letter; 0: unlimited under pause, %d under skip; -1: unlimited", partitionq.MaxAttemptsSkipDefault))
+	f.DurationVar(&w.backoffMin, "backoff-min", partitionq.BackoffMinDefault, "delay before the first retry; doubled on each retry")
+	f.DurationVar(&w.backoffMax, "backoff-max", partitionq.BackoffMaxDefault, "longest delay between retries")
+	f.DurationVar(&w.handlerTimeout, "handler-timeout", partitionq.HandlerTimeoutDefault, "kill a command running longer (a failure); 0: no timeout")
+	f.DurationVar(&w.shutdownTimeout, "shutdown-timeout", partitionq.ShutdownTimeoutDefault, "on SIGTERM/SIGINT, how long running commands may finish before they are killed")
+	f.DurationVar(&w.pollInterval, "poll-interval", partitionq.PollIntervalDefault, "wait between two looks for new events of an idle slot")
+	f.BoolVar(&w.ticker, "ticker", false, "run the engine's ticker in this worker (instead of pgqd or partitionq tick)")
+	f.DurationVar(&w.tickInterval, "tick-interval", partitionq.TickIntervalDefault, "how often the in-process ticker runs (with --ticker)")
+	f.StringVar(&w.identity, "identity", "", "name of this worker in status (default partitionq:<host>:<pid>)")
+	return cmd
+}
+
+func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
+	ctx := cmd.Context()
+	s, err := a.open(ctx, 0)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if s != nil {
+			s.close()
+		}
+	}()
+	g, err := s.client.Group(ctx, t.queue, t.group)
+	if err != nil {
+		return err
+	}
+	slots, err := parseSlots(w.slots, g.Slots)
+	if err != nil {
+		return err
+	}
+	if n := len(slots) + workExtraConns; s.tooSmall(n) {
+		s.close()
+		if s, err = a.open(ctx, n); err != nil {
+			return err
+		}
+	}
+	cfg := partitionq.WorkerConfig{
+		Queue: t.queue, Group: t.group, N: g.Slots, Slots: slots,
+		Handler:     &execHandler{command: w.exec, environ: os.Environ(), stdout: a.env.Stdout, stderr: a.env.Stderr},
+		Concurrency: w.concurrency, Policy: partitionq.Policy(w.policy), MaxAttempts: w.maxAttempts,
+		BackoffMin: w.backoffMin, HandlerTimeout: w.handlerTimeout, ShutdownTimeout: w.shutdownTimeout,
+		PollInterval: w.pollInterval, RunTicker: w.ticker, TickInterval: w.tickInterval, Identity: w.identity,
+	}
+	if cmd.Flags().Changed("backoff-max") {
+		cfg.BackoffMax = w.backoffMax // else the library's default, raised to BackoffMin
+	}
+	if cfg.HandlerTimeout == 0 {
+		cfg.HandlerTimeout = -1 // no timeout
+	}
+	worker, err := s.client.NewWorker(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if err := worker.Start(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.env.Stderr, "partitionq: working queue %q group %q: slots %s of %d, policy %s; stop with SIGTERM or Ctrl-C\n",
+		t.queue, t.group, joinInts(slots), g.Slots, w.policy)
+	select {
+	case <-ctx.Done():
+	case <-worker.Done():
+	}
+	grace := w.shutdownTimeout
+	if grace <= 0 {
+		grace = partitionq.ShutdownTimeoutDefault // the library's, for 0
+	}
+	// Stop is bounded by the shutdown timeout (then handlers are killed);
+	// this bound only guards against a stop that hangs for another reason.
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace+30*time.Second)
+	defer cancel()
+	stopErr := worker.Stop(stopCtx)
+	printStats(a.env.Stderr, worker.Stats())
+	if stopErr != nil {
+		return fmt.Errorf("the worker did not stop in time: %w", stopErr)
+	}
+	return nil
+}
+
+// printStats writes this worker's per-slot counts.
+func printStats(w io.Writer, stats []partitionq.SlotStats) {
+	fmt.Fprintln(w, "partitionq: worker stopped; per slot:")
+	tb := newTable(w, "SLOT", "PROCESSED", "FAILED", "SET ASIDE", "DEAD LETTERED", "BATCHES", "LAST BATCH")
+	for _, st := range stats {
+		tb.row(strconv.Itoa(st.Slot), i64(st.Processed), i64(st.Failed), i64(st.SetAside),
+			i64(st.DeadLettered), i64(st.Batches), fmtTime(st.LastBatch))
+	}
+	tb.flush() //nolint:errcheck // stderr
+}
+
+func i64(n int64) string { return strconv.FormatInt(n, 10) }
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}

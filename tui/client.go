@@ -1,0 +1,24 @@
+package tui
+
+import (
+	"context"
+
+	"github.com/partitionq/partitionq/partitionq"
+)
+
+// Client is the part of *partitionq.Client the console uses: reads and
+// operator actions, nothing else. Run takes the real client; model tests
+// pass a fake.
+type Client interface {
+	Status(ctx context.Context, queue, group string) (partitionq.GroupStatus, error)
+	BlockedKeys(ctx context.Context, queue, group string) ([]partitionq.BlockedKey, error)
+	Preview(ctx context.Context, queue, group, key string, limit int) ([]partitionq.PreviewEvent, error)
+	Skip(ctx context.Context, a partitionq.Action) (partitionq.ActionResult, error)
+	RetryNow(ctx context.Context, a partitionq.Action) (partitionq.ActionResult, error)
+	Quarantine(ctx context.Context, a partitionq.Action) (partitionq.ActionResult, error)
+	DeadLetters(ctx context.Context, q partitionq.DeadLetterQuery) ([]partitionq.DeadLetter, error)
+	Replay(ctx context.Context, queue, group string, id int64, reason, actor string) (partitionq.ReplayResult, error)
+	Audit(ctx context.Context, queue, group string, limit int) ([]partitionq.AuditEntry, error)
+}
+
+var _ Client = (*partitionq.Client)(nil)

@@ -1,0 +1,228 @@
+package tui
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/charmbracelet/bubbles/key"
+	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/partitionq/partitionq/partitionq"
+)
+
+type deadKeys struct {
+	listKeys
+	Open    key.Binding
+	Back    key.Binding
+	Replay  key.Binding
+	ShowAll key.Binding
+}
+
+func newDeadKeys(ro bool) deadKeys {
+	k := deadKeys{
+		listKeys: newListKeys(),
+		Open:     key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "detail")),
+		Back:     key.NewBinding(key.WithKeys("esc", "backspace"), key.WithHelp("esc", "back")),
+		Replay:   key.NewBinding(key.WithKeys("r"), key.WithHelp("r", "replay")),
+		ShowAll:  key.NewBinding(key.WithKeys("a"), key.WithHelp("a", "pending/all")),
+	}
+	readOnly(ro, &k.Replay)
+	return k
+}
+
+// deadView lists the dead letters of the group (those not replayed, or
+// all), and shows one in detail.
+type deadView struct {
+	sh      *shared
+	keys    deadKeys
+	w, h    int
+	list    []partitionq.DeadLetter
+	at      snapshotMsg
+	have    bool
+	all     bool // replayed ones too
+	cursor  int
+	offset  int
+	detail  bool // showing the selected one
+	scroll  int
+	pending int64 // not replayed, from the status
+}
+
+func newDeadView(sh *shared) *deadView { return &deadView{sh: sh, keys: newDeadKeys(sh.readOnly)} }
+
+func (v *deadView) SetSize(w, h int) { v.w, v.h = w, h }
+func (v *deadView) capturing() bool  { return false }
+
+func (v *deadView) ShortHelp() []key.Binding {
+	k := v.keys
+	if v.detail {
+		return []key.Binding{k.Back, k.Replay, k.Down}
+	}
+	return []key.Binding{k.Open, k.Replay, k.ShowAll}
+}
+
+func (v *deadView) FullHelp() [][]key.Binding {
+	k := v.keys
+	return [][]key.Binding{k.all(), {k.Open, k.Back, k.Replay, k.ShowAll}}
+}
+
+func (v *deadView) Update(msg tea.Msg) tea.Cmd {
+	switch msg := msg.(type) {
+	case snapshotMsg:
+		if msg.err == nil {
+			v.pending = msg.status.DeadLetters
+			if msg.plan.deadLetters && msg.plan.deadAll == v.all {
+				sel := v.selectedID()
+				v.list, v.at, v.have = msg.dead, msg, true
+				v.keep(sel)
+			}
+		}
+	case tea.KeyMsg:
+		return v.onKey(msg)
+	}
+	return nil
+}
+
+func (v *deadView) onKey(msg tea.KeyMsg) tea.Cmd {
+	if v.detail {
+		if s, ok := v.keys.move(msg, v.scroll, len(v.detailLines()), v.h-1); ok {
+			v.scroll = s
+			return nil
+		}
+	} else if c, ok := v.keys.move(msg, v.cursor, len(v.list), v.h-2); ok {
+		v.cursor = c
+		return nil
+	}
+	switch {
+	case key.Matches(msg, v.keys.Back) && v.detail:
+		v.detail = false
+	case key.Matches(msg, v.keys.ShowAll) && !v.detail:
+		v.all, v.have, v.list = !v.all, false, nil
+		return send(refreshNowMsg{})
+	case key.Matches(msg, v.keys.Open) && !v.detail && len(v.list) > 0:
+		v.detail, v.scroll = true, 0
+	case key.Matches(msg, v.keys.Replay):
+		if d, ok := v.selected(); ok {
+			return send(confirmMsg{req: actionRequest{kind: actReplay, dead: d}})
+		}
+	}
+	return nil
+}
+
+func (v *deadView) selected() (partitionq.DeadLetter, bool) {
+	if v.cursor < 0 || v.cursor >= len(v.list) {
+		return partitionq.DeadLetter{}, false
+	}
+	return v.list[v.cursor], true
+}
+
+func (v *deadView) selectedID() int64 {
+	d, _ := v.selected()
+	return d.ID
+}
+
+func (v *deadView) keep(id int64) {
+	v.cursor = max(0, min(v.cursor, len(v.list)-1))
+	for i, d := range v.list {
+		if d.ID == id {
+			v.cursor = i
+		}
+	}
+	if len(v.list) == 0 {
+		v.detail = false
+	}
+}
+
+func (v *deadView) columns() []column {
+	cols := []column{
+		{title: " ", width: 1},
+		{title: "ID", width: 5, right: true},
+		{title: "KEY", width: 12},
+		{title: "EVENT", width: 7, right: true},
+		{title: "REASON", width: 12},
+		{title: "TRIES", width: 5, right: true},
+		{title: "DEAD", width: 6, right: true},
+		{title: "STATE", width: 15},
+	}
+	if v.w >= 110 {
+		cols = append(cols, column{title: "LAST ERROR", width: 10})
+		return flex(v.w, cols, map[int]int{2: 2, 4: 2, 8: 3})
+	}
+	return flex(v.w, cols, map[int]int{2: 1, 4: 2})
+}
+
+func (v *deadView) View() string {
+	if v.detail {
+		lines := v.detailLines()
+		v.scroll = max(0, min(v.scroll, len(lines)-v.h))
+		return padLines(lines[v.scroll:], v.w, v.h)
+	}
+	st := v.sh.styles
+	which := "not replayed"
+	if v.all {
+		which = "all, replayed ones too"
+	}
+	lines := []string{fmt.Sprintf("%s not replayed · showing %s, oldest first", plural(int(v.pending), "dead letter"), which)}
+	switch {
+	case !v.have:
+		return padLines(append(lines, st.dim.Render("Reading the dead letters…")), v.w, v.h)
+	case len(v.list) == 0:
+		return padLines(append(lines, "", st.ok.Render("No dead letters.")), v.w, v.h)
+	}
+	cols := v.columns()
+	lines = append(lines, st.header.Render(headerRow(cols)))
+	from, to := window(len(v.list), v.h-2, v.cursor, v.offset)
+	v.offset = from
+	for i := from; i < to; i++ {
+		d := v.list[i]
+		mark := " "
+		if i == v.cursor {
+			mark = "▸"
+		}
+		line := row(cols, mark, fmt.Sprint(d.ID), d.Key, fmt.Sprint(d.EventID), oneLine(d.Reason), fmt.Sprint(d.Attempts),
+			age(v.at.at.Sub(d.DeadAt)), replayState(d), errText(d.LastError))
+		if i == v.cursor {
+			line = st.selected.Render(line)
+		}
+		lines = append(lines, line)
+	}
+	return padLines(lines, v.w, v.h)
+}
+
+func replayState(d partitionq.DeadLetter) string {
+	if d.ReplayedAt == nil {
+		return "pending"
+	}
+	if d.ReplayID != nil {
+		return fmt.Sprintf("replayed #%d", *d.ReplayID)
+	}
+	return "replayed"
+}
+
+func (v *deadView) detailLines() []string {
+	d, ok := v.selected()
+	if !ok {
+		return nil
+	}
+	st := v.sh.styles
+	out := []string{
+		st.title.Render(fmt.Sprintf("Dead letter %d · key %s · slot %d · %s", d.ID, d.Key, d.Slot, replayState(d))),
+	}
+	out = append(out, wrap(fmt.Sprintf("Event #%d %s · sent %s · dead %s (%s ago) · %d attempts", d.EventID, d.Type, stamp(d.EventTime), stamp(d.DeadAt), age(v.at.at.Sub(d.DeadAt)), d.Attempts), v.w)...)
+	out = append(out, wrap(fmt.Sprintf("Reason: %s · by %s (role %s)", oneLine(d.Reason), orDash(d.Actor), orDash(d.DBRole)), v.w)...)
+	out = append(out, "")
+	for _, l := range wrap("Error: "+errText(d.LastError), v.w) {
+		out = append(out, st.warn.Render(l))
+	}
+	out = append(out, "", st.label.Render("Payload"))
+	for _, l := range strings.Split(prettyPayload(d.Payload), "\n") {
+		out = append(out, "  "+l)
+	}
+	return out
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "—"
+	}
+	return s
+}

@@ -1,0 +1,170 @@
+package tui
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/partitionq/partitionq/partitionq"
+)
+
+// Thresholds of the slot diagnosis.
+const (
+	// BehindLag: a slot with events pending whose lag passes it is behind.
+	BehindLag = 30 * time.Second
+	// StallAfter: a slot whose lag passes it while it takes no batch has
+	// stalled. It is above PgQ's idle tick period (1 minute), so a slot of
+	// an idle queue never looks stalled.
+	StallAfter = 2 * time.Minute
+	// idleAfter: an owner that took or finished no batch for this long is
+	// not advancing.
+	idleAfter = time.Minute
+	// hotKeyMin: a blocked key holding at least this many waiting events,
+	// and most of its slot's, is called a hot key.
+	hotKeyMin = 100
+)
+
+// finding is one line of a diagnosis.
+type finding struct {
+	sev  severity
+	text string
+}
+
+// diagnosis says what state a slot is in and why. It is derived from the
+// status and the blocked keys only (heuristics: the library has no
+// per-key backlog of keys that are not blocked).
+type diagnosis struct {
+	state    string // one word for the slots table
+	sev      severity
+	findings []finding
+}
+
+func (d *diagnosis) add(sev severity, state, format string, args ...any) {
+	d.findings = append(d.findings, finding{sev: sev, text: fmt.Sprintf(format, args...)})
+	if sev > d.sev || d.state == "" {
+		d.sev, d.state = max(d.sev, sev), state
+	}
+}
+
+// noTicks says whether the queue seems to get no ticks: every slot's lag
+// has passed StallAfter with nothing pending anywhere (events not yet
+// ticked are not counted as pending).
+func noTicks(st partitionq.GroupStatus) bool {
+	if len(st.SlotStatus) == 0 {
+		return false
+	}
+	for _, s := range st.SlotStatus {
+		if s.Lag < StallAfter || s.QueuePending > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// ownerName is how the console names the owner of a slot.
+func ownerName(o *partitionq.Owner) string {
+	if o == nil {
+		return "—"
+	}
+	if o.Name != "" {
+		return o.Name
+	}
+	return fmt.Sprintf("pid %d", o.PID)
+}
+
+// shortOwner names an owner in the slots table: without the default
+// identity's "partitionq:" prefix.
+func shortOwner(o *partitionq.Owner) string {
+	return strings.TrimPrefix(ownerName(o), "partitionq:")
+}
+
+// diagnose tells apart why slot s is behind: no live owner, an owner that
+// is not advancing, an owner that advances but too slowly (a hot key or a
+// slow handler), blocked keys, or no ticks at all.
+func diagnose(s partitionq.SlotStatus, st partitionq.GroupStatus, blocked []partitionq.BlockedKey, at time.Time) diagnosis {
+	var d diagnosis
+	behind := s.QueuePending > 0 && s.Lag >= BehindLag
+	ticksMissing := noTicks(st)
+	switch {
+	case s.Owner == nil && (behind || s.Lag >= StallAfter):
+		d.add(sevCrit, "NO OWNER", "No live owner: no worker runs slot %d, so its keys are not handled (lag %s). Start a worker (partitionq work) or find out why it stopped.", s.Slot, age(s.Lag))
+	case s.Owner == nil:
+		d.add(sevWarn, "no owner", "No live owner: no worker runs slot %d; its events will wait once they come.", s.Slot)
+	case s.Lag >= StallAfter && s.LastSeen >= idleAfter && !ticksMissing:
+		open := ""
+		if s.InBatch {
+			open = ", with a batch open"
+		}
+		d.add(sevCrit, "STALLED", "Owner not advancing: %s holds the slot but took or finished no batch for %s%s. A handler may hang: see that worker's logs. The slot pins the queue's table rotation until it moves.", ownerName(s.Owner), age(s.LastSeen), open)
+	case behind:
+		d.add(sevWarn, "behind", "Owner advancing too slowly: %s took a batch %s ago but is %s behind. A hot key (events of one key run one at a time) or a slow handler.", ownerName(s.Owner), age(s.LastSeen), age(s.Lag))
+	}
+	if lead := behindFastest(s, st); lead > 0 && (behind || d.sev == sevCrit) {
+		d.add(sevWarn, "behind", "It is %s events behind the fastest slot of the group.", count(lead))
+	}
+	if ticksMissing {
+		d.add(sevWarn, "no ticks", "No tick for %s on the whole queue: is a ticker running (pgqd, or a worker with the ticker on)?", age(s.Lag))
+	}
+	if s.BlockedKeys > 0 || len(blocked) > 0 {
+		addBlocked(&d, s, blocked, at)
+	}
+	if len(d.findings) == 0 {
+		if s.QueuePending == 0 {
+			d.add(sevOK, "ok", "Keeping up: lag %s, nothing pending.", age(s.Lag))
+		} else {
+			d.add(sevOK, "ok", "Keeping up: lag %s, %s pending in the queue (about %s of its own).", age(s.Lag), count(s.QueuePending), count(s.PendingEstimate))
+		}
+	}
+	return d
+}
+
+// behindFastest is how many more events slot s has pending than the slot
+// of the group with the fewest.
+func behindFastest(s partitionq.SlotStatus, st partitionq.GroupStatus) int64 {
+	least := s.QueuePending
+	for _, o := range st.SlotStatus {
+		least = min(least, o.QueuePending)
+	}
+	return s.QueuePending - least
+}
+
+func addBlocked(d *diagnosis, s partitionq.SlotStatus, blocked []partitionq.BlockedKey, at time.Time) {
+	n := max(s.BlockedKeys, len(blocked))
+	var waiting int64
+	for _, b := range blocked {
+		waiting += b.Waiting
+	}
+	d.add(sevWarn, "blocked", "%s, %s waiting behind %s (set aside: the slot itself goes on).", plural(n, "blocked key"), plural(int(waiting), "event"), map[bool]string{true: "it", false: "them"}[n == 1])
+	if len(blocked) == 0 {
+		return
+	}
+	oldest := blocked[0] // BlockedKeys lists the oldest block first
+	d.add(sevWarn, "blocked", "Oldest: %s, blocked %s, %s: %s", oldest.Key, age(at.Sub(oldest.BlockedSince)), plural(oldest.Head.Attempts, "attempt"), errText(oldest.Head.LastError))
+	hot := blocked[0]
+	for _, b := range blocked {
+		if b.Waiting > hot.Waiting {
+			hot = b
+		}
+	}
+	if hot.Waiting >= hotKeyMin && hot.Waiting*2 >= waiting {
+		d.add(sevWarn, "blocked", "Hot key %s holds %s of those waiting events.", hot.Key, count(hot.Waiting))
+	}
+}
+
+// plural says "1 key" or "3 keys" (counts of 1000 and more in short form).
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	if strings.HasSuffix(what, "sh") || strings.HasSuffix(what, "s") {
+		return count(int64(n)) + " " + what + "es"
+	}
+	return count(int64(n)) + " " + what + "s"
+}
+
+func errText(e string) string {
+	if e == "" {
+		return "(no error recorded)"
+	}
+	return oneLine(e)
+}

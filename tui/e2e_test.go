@@ -1,0 +1,203 @@
+package tui
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/partitionq/partitionq/internal/pgtest"
+)
+
+// TestEndToEnd runs the real partitionq binary in a real terminal (tmux)
+// against the real database: a worker whose handler fails for one event
+// blocks its key, the console shows it, keystrokes skip it, the key
+// disappears and its waiting events get handled.
+//
+// It needs tmux: it is skipped without it, except under CI (CI set), where
+// it fails instead. It is skipped with -short.
+func TestEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test: skipped with -short")
+	}
+	tmuxPath, err := exec.LookPath("tmux")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("tmux is missing: CI must install it (apt-get install -y tmux) to run the console's end-to-end test")
+		}
+		t.Skip("tmux is missing: apt-get install tmux to run the console's end-to-end test")
+	}
+	t.Parallel()
+	db := pgtest.New(t)
+	dir := t.TempDir()
+	bin := buildBinary(t, dir)
+	pq := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(bin, append(args, "--db", db.URL)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("partitionq %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	pq("setup", "--queue", "files", "--group", "indexer", "--slots", "2", "--tick-max-lag", "50ms")
+
+	// The handler fails for the poison event and records the others.
+	handled := filepath.Join(dir, "handled.txt")
+	handler := filepath.Join(dir, "handler.sh")
+	script := `#!/bin/sh
+payload=$(cat)
+case "$payload" in *'"poison":true'*) echo "cannot parse invoice: field total missing" >&2; exit 3;; esac
+echo "$PARTITIONQ_KEY $payload" >> ` + shellQuote(handled) + "\n"
+	if err := os.WriteFile(handler, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pq("send", "--queue", "files", "--key", "tenant-7", "--type", "InvoiceCreated", "--payload", `{"seq":1,"poison":true}`)
+	pq("send", "--queue", "files", "--key", "tenant-7", "--type", "InvoiceCreated", "--payload", `{"seq":2}`)
+	pq("send", "--queue", "files", "--key", "tenant-7", "--type", "InvoiceCreated", "--payload", `{"seq":3}`)
+	pq("send", "--queue", "files", "--key", "tenant-8", "--type", "InvoiceCreated", "--payload", `{"seq":1}`)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	work := exec.CommandContext(ctx, bin, "work", "--db", db.URL, "--queue", "files", "--group", "indexer",
+		"--exec", handler, "--ticker", "--tick-interval", "20ms", "--poll-interval", "20ms", "--backoff-min", "300ms", "--backoff-max", "1s")
+	work.Cancel = func() error { return work.Process.Signal(os.Interrupt) }
+	work.WaitDelay = 30 * time.Second
+	workLog, err := os.Create(filepath.Join(dir, "work.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	work.Stdout, work.Stderr = workLog, workLog
+	if err := work.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		_ = work.Wait()
+		workLog.Close()
+	})
+
+	// The console, in a tmux server of its own, 80x24.
+	term := &tmux{t: t, bin: tmuxPath, socket: fmt.Sprintf("pq-e2e-%d", os.Getpid()), target: "console"}
+	t.Cleanup(term.kill)
+	consoleLog := filepath.Join(dir, "console.log")
+	term.run(80, 24, shellQuote(bin)+" console --db "+shellQuote(db.URL)+" --queue files --group indexer --actor e2e --log-file "+shellQuote(consoleLog))
+
+	term.waitFor("the console live, with the blocked key", "● live", "Blocked keys (1)")
+	term.keys("2")
+	term.waitFor("the inbox listing tenant-7", "▸ tenant-7", "cannot parse invoice")
+	term.keys("s")
+	term.waitFor("the skip confirmation previewing what runs next", "Skip event #1 of key tenant-7?", `{"seq":2}`, `{"seq":3}`, "Reason:")
+	term.text("poison invoice, INC-42")
+	term.keys("Enter")
+	term.waitFor("the skip confirmed and the key gone", "✓ Skipped event #1 of key tenant-7", "Blocked keys (0)", "No blocked keys")
+	pgtest.WaitFor(t, 30*time.Second, "the waiting events of tenant-7 handled, in order", func() (bool, error) {
+		b, err := os.ReadFile(handled)
+		if os.IsNotExist(err) {
+			return false, nil
+		}
+		var seqs []string
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			if k, payload, _ := strings.Cut(l, " "); k == "tenant-7" {
+				seqs = append(seqs, payload)
+			}
+		}
+		return strings.Join(seqs, ",") == `{"seq":2},{"seq":3}`, err
+	})
+	term.keys("4")
+	term.waitFor("the skip in the audit trail", "e2e", "skip", "skipped", "poison invoice, INC-42")
+	term.keys("q")
+	pgtest.WaitFor(t, 10*time.Second, "the console to quit on q", func() (bool, error) { return !term.alive(), nil })
+	if b, err := os.ReadFile(consoleLog); err != nil || !strings.Contains(string(b), "outcome=skipped") {
+		t.Fatalf("console log (err %v) lacks the skip's outcome:\n%s", err, b)
+	}
+}
+
+// buildBinary builds cmd/partitionq with the console into dir.
+func buildBinary(t *testing.T, dir string) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	bin := filepath.Join(dir, "partitionq")
+	cmd := exec.Command(goBin, "build", "-o", bin, "./cmd/partitionq")
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/partitionq: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// tmux drives one window of a private tmux server.
+type tmux struct {
+	t              *testing.T
+	bin            string
+	socket, target string
+}
+
+func (x *tmux) cmd(args ...string) (string, error) {
+	out, err := exec.Command(x.bin, append([]string{"-L", x.socket}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+func (x *tmux) run(width, height int, command string) {
+	x.t.Helper()
+	if out, err := x.cmd("new-session", "-d", "-s", x.target, "-x", fmt.Sprint(width), "-y", fmt.Sprint(height), command); err != nil {
+		x.t.Fatalf("tmux new-session: %v\n%s", err, out)
+	}
+}
+
+func (x *tmux) screen() string {
+	out, _ := x.cmd("capture-pane", "-p", "-t", x.target)
+	return out
+}
+
+func (x *tmux) alive() bool {
+	_, err := x.cmd("has-session", "-t", x.target)
+	return err == nil
+}
+
+// keys sends tmux key names (e.g. "Enter", "s").
+func (x *tmux) keys(names ...string) {
+	x.t.Helper()
+	if out, err := x.cmd(append([]string{"send-keys", "-t", x.target}, names...)...); err != nil {
+		x.t.Fatalf("tmux send-keys: %v\n%s", err, out)
+	}
+}
+
+// text types s literally.
+func (x *tmux) text(s string) {
+	x.t.Helper()
+	if out, err := x.cmd("send-keys", "-t", x.target, "-l", s); err != nil {
+		x.t.Fatalf("tmux send-keys: %v\n%s", err, out)
+	}
+}
+
+// waitFor polls the screen until it shows every one of wants.
+func (x *tmux) waitFor(what string, wants ...string) {
+	x.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s := x.screen()
+		ok := true
+		for _, w := range wants {
+			ok = ok && strings.Contains(s, w)
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			x.t.Fatalf("timed out waiting for %s (%q); the screen:\n%s", what, wants, s)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (x *tmux) kill() { _, _ = x.cmd("kill-server") }
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

@@ -1,0 +1,146 @@
+package tui
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/partitionq/partitionq/partitionq"
+)
+
+// fakeClient implements Client for the pure model tests: it answers with
+// the fixed incident data and records the actions asked of it. Everything
+// else (the client adapter, the end-to-end run) uses the real database.
+type fakeClient struct {
+	mu       sync.Mutex
+	err      error // every read fails with it when set
+	blocked  []partitionq.BlockedKey
+	actions  []string                // "skip tenant-7 #48211 reason"
+	result   partitionq.ActionResult // returned by skip, retry now and quarantine
+	replay   partitionq.ReplayResult
+	actErr   error
+	previews []string // keys previewed
+}
+
+func newFake() *fakeClient { return &fakeClient{blocked: incidentBlocked()} }
+
+func (f *fakeClient) Status(ctx context.Context, queue, group string) (partitionq.GroupStatus, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return incidentStatus(0), f.err
+}
+
+func (f *fakeClient) BlockedKeys(ctx context.Context, queue, group string) ([]partitionq.BlockedKey, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]partitionq.BlockedKey(nil), f.blocked...), f.err
+}
+
+func (f *fakeClient) Preview(ctx context.Context, queue, group, key string, limit int) ([]partitionq.PreviewEvent, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.previews = append(f.previews, key)
+	for _, b := range f.blocked {
+		if b.Key == key {
+			if key == "tenant-7" {
+				return tenant7Preview(), f.err
+			}
+			return []partitionq.PreviewEvent{{ID: b.Head.ID, Type: b.Head.Type, Payload: b.Head.Payload, Time: b.Head.Time, Head: true}}, f.err
+		}
+	}
+	return nil, partitionq.ErrNotBlocked
+}
+
+func (f *fakeClient) act(verb string, a partitionq.Action) (partitionq.ActionResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.actions = append(f.actions, fmt.Sprintf("%s %s #%d %s", verb, a.Key, a.HeadID, a.Reason))
+	r := f.result
+	r.Key = a.Key
+	return r, f.actErr
+}
+
+func (f *fakeClient) done() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.actions...)
+}
+
+func (f *fakeClient) Skip(ctx context.Context, a partitionq.Action) (partitionq.ActionResult, error) {
+	return f.act("skip", a)
+}
+
+func (f *fakeClient) RetryNow(ctx context.Context, a partitionq.Action) (partitionq.ActionResult, error) {
+	return f.act("retry", a)
+}
+
+func (f *fakeClient) Quarantine(ctx context.Context, a partitionq.Action) (partitionq.ActionResult, error) {
+	return f.act("quarantine", a)
+}
+
+func (f *fakeClient) DeadLetters(ctx context.Context, q partitionq.DeadLetterQuery) ([]partitionq.DeadLetter, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []partitionq.DeadLetter
+	for _, d := range incidentDead() {
+		if !q.Pending || d.ReplayedAt == nil {
+			out = append(out, d)
+		}
+	}
+	return out, f.err
+}
+
+func (f *fakeClient) Replay(ctx context.Context, queue, group string, id int64, reason, actor string) (partitionq.ReplayResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.actions = append(f.actions, fmt.Sprintf("replay %d %s", id, reason))
+	return f.replay, f.actErr
+}
+
+func (f *fakeClient) Audit(ctx context.Context, queue, group string, limit int) ([]partitionq.AuditEntry, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return incidentAudit(), f.err
+}
+
+// drive updates m with msg, then runs the commands it returns, feeding
+// their messages back, until none is left; a tick is recorded, not slept
+// on. It returns every message that went through Update, and the ticks.
+func drive(t *testing.T, m *Model, msg tea.Msg) (seen []tea.Msg, ticks []armedTick) {
+	t.Helper()
+	queue := []tea.Msg{msg}
+	var run func(cmd tea.Cmd)
+	run = func(cmd tea.Cmd) {
+		if cmd == nil {
+			return
+		}
+		switch msg := cmd().(type) {
+		case nil:
+		case tea.BatchMsg:
+			for _, c := range msg {
+				run(c)
+			}
+		case armedTick:
+			ticks = append(ticks, msg)
+		default:
+			queue = append(queue, msg)
+		}
+	}
+	for n := 0; len(queue) > 0; n++ {
+		if n > 1000 {
+			t.Fatal("drive: more than 1000 messages: a loop?")
+		}
+		msg := queue[0]
+		queue = queue[1:]
+		seen = append(seen, msg)
+		if _, ok := msg.(tea.QuitMsg); ok {
+			continue
+		}
+		_, cmd := m.Update(msg)
+		run(cmd)
+	}
+	return seen, ticks
+}

@@ -1,0 +1,186 @@
+package tui
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/lipgloss"
+	"github.com/muesli/termenv"
+
+	"github.com/partitionq/partitionq/partitionq"
+)
+
+// Fixed data for the model and view tests: a clock that never moves, so
+// the goldens are stable.
+
+var base = time.Date(2025, 3, 14, 3, 12, 0, 0, time.UTC)
+
+func init() {
+	// One colour profile for every view test: plain text, no escapes.
+	lipgloss.SetColorProfile(termenv.Ascii)
+}
+
+// incidentStatus is a group of 4 slots in trouble, at base+offset: slot 0
+// keeps up, slot 1 has blocked keys, slot 2's owner has stalled, slot 3
+// has no live owner. pendingGrowth makes the stuck slots' pending grow
+// with offset so that successive snapshots give read rates.
+func incidentStatus(offset time.Duration) partitionq.GroupStatus {
+	sec := int64(offset / time.Second)
+	worker := func(name string, pid int32) *partitionq.Owner {
+		return &partitionq.Owner{Name: name, PID: pid, Addr: "10.0.3.7", Since: base.Add(-26 * time.Hour)}
+	}
+	return partitionq.GroupStatus{
+		Queue: "files", Group: "indexer", Slots: 4, Engine: "pgq", DeadLetters: 2, At: base.Add(offset),
+		SlotStatus: []partitionq.SlotStatus{
+			{Slot: 0, Consumer: "indexer#0/4", Owner: worker("partitionq:web-1:4121", 4121), Lag: time.Second,
+				LastSeen: 400 * time.Millisecond, QueuePending: 12 + (sec%3)*5, PendingEstimate: 3},
+			{Slot: 1, Consumer: "indexer#1/4", Owner: worker("partitionq:web-1:4121", 4121), Lag: 2 * time.Second,
+				LastSeen: time.Second, QueuePending: 40 + (sec%4)*10, PendingEstimate: 10, BlockedKeys: 2, SetAside: 59},
+			{Slot: 2, Consumer: "indexer#2/4", Owner: worker("partitionq:web-2:5230", 5230), Lag: 4*time.Minute + 12*time.Second + offset,
+				LastSeen: 4*time.Minute + 10*time.Second + offset, InBatch: true, QueuePending: 8120 + 60*sec, PendingEstimate: 2030, BlockedKeys: 1, SetAside: 1},
+			{Slot: 3, Consumer: "indexer#3/4", Lag: 3*time.Minute + offset, LastSeen: 3*time.Minute + offset,
+				QueuePending: 5400 + 60*sec, PendingEstimate: 1350},
+		},
+	}
+}
+
+func incidentBlocked() []partitionq.BlockedKey {
+	return []partitionq.BlockedKey{
+		{Key: "tenant-7", Slot: 1, Waiting: 14, BlockedSince: base.Add(-12*time.Minute - 5*time.Second),
+			Head: partitionq.HeadEvent{ID: 48211, Type: "FileCreated", Time: base.Add(-12*time.Minute - 6*time.Second), Attempts: 5,
+				NextAttempt: base.Add(8 * time.Second), Payload: []byte(`{"tenant":"tenant-7","path":"/inbox/q1-report.pdf","size":183220,"tags":["finance","q1"]}`),
+				LastError: `insert into files: ERROR: duplicate key value violates unique constraint "files_pkey" (SQLSTATE 23505)`}},
+		{Key: "tenant-42", Slot: 1, Waiting: 45, BlockedSince: base.Add(-3*time.Minute - 30*time.Second),
+			Head: partitionq.HeadEvent{ID: 48877, Type: "FileDeleted", Time: base.Add(-3*time.Minute - 31*time.Second), Attempts: 2,
+				NextAttempt: base.Add(90 * time.Second), Payload: []byte(`{"tenant":"tenant-42","path":"/tmp/x"}`),
+				LastError: "POST https://billing.internal/v1/charge: 503 Service Unavailable"}},
+		{Key: "globex", Slot: 2, Waiting: 0, BlockedSince: base.Add(-40 * time.Second),
+			Head: partitionq.HeadEvent{ID: 49002, Type: "FileMoved", Time: base.Add(-41 * time.Second), Attempts: 1,
+				Payload: []byte("not json: raw text body"), LastError: "context deadline exceeded"}},
+	}
+}
+
+func tenant7Preview() []partitionq.PreviewEvent {
+	evs := []partitionq.PreviewEvent{{ID: 48211, Type: "FileCreated", Time: base.Add(-12*time.Minute - 6*time.Second), Head: true,
+		Payload: incidentBlocked()[0].Head.Payload}}
+	for i := range 14 {
+		evs = append(evs, partitionq.PreviewEvent{ID: int64(48300 + 17*i), Type: "FileUpdated", Time: base.Add(time.Duration(-11*60+i*20) * time.Second),
+			Payload: []byte(fmt.Sprintf(`{"tenant":"tenant-7","path":"/inbox/q1-report.pdf","rev":%d}`, i+2))})
+	}
+	return evs[:PreviewLimit+1]
+}
+
+func incidentDead() []partitionq.DeadLetter {
+	replayedAt := base.Add(-time.Hour)
+	replayID := int64(47001)
+	return []partitionq.DeadLetter{
+		{ID: 11, Queue: "files", Group: "indexer", Slot: 0, EventID: 45120, EventTime: base.Add(-5 * time.Hour), Type: "FileCreated",
+			Payload: []byte(`{"tenant":"initech","path":"/a"}`), Key: "initech", Attempts: 7, LastError: "parse: unexpected EOF",
+			Reason: "skip: bad payload, confirmed with the tenant", Actor: "alice", DBRole: "ops", DeadAt: base.Add(-4 * time.Hour)},
+		{ID: 12, Queue: "files", Group: "indexer", Slot: 1, EventID: 46002, EventTime: base.Add(-2 * time.Hour), Type: "FileDeleted",
+			Payload: []byte(`{"tenant":"tenant-9"}`), Key: "tenant-9", Attempts: 3, LastError: "permission denied",
+			Reason: "handler", Actor: "worker", DBRole: "app", DeadAt: base.Add(-90 * time.Minute), ReplayedAt: &replayedAt, ReplayID: &replayID},
+		{ID: 13, Queue: "files", Group: "indexer", Slot: 3, EventID: 47950, EventTime: base.Add(-20 * time.Minute), Type: "FileCreated",
+			Payload: []byte(`{"tenant":"hooli","path":"/b","size":12}`), Key: "hooli", Attempts: 10, LastError: "timeout after 1m0s",
+			Reason: "max_attempts", Actor: "worker", DBRole: "app", DeadAt: base.Add(-15 * time.Minute)},
+	}
+}
+
+func incidentAudit() []partitionq.AuditEntry {
+	return []partitionq.AuditEntry{
+		{ID: 3, At: base.Add(-10 * time.Minute), DBRole: "ops", Actor: "alice", Action: "retry", Queue: "files", Group: "indexer",
+			Key: "tenant-7", EventID: 48211, Reason: "db failover finished", Outcome: "retry_scheduled"},
+		{ID: 2, At: base.Add(-4 * time.Hour), DBRole: "ops", Actor: "alice", Action: "skip", Queue: "files", Group: "indexer",
+			Key: "initech", EventID: 45120, Reason: "bad payload, confirmed with the tenant", Outcome: "skipped"},
+		{ID: 1, At: base.Add(-26 * time.Hour), DBRole: "ops", Actor: "bob", Action: "replay", Queue: "files", Group: "indexer",
+			Key: "tenant-9", EventID: 46002, Reason: "billing is back", Outcome: "replayed"},
+	}
+}
+
+// armedTick is what the test clock's after returns: the tick is recorded,
+// never slept on.
+type armedTick struct {
+	d   time.Duration
+	msg tea.Msg
+}
+
+// newTestModel returns a model on c with a fixed clock, whose ticks do not sleep.
+func newTestModel(t *testing.T, c Client, opts Options) *Model {
+	t.Helper()
+	if opts.Queue == "" {
+		opts.Queue, opts.Group = "files", "indexer"
+	}
+	m, err := NewModel(context.Background(), c, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.sh.now = func() time.Time { return base }
+	m.sh.after = func(d time.Duration, msg tea.Msg) tea.Cmd {
+		return func() tea.Msg { return armedTick{d: d, msg: msg} }
+	}
+	return m
+}
+
+// snap builds the snapshot of the incident at base+offset.
+func snap(offset time.Duration, plan fetchPlan) snapshotMsg {
+	msg := snapshotMsg{at: base.Add(offset), status: incidentStatus(offset), blocked: incidentBlocked(), plan: plan}
+	if plan.deadLetters {
+		for _, d := range incidentDead() {
+			if plan.deadAll || d.ReplayedAt == nil {
+				msg.dead = append(msg.dead, d)
+			}
+		}
+	}
+	if plan.audit {
+		msg.audit = incidentAudit()
+	}
+	if plan.previewKey == "tenant-7" {
+		msg.preview = tenant7Preview()
+	}
+	return msg
+}
+
+// incidentModel is a model of width x height that has seen a minute of
+// snapshots of the incident, ending at base.
+func incidentModel(t *testing.T, opts Options, width, height int) *Model {
+	t.Helper()
+	m := newTestModel(t, newFake(), opts)
+	m.Update(tea.WindowSizeMsg{Width: width, Height: height})
+	for i := -60; i <= 0; i++ {
+		m.Update(snap(time.Duration(i)*time.Second, m.plan()))
+	}
+	return m
+}
+
+// keyMsg makes the key message of a key name as Bubble Tea reports it.
+func keyMsg(name string) tea.KeyMsg {
+	switch name {
+	case "enter":
+		return tea.KeyMsg{Type: tea.KeyEnter}
+	case "esc":
+		return tea.KeyMsg{Type: tea.KeyEsc}
+	case "tab":
+		return tea.KeyMsg{Type: tea.KeyTab}
+	case "down":
+		return tea.KeyMsg{Type: tea.KeyDown}
+	case "up":
+		return tea.KeyMsg{Type: tea.KeyUp}
+	case "ctrl+c":
+		return tea.KeyMsg{Type: tea.KeyCtrlC}
+	case "backspace":
+		return tea.KeyMsg{Type: tea.KeyBackspace}
+	}
+	return tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(name)}
+}
+
+// typeText makes the key messages of typing s.
+func typeText(s string) []tea.Msg {
+	var out []tea.Msg
+	for _, r := range s {
+		out = append(out, tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{r}})
+	}
+	return out
+}

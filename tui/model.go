@@ -1,0 +1,309 @@
+package tui
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/charmbracelet/bubbles/help"
+	"github.com/charmbracelet/bubbles/key"
+	tea "github.com/charmbracelet/bubbletea"
+)
+
+// component is one view of the console. Each has its own key map (shown
+// by the help line) and is sized by the root with SetSize.
+type component interface {
+	help.KeyMap
+	SetSize(width, height int)
+	Update(msg tea.Msg) tea.Cmd
+	View() string
+	// capturing says a text input has the keyboard: the global keys are
+	// off, so typing "q" in a reason does not quit.
+	capturing() bool
+}
+
+// tab is one of the console's top-level views.
+type tab int
+
+const (
+	tabSlots tab = iota
+	tabBlocked
+	tabDead
+	tabAudit
+	tabs
+)
+
+// Model is the console's root model. Its Update routes messages to the
+// components that own them and keeps the refresh loop going; it holds no
+// view logic of its own. Use it from one goroutine (Bubble Tea's).
+type Model struct {
+	sh     *shared
+	keys   globalKeys
+	help   help.Model
+	w, h   int
+	active tab
+
+	slots   *slotsView
+	blocked *blockedView
+	detail  *keyDetail
+	dead    *deadView
+	audit   *auditView
+	confirm *confirmDialog
+
+	detailOpen  bool // the key detail covers the blocked keys tab
+	confirmOpen bool // the confirm dialog covers everything
+
+	ref   refresher
+	last  snapshotMsg // the latest good snapshot, for the header and tabs
+	group error       // the queue or group does not exist
+	flash flash
+}
+
+// refresher is the state of the refresh loop: one fetch in flight at a
+// time, then a tick re-arms it. A tick of an older generation is stale.
+type refresher struct {
+	gen      int
+	inFlight bool
+	again    bool // a refresh was asked while one was in flight
+	failures int  // consecutive failed refreshes
+	err      error
+	errSince time.Time
+	next     time.Duration // the wait before the next refresh
+}
+
+// flash is the one-line result of the latest action.
+type flash struct {
+	sev  severity
+	text string
+}
+
+// NewModel returns the console's model for c and opts, for tests and for
+// embedding in another Bubble Tea program; Run is the usual entry point.
+// ctx governs the calls the model's commands make. It logs nowhere.
+func NewModel(ctx context.Context, c Client, opts Options) (*Model, error) {
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	return newModel(ctx, c, opts, slog.New(slog.NewTextHandler(io.Discard, nil))), nil
+}
+
+func newModel(ctx context.Context, c Client, opts Options, log *slog.Logger) *Model {
+	sh := &shared{ctx: ctx, client: c, queue: opts.Queue, group: opts.Group, actor: opts.Actor, readOnly: opts.ReadOnly,
+		refresh: opts.Refresh, styles: defaultStyles(), log: log.With(slog.String("queue", opts.Queue), slog.String("group", opts.Group)),
+		now: time.Now, after: tick}
+	h := help.New()
+	h.ShortSeparator = " · "
+	return &Model{sh: sh, keys: newGlobalKeys(), help: h,
+		slots: newSlotsView(sh), blocked: newBlockedView(sh), detail: newKeyDetail(sh),
+		dead: newDeadView(sh), audit: newAuditView(sh), confirm: newConfirmDialog(sh)}
+}
+
+// Init starts the refresh loop.
+func (m *Model) Init() tea.Cmd { return m.refreshNow() }
+
+// Update routes a message to its handler or to the focused component.
+func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	defer m.layout()
+	switch msg := msg.(type) {
+	case tea.WindowSizeMsg:
+		m.w, m.h = msg.Width, msg.Height
+		return m, nil
+	case tea.KeyMsg:
+		return m, m.onKey(msg)
+	case tickMsg:
+		return m, m.onTick(msg)
+	case snapshotMsg:
+		return m, m.onSnapshot(msg)
+	case refreshNowMsg:
+		return m, m.refreshNow()
+	case openKeyMsg, closeKeyMsg, showSlotKeysMsg:
+		return m, m.navigate(msg)
+	case confirmMsg, cancelConfirmMsg, runActionMsg, actionMsg:
+		return m, m.onAction(msg)
+	}
+	return m, m.focused().Update(msg)
+}
+
+// focused is the component that gets the keys.
+func (m *Model) focused() component {
+	switch {
+	case m.confirmOpen:
+		return m.confirm
+	case m.active == tabBlocked && m.detailOpen:
+		return m.detail
+	}
+	return m.tab(m.active)
+}
+
+func (m *Model) tab(t tab) component {
+	return [...]component{m.slots, m.blocked, m.dead, m.audit}[t]
+}
+
+func (m *Model) onKey(msg tea.KeyMsg) tea.Cmd {
+	if key.Matches(msg, m.keys.ForceQuit) {
+		return tea.Quit
+	}
+	f := m.focused()
+	if f.capturing() {
+		return f.Update(msg)
+	}
+	switch {
+	case key.Matches(msg, m.keys.Quit):
+		return tea.Quit
+	case key.Matches(msg, m.keys.Help):
+		m.help.ShowAll = !m.help.ShowAll
+	case key.Matches(msg, m.keys.Refresh):
+		return m.refreshNow()
+	case key.Matches(msg, m.keys.NextTab):
+		return m.switchTo((m.active + 1) % tabs)
+	case key.Matches(msg, m.keys.PrevTab):
+		return m.switchTo((m.active + tabs - 1) % tabs)
+	case key.Matches(msg, m.keys.Slots):
+		return m.switchTo(tabSlots)
+	case key.Matches(msg, m.keys.Blocked):
+		return m.switchTo(tabBlocked)
+	case key.Matches(msg, m.keys.Dead):
+		return m.switchTo(tabDead)
+	case key.Matches(msg, m.keys.Audit):
+		return m.switchTo(tabAudit)
+	default:
+		return f.Update(msg)
+	}
+	return nil
+}
+
+func (m *Model) switchTo(t tab) tea.Cmd {
+	if t == m.active {
+		return nil
+	}
+	m.active = t
+	if t == tabDead || t == tabAudit {
+		return m.refreshNow() // their data is read only while they show
+	}
+	return nil
+}
+
+// navigate handles the components' navigation intents.
+func (m *Model) navigate(msg tea.Msg) tea.Cmd {
+	switch msg := msg.(type) {
+	case openKeyMsg:
+		m.detail.open(msg.key)
+		m.detailOpen = true
+		return m.refreshNow() // reads its waiting events
+	case closeKeyMsg:
+		m.detailOpen = false
+	case showSlotKeysMsg:
+		m.active, m.detailOpen = tabBlocked, false
+		return m.blocked.Update(msg)
+	}
+	return nil
+}
+
+// plan says what the next refresh reads for the views that show.
+func (m *Model) plan() fetchPlan {
+	p := fetchPlan{deadLetters: m.active == tabDead, deadAll: m.dead.all, audit: m.active == tabAudit}
+	if m.confirmOpen {
+		p.previewKey = m.confirm.previewKey()
+	}
+	if p.previewKey == "" && m.detailOpen {
+		p.previewKey = m.detail.key.Key
+	}
+	return p
+}
+
+// refreshNow refreshes at once (or right after the refresh in flight),
+// and makes any armed tick stale.
+func (m *Model) refreshNow() tea.Cmd {
+	m.ref.gen++
+	if m.ref.inFlight {
+		m.ref.again = true
+		return nil
+	}
+	m.ref.inFlight = true
+	return fetch(m.sh, m.plan())
+}
+
+func (m *Model) onTick(msg tickMsg) tea.Cmd {
+	if msg.gen != m.ref.gen || m.ref.inFlight {
+		return nil
+	}
+	m.ref.inFlight = true
+	return fetch(m.sh, m.plan())
+}
+
+func (m *Model) onSnapshot(msg snapshotMsg) tea.Cmd {
+	m.ref.inFlight = false
+	switch {
+	case msg.err == nil:
+		if m.ref.err != nil {
+			m.sh.log.Info("database answers again", slog.Int("failed_refreshes", m.ref.failures))
+		}
+		m.ref.failures, m.ref.err, m.last, m.group = 0, nil, msg, nil
+	case isGroupMissing(msg.err):
+		m.ref.failures, m.ref.err, m.group = 0, nil, msg.err
+	default:
+		if m.ref.failures == 0 {
+			m.ref.errSince = msg.at
+		}
+		m.ref.failures++
+		m.ref.err = msg.err
+		m.sh.log.Warn("refresh failed", slog.Int("attempt", m.ref.failures), slog.Any("err", msg.err))
+	}
+	var cmds []tea.Cmd
+	for _, c := range []component{m.slots, m.blocked, m.detail, m.dead, m.audit, m.confirm} {
+		cmds = append(cmds, c.Update(msg))
+	}
+	if m.ref.again {
+		m.ref.again = false
+		m.ref.inFlight = true
+		return tea.Batch(append(cmds, fetch(m.sh, m.plan()))...)
+	}
+	m.ref.next = m.sh.refresh
+	if m.ref.failures > 0 {
+		m.ref.next = min(m.sh.refresh<<min(m.ref.failures-1, 16), max(BackoffMax, m.sh.refresh))
+	}
+	m.ref.gen++
+	return tea.Batch(append(cmds, m.sh.after(m.ref.next, tickMsg{gen: m.ref.gen}))...)
+}
+
+// onAction opens and closes the confirm dialog, runs actions and shows
+// their results.
+func (m *Model) onAction(msg tea.Msg) tea.Cmd {
+	switch msg := msg.(type) {
+	case confirmMsg:
+		if m.sh.readOnly {
+			return nil
+		}
+		m.confirmOpen = true
+		return tea.Batch(m.confirm.open(msg.req), m.refreshNow())
+	case cancelConfirmMsg:
+		m.confirmOpen = false
+	case runActionMsg:
+		if m.sh.readOnly {
+			return nil
+		}
+		m.confirmOpen = false
+		m.flash = flash{sevNone, pendingText(msg.req)}
+		m.sh.log.Info("action", slog.String("action", msg.req.kind.verb()), slog.String("key", actionKey(msg.req)),
+			slog.Int64("event_id", msg.req.key.Head.ID), slog.Int64("dead_letter_id", msg.req.dead.ID), slog.String("reason", msg.req.reason))
+		return act(m.sh, msg.req)
+	case actionMsg:
+		m.flash = resultFlash(msg)
+		m.sh.log.Info("action result", slog.String("action", msg.req.kind.verb()), slog.String("key", actionKey(msg.req)),
+			slog.String("outcome", string(msg.result.Outcome)+string(msg.replay.Outcome)), slog.Any("err", msg.err))
+		if msg.err == nil && msg.req.kind != actRetry && msg.req.kind != actReplay && m.detail.key.Key == msg.req.key.Key {
+			m.detailOpen = false // the key is resolved: back to the inbox
+		}
+		return m.refreshNow()
+	}
+	return nil
+}
+
+func actionKey(r actionRequest) string {
+	if r.kind == actReplay {
+		return r.dead.Key
+	}
+	return r.key.Key
+}

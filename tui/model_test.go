@@ -1,0 +1,377 @@
+package tui
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/partitionq/partitionq/partitionq"
+)
+
+// press drives m with key names and typed text ("text:..." types it).
+func press(t *testing.T, m *Model, keys ...string) (seen []tea.Msg, ticks []armedTick) {
+	t.Helper()
+	for _, k := range keys {
+		var msgs []tea.Msg
+		if s, ok := strings.CutPrefix(k, "text:"); ok {
+			msgs = typeText(s)
+		} else {
+			msgs = []tea.Msg{keyMsg(k)}
+		}
+		for _, msg := range msgs {
+			s, tk := drive(t, m, msg)
+			seen, ticks = append(seen, s...), append(ticks, tk...)
+		}
+	}
+	return seen, ticks
+}
+
+func quits(seen []tea.Msg) bool {
+	for _, m := range seen {
+		if _, ok := m.(tea.QuitMsg); ok {
+			return true
+		}
+	}
+	return false
+}
+
+func setup(t *testing.T, opts Options) (*Model, *fakeClient) {
+	t.Helper()
+	f := newFake()
+	m := newTestModel(t, f, opts)
+	drive(t, m, tea.WindowSizeMsg{Width: 100, Height: 30})
+	drive(t, m, m.Init()())
+	return m, f
+}
+
+func TestNavigation(t *testing.T) {
+	t.Parallel()
+	m, _ := setup(t, Options{})
+	if m.active != tabSlots || m.slots.selectedSlot() != 2 {
+		t.Fatalf("starts on tab %d, slot %d; want the slots tab on the stalled slot 2", m.active, m.slots.selectedSlot())
+	}
+	press(t, m, "2")
+	if m.active != tabBlocked {
+		t.Fatalf("2: tab %d, want blocked", m.active)
+	}
+	press(t, m, "tab", "tab")
+	if m.active != tabAudit {
+		t.Fatalf("tab tab: tab %d, want audit", m.active)
+	}
+	if !m.audit.have || len(m.audit.entries) != 3 {
+		t.Fatalf("the audit tab read no entries: %v", m.audit.entries)
+	}
+	drive(t, m, tea.KeyMsg{Type: tea.KeyShiftTab})
+	if m.active != tabDead || !m.dead.have {
+		t.Fatalf("shift+tab: tab %d (dead letters read: %v), want dead letters", m.active, m.dead.have)
+	}
+	press(t, m, "1", "up") // slot 1, which has blocked keys
+	press(t, m, "enter")
+	if m.active != tabBlocked || m.blocked.filter.Value() != "slot:1" || len(m.blocked.rows) != 2 {
+		t.Fatalf("enter on slot 1: tab %d, filter %q, %d rows; want the 2 blocked keys of slot 1", m.active, m.blocked.filter.Value(), len(m.blocked.rows))
+	}
+	press(t, m, "down", "enter")
+	if !m.detailOpen || m.detail.key.Key != "tenant-42" {
+		t.Fatalf("enter: detail open %v on %q, want tenant-42", m.detailOpen, m.detail.key.Key)
+	}
+	if !m.detail.loaded {
+		t.Fatal("opening the detail did not read the key's waiting events")
+	}
+	press(t, m, "esc")
+	if m.detailOpen {
+		t.Fatal("esc did not close the detail")
+	}
+	if seen, _ := press(t, m, "q"); !quits(seen) {
+		t.Fatal("q did not quit")
+	}
+}
+
+func TestFilterAndSort(t *testing.T) {
+	t.Parallel()
+	m, _ := setup(t, Options{})
+	press(t, m, "2", "/", "text:BILLING")
+	if !m.blocked.filtering || len(m.blocked.rows) != 1 || m.blocked.rows[0].Key != "tenant-42" {
+		t.Fatalf("filter billing: %d rows, want tenant-42 (its error mentions billing)", len(m.blocked.rows))
+	}
+	if seen, _ := press(t, m, "q"); quits(seen) {
+		t.Fatal("q typed into the filter quit the console")
+	}
+	press(t, m, "backspace", "enter")
+	if m.blocked.filtering || m.blocked.filter.Value() != "BILLING" {
+		t.Fatalf("enter: filtering %v, filter %q; want the filter kept and the list focused", m.blocked.filtering, m.blocked.filter.Value())
+	}
+	press(t, m, "esc")
+	if len(m.blocked.rows) != 3 {
+		t.Fatalf("esc: %d rows, want the filter cleared", len(m.blocked.rows))
+	}
+	press(t, m, "o")
+	var got []string
+	for _, b := range m.blocked.rows {
+		got = append(got, b.Key)
+	}
+	if strings.Join(got, ",") != "tenant-42,tenant-7,globex" {
+		t.Fatalf("sorted by backlog: %v", got)
+	}
+	press(t, m, "1", "o")
+	if m.slots.sortBy != byLag || m.slots.selectedSlot() != 2 {
+		t.Fatalf("o on slots: sort %s, selection %d; want lag, kept on slot 2", m.slots.sortBy, m.slots.selectedSlot())
+	}
+}
+
+func TestSkipConfirmation(t *testing.T) {
+	t.Parallel()
+	m, f := setup(t, Options{Actor: "alice"})
+	f.result = partitionq.ActionResult{Outcome: partitionq.OutcomeSkipped, EventID: 48211, Count: 1, NextIDs: []int64{48300, 48317, 48334, 48351}}
+	press(t, m, "2", "enter", "s")
+	if !m.confirmOpen || m.confirm.req.kind != actSkip || m.confirm.req.key.Head.ID != 48211 {
+		t.Fatalf("s: confirm open %v for %+v", m.confirmOpen, m.confirm.req)
+	}
+	if !m.confirm.loaded || len(m.confirm.preview) != PreviewLimit+1 {
+		t.Fatalf("the confirmation did not read what runs next: loaded %v, %d events", m.confirm.loaded, len(m.confirm.preview))
+	}
+	if v := m.View(); !strings.Contains(v, "#48300 FileUpdated") {
+		t.Fatalf("the confirmation does not show the next event:\n%s", v)
+	}
+	press(t, m, "enter")
+	if !m.confirmOpen || len(f.done()) != 0 || !strings.Contains(m.View(), "A reason is required") {
+		t.Fatal("enter without a reason acted, or did not say a reason is required")
+	}
+	press(t, m, "text:q dup row", "enter")
+	if got := f.done(); len(got) != 1 || got[0] != "skip tenant-7 #48211 q dup row" {
+		t.Fatalf("actions: %q, want one skip of the head the operator saw", got)
+	}
+	if m.confirmOpen || m.detailOpen {
+		t.Fatalf("after the skip: confirm open %v, detail open %v; want back to the inbox", m.confirmOpen, m.detailOpen)
+	}
+	if want := "✓ Skipped event #48211 of key tenant-7 (now a dead letter); next to run: #48300, #48317, #48334, …"; m.flash.text != want {
+		t.Fatalf("flash %q, want %q", m.flash.text, want)
+	}
+}
+
+func TestActionOutcomes(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		keys   []string
+		result partitionq.ActionResult
+		replay partitionq.ReplayResult
+		err    error
+		action string
+		flash  string
+	}{
+		{name: "already resolved", keys: []string{"2", "s", "text:x", "enter"},
+			result: partitionq.ActionResult{Outcome: partitionq.OutcomeAlreadyResolved, EventID: 48211},
+			action: "skip tenant-7 #48211 x", flash: "• Already resolved: event #48211 of key tenant-7 was no longer blocked; nothing changed"},
+		{name: "head busy", keys: []string{"2", "s", "text:x", "enter"}, err: fmt.Errorf("wrapped: %w", partitionq.ErrHeadBusy),
+			action: "skip tenant-7 #48211 x", flash: "✗ skip of key tenant-7 failed: a worker is handling the head right now; try again in a moment"},
+		{name: "retry now", keys: []string{"2", "down", "r"}, result: partitionq.ActionResult{Outcome: partitionq.OutcomeRetryScheduled, EventID: 48877},
+			action: "retry tenant-42 #48877 ", flash: "✓ Retry of event #48877 (key tenant-42) brought forward: the worker tries it within a second or so"},
+		{name: "quarantine", keys: []string{"2", "Q", "text:tenant deleted", "enter"}, result: partitionq.ActionResult{Outcome: partitionq.OutcomeQuarantined, Count: 15},
+			action: "quarantine tenant-7 #48211 tenant deleted", flash: "✓ Quarantined key tenant-7: 15 events moved to the dead letters"},
+		{name: "replay", keys: []string{"3", "r", "text:fixed", "enter"}, replay: partitionq.ReplayResult{Outcome: partitionq.OutcomeReplayed, NewEventID: 50001},
+			action: "replay 11 fixed", flash: "✓ Replayed dead letter 11 as event #50001"},
+		{name: "replayed before", keys: []string{"3", "a", "down", "r", "text:again", "enter"}, replay: partitionq.ReplayResult{Outcome: partitionq.OutcomeAlreadyReplayed, NewEventID: 47001},
+			action: "replay 12 again", flash: "• Dead letter 12 was already replayed (event #47001); nothing changed"},
+		{name: "cancel", keys: []string{"2", "s", "text:x", "esc"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			m, f := setup(t, Options{})
+			f.result, f.replay, f.actErr = c.result, c.replay, c.err
+			press(t, m, c.keys...)
+			got := f.done()
+			if c.action == "" {
+				if len(got) != 0 || m.confirmOpen {
+					t.Fatalf("actions %q, confirm open %v; want nothing done and the dialog closed", got, m.confirmOpen)
+				}
+				return
+			}
+			if len(got) != 1 || got[0] != c.action {
+				t.Fatalf("actions %q, want %q", got, c.action)
+			}
+			if m.flash.text != c.flash {
+				t.Fatalf("flash %q, want %q", m.flash.text, c.flash)
+			}
+		})
+	}
+}
+
+func TestReadOnly(t *testing.T) {
+	t.Parallel()
+	m, f := setup(t, Options{ReadOnly: true})
+	press(t, m, "2", "s", "r", "Q", "enter", "s", "r", "Q", "esc", "3", "r")
+	if got := f.done(); len(got) != 0 || m.confirmOpen {
+		t.Fatalf("read-only: actions %q, confirm open %v", got, m.confirmOpen)
+	}
+	press(t, m, "2")
+	for _, word := range []string{"skip", "retry", "quarantine", "replay"} {
+		if v := m.View(); strings.Contains(v, word) {
+			t.Fatalf("read-only view mentions %q:\n%s", word, v)
+		}
+	}
+}
+
+func TestRefreshLoop(t *testing.T) {
+	t.Parallel()
+	f := newFake()
+	m := newTestModel(t, f, Options{Refresh: 2 * time.Second})
+	drive(t, m, tea.WindowSizeMsg{Width: 80, Height: 24})
+	_, ticks := drive(t, m, m.Init()())
+	if len(ticks) != 1 || ticks[0].d != 2*time.Second {
+		t.Fatalf("after the first refresh: ticks %+v, want one in 2s", ticks)
+	}
+	next := ticks[0].msg
+	// A refresh asked for early makes the armed tick stale.
+	press(t, m, "ctrl+r")
+	if _, ticks := drive(t, m, next); len(ticks) != 0 {
+		t.Fatal("a stale tick refreshed")
+	}
+
+	// The database goes away: refreshes fail and back off, the last state stays.
+	f.mu.Lock()
+	f.err = errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
+	f.mu.Unlock()
+	var waits []time.Duration
+	next = tickMsg{gen: m.ref.gen}
+	for range 6 {
+		_, ticks := drive(t, m, next)
+		if len(ticks) != 1 {
+			t.Fatalf("a failed refresh armed %d ticks, want 1", len(ticks))
+		}
+		waits = append(waits, ticks[0].d)
+		next = ticks[0].msg
+	}
+	if want := []time.Duration{2, 4, 8, 15, 15, 15}; fmt.Sprint(waits) != fmt.Sprint(scale(want)) {
+		t.Fatalf("backoff %v, want %v", waits, scale(want))
+	}
+	v := m.View()
+	for _, want := range []string{"Database unreachable", "DB DOWN · as of 03:12:00", "6 failed refreshes", "connection refused", "STALLED"} {
+		if !strings.Contains(v, want) {
+			t.Fatalf("while the database is away the view lacks %q:\n%s", want, v)
+		}
+	}
+	// It comes back: one refresh recovers, at the normal pace.
+	f.mu.Lock()
+	f.err = nil
+	f.mu.Unlock()
+	_, ticks = drive(t, m, next)
+	if len(ticks) != 1 || ticks[0].d != 2*time.Second || m.ref.err != nil {
+		t.Fatalf("after recovery: ticks %+v, err %v", ticks, m.ref.err)
+	}
+	if v := m.View(); strings.Contains(v, "unreachable") || !strings.Contains(v, "● live") {
+		t.Fatalf("after recovery the view still says the database is away:\n%s", v)
+	}
+}
+
+func scale(secs []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(secs))
+	for i, s := range secs {
+		out[i] = s * time.Second
+	}
+	return out
+}
+
+func TestEmptyStates(t *testing.T) {
+	t.Parallel()
+	m := newTestModel(t, newFake(), Options{})
+	drive(t, m, tea.WindowSizeMsg{Width: 80, Height: 24})
+	drive(t, m, snapshotMsg{at: base, err: fmt.Errorf("status: %w %q: run partitionq setup first", partitionq.ErrNoSuchQueue, "files")})
+	if v := m.View(); !strings.Contains(v, `No queue "files" in this database`) || strings.Contains(v, "UNREACHABLE") {
+		t.Fatalf("no such queue:\n%s", v)
+	}
+	quiet := incidentStatus(0)
+	for i := range quiet.SlotStatus {
+		s := &quiet.SlotStatus[i]
+		s.Owner, s.Lag, s.LastSeen, s.QueuePending, s.PendingEstimate, s.BlockedKeys, s.InBatch = &partitionq.Owner{Name: "w", PID: 1}, time.Second, time.Second, 0, 0, 0, false
+	}
+	drive(t, m, snapshotMsg{at: base, status: quiet})
+	if v := m.View(); !strings.Contains(v, "no traffic") {
+		t.Fatalf("no traffic:\n%s", v)
+	}
+	press(t, m, "2")
+	if v := m.View(); !strings.Contains(v, "No blocked keys: every key is flowing.") {
+		t.Fatalf("no blocked keys:\n%s", v)
+	}
+}
+
+func TestDiagnose(t *testing.T) {
+	t.Parallel()
+	st := incidentStatus(0)
+	bl := incidentBlocked()
+	cases := []struct {
+		slot  int
+		state string
+		says  string
+	}{
+		{0, "ok", "Keeping up"},
+		{1, "blocked", "2 blocked keys, 59 events waiting behind them"},
+		{2, "STALLED", "Owner not advancing"},
+		{3, "NO OWNER", "No live owner"},
+	}
+	for _, c := range cases {
+		d := diagnose(st.SlotStatus[c.slot], st, blockedOf(bl, c.slot), base)
+		if d.state != c.state || !strings.Contains(fmt.Sprint(d.findings), c.says) {
+			t.Errorf("slot %d: %s %v; want %s saying %q", c.slot, d.state, d.findings, c.state, c.says)
+		}
+	}
+	// An owner that advances but is behind: a hot key or a slow handler.
+	slow := st.SlotStatus[0]
+	slow.Lag, slow.QueuePending = 3*time.Minute, 9000
+	if d := diagnose(slow, st, nil, base); d.state != "behind" || !strings.Contains(fmt.Sprint(d.findings), "hot key") {
+		t.Errorf("slow owner: %s %v", d.state, d.findings)
+	}
+	// A blocked key holding most waiting events is a hot key.
+	hot := bl[:1]
+	hot[0].Waiting = 5000
+	if d := diagnose(st.SlotStatus[1], st, hot, base); !strings.Contains(fmt.Sprint(d.findings), "Hot key tenant-7 holds 5.0k") {
+		t.Errorf("hot blocked key: %v", d.findings)
+	}
+	// No tick anywhere: the ticker, not the slots.
+	idle := incidentStatus(0)
+	for i := range idle.SlotStatus {
+		idle.SlotStatus[i].Lag, idle.SlotStatus[i].QueuePending, idle.SlotStatus[i].Owner = 10*time.Minute, 0, &partitionq.Owner{Name: "w"}
+		idle.SlotStatus[i].LastSeen = 10 * time.Minute
+	}
+	if d := diagnose(idle.SlotStatus[0], idle, nil, base); d.state != "no ticks" {
+		t.Errorf("no ticks: %s %v", d.state, d.findings)
+	}
+}
+
+func TestThroughput(t *testing.T) {
+	t.Parallel()
+	tp := newThroughput()
+	a := incidentStatus(0)
+	tp.add(a, base)
+	b := incidentStatus(0)
+	b.SlotStatus[0].QueuePending -= 100 // slot 0 read 100 + the arrivals
+	b.SlotStatus[2].QueuePending += 50  // slot 2 read nothing: 50 arrived
+	b.SlotStatus[2].LastSeen = time.Hour
+	tp.add(b, base.Add(2*time.Second))
+	if got := tp.last[0]; got != 75 { // (50 + 100) / 2s
+		t.Errorf("slot 0 reads %v/s, want 75", got)
+	}
+	if got := tp.history(2); len(got) != 1 || got[0] != -1 {
+		t.Errorf("slot 2 history %v, want one idle sample", got)
+	}
+	if got := tp.last[1]; got != 25 { // pending unchanged: it read the arrivals
+		t.Errorf("slot 1 reads %v/s, want 25", got)
+	}
+}
+
+func TestOptions(t *testing.T) {
+	t.Parallel()
+	for _, o := range []Options{{Group: "g"}, {Queue: "q"}, {Queue: "q", Group: "g", Refresh: time.Millisecond}, {Queue: "bad name", Group: "g"}} {
+		if _, err := NewModel(t.Context(), newFake(), o); !errors.Is(err, partitionq.ErrInvalid) {
+			t.Errorf("NewModel(%+v): %v, want ErrInvalid", o, err)
+		}
+	}
+	m, err := NewModel(t.Context(), newFake(), Options{Queue: "q", Group: "g"})
+	if err != nil || m.sh.refresh != RefreshDefault {
+		t.Fatalf("defaults: %v, refresh %v", err, m.sh.refresh)
+	}
+}

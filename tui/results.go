@@ -1,0 +1,75 @@
+package tui
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/partitionq/partitionq/partitionq"
+)
+
+// The texts of the result line: what an action is doing, and what the
+// library answered.
+
+func pendingText(r actionRequest) string {
+	switch r.kind {
+	case actReplay:
+		return fmt.Sprintf("… replaying dead letter %d", r.dead.ID)
+	case actRetry:
+		return fmt.Sprintf("… bringing the retry of key %s forward", r.key.Key)
+	}
+	return fmt.Sprintf("… %s: key %s, event #%d", r.kind.verb(), r.key.Key, r.key.Head.ID)
+}
+
+// resultFlash says what the library answered to an action.
+func resultFlash(msg actionMsg) flash {
+	r, k := msg.result, msg.req.key.Key
+	if msg.err != nil {
+		return flash{sevCrit, fmt.Sprintf("✗ %s of %s failed: %s", msg.req.kind.verb(), actionTarget(msg.req), actionErrText(msg.err))}
+	}
+	switch r.Outcome {
+	case partitionq.OutcomeSkipped:
+		next := "no waiting events"
+		if len(r.NextIDs) > 0 {
+			ids := make([]string, 0, 3)
+			for _, id := range r.NextIDs[:min(3, len(r.NextIDs))] {
+				ids = append(ids, fmt.Sprintf("#%d", id))
+			}
+			next = "next to run: " + strings.Join(ids, ", ")
+			if len(r.NextIDs) > 3 {
+				next += ", …"
+			}
+		}
+		return flash{sevOK, fmt.Sprintf("✓ Skipped event #%d of key %s (now a dead letter); %s", r.EventID, k, next)}
+	case partitionq.OutcomeAlreadyResolved:
+		return flash{sevWarn, fmt.Sprintf("• Already resolved: event #%d of key %s was no longer blocked; nothing changed", msg.req.key.Head.ID, k)}
+	case partitionq.OutcomeRetryScheduled:
+		return flash{sevOK, fmt.Sprintf("✓ Retry of event #%d (key %s) brought forward: the worker tries it within a second or so", r.EventID, k)}
+	case partitionq.OutcomeQuarantined:
+		return flash{sevOK, fmt.Sprintf("✓ Quarantined key %s: %d events moved to the dead letters", k, r.Count)}
+	}
+	switch msg.replay.Outcome {
+	case partitionq.OutcomeReplayed:
+		return flash{sevOK, fmt.Sprintf("✓ Replayed dead letter %d as event #%d", msg.req.dead.ID, msg.replay.NewEventID)}
+	case partitionq.OutcomeAlreadyReplayed:
+		return flash{sevWarn, fmt.Sprintf("• Dead letter %d was already replayed (event #%d); nothing changed", msg.req.dead.ID, msg.replay.NewEventID)}
+	}
+	return flash{sevWarn, fmt.Sprintf("%s of %s: outcome %q", msg.req.kind.verb(), actionTarget(msg.req), string(r.Outcome)+string(msg.replay.Outcome))}
+}
+
+func actionTarget(r actionRequest) string {
+	if r.kind == actReplay {
+		return fmt.Sprintf("dead letter %d", r.dead.ID)
+	}
+	return "key " + r.key.Key
+}
+
+func actionErrText(err error) string {
+	switch {
+	case errors.Is(err, partitionq.ErrHeadBusy):
+		return "a worker is handling the head right now; try again in a moment"
+	case errors.Is(err, partitionq.ErrNotBlocked):
+		return "the key is not blocked (any more); nothing changed"
+	}
+	return oneLine(err.Error())
+}

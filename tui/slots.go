@@ -1,0 +1,373 @@
+package tui
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/charmbracelet/bubbles/key"
+	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/partitionq/partitionq/partitionq"
+)
+
+// slotSort is an order of the slots table.
+type slotSort int
+
+const (
+	bySlot slotSort = iota
+	byLag
+	byPending
+	byBlocked
+	slotSorts
+)
+
+func (s slotSort) String() string {
+	return [...]string{"slot", "lag", "pending", "blocked keys"}[s]
+}
+
+type slotsKeys struct {
+	listKeys
+	Sort key.Binding
+	Open key.Binding
+}
+
+func newSlotsKeys() slotsKeys {
+	return slotsKeys{
+		listKeys: newListKeys(),
+		Sort:     key.NewBinding(key.WithKeys("o"), key.WithHelp("o", "sort")),
+		Open:     key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "its blocked keys")),
+	}
+}
+
+func (k slotsKeys) ShortHelp() []key.Binding { return []key.Binding{k.Up, k.Down, k.Open, k.Sort} }
+func (k slotsKeys) FullHelp() [][]key.Binding {
+	return [][]key.Binding{k.all(), {k.Open, k.Sort}}
+}
+
+// slotsView is the table of slots, with the diagnosis of the selected one.
+type slotsView struct {
+	sh     *shared
+	keys   slotsKeys
+	w, h   int
+	snap   snapshotMsg // the latest good snapshot
+	have   bool
+	err    error // a group-level error (no such queue or group) that replaces the table
+	tp     *throughput
+	order  []int // slot indexes in display order
+	cursor int   // position in order
+	offset int
+	sortBy slotSort
+	moved  bool // the operator moved the selection: it no longer follows the worst slot
+}
+
+func newSlotsView(sh *shared) *slotsView {
+	return &slotsView{sh: sh, keys: newSlotsKeys(), tp: newThroughput()}
+}
+
+func (v *slotsView) SetSize(w, h int)          { v.w, v.h = w, h }
+func (v *slotsView) capturing() bool           { return false }
+func (v *slotsView) ShortHelp() []key.Binding  { return v.keys.ShortHelp() }
+func (v *slotsView) FullHelp() [][]key.Binding { return v.keys.FullHelp() }
+
+func (v *slotsView) Update(msg tea.Msg) tea.Cmd {
+	switch msg := msg.(type) {
+	case snapshotMsg:
+		v.onSnapshot(msg)
+	case tea.KeyMsg:
+		return v.onKey(msg)
+	}
+	return nil
+}
+
+func (v *slotsView) onSnapshot(msg snapshotMsg) {
+	if msg.err != nil {
+		if isGroupMissing(msg.err) {
+			v.err, v.have = msg.err, false
+		}
+		return // keep showing the last good snapshot
+	}
+	sel := v.selectedSlot()
+	v.snap, v.have, v.err = msg, true, nil
+	v.tp.add(msg.status, msg.at)
+	v.sort()
+	if !v.moved {
+		sel = v.worstSlot() // at 3 a.m., show where it hurts until told otherwise
+	}
+	v.selectSlot(sel)
+}
+
+// worstSlot is the slot in the worst state (the first of them in the
+// table's order).
+func (v *slotsView) worstSlot() int {
+	worst, sev := v.selectedSlot(), sevNone
+	for _, i := range v.order {
+		s := v.snap.status.SlotStatus[i]
+		if d := diagnose(s, v.snap.status, blockedOf(v.snap.blocked, s.Slot), v.snap.at); d.sev > sev {
+			worst, sev = s.Slot, d.sev
+		}
+	}
+	return worst
+}
+
+func (v *slotsView) onKey(msg tea.KeyMsg) tea.Cmd {
+	if !v.have {
+		return nil
+	}
+	if c, ok := v.keys.move(msg, v.cursor, len(v.order), v.tableHeight()); ok {
+		v.cursor, v.moved = c, true
+		return nil
+	}
+	switch {
+	case key.Matches(msg, v.keys.Sort):
+		sel := v.selectedSlot()
+		v.sortBy = (v.sortBy + 1) % slotSorts
+		v.sort()
+		v.selectSlot(sel)
+	case key.Matches(msg, v.keys.Open):
+		if s := v.selectedSlot(); s >= 0 {
+			return send(showSlotKeysMsg{slot: s})
+		}
+	}
+	return nil
+}
+
+func (v *slotsView) selectedSlot() int {
+	if v.cursor < 0 || v.cursor >= len(v.order) {
+		return -1
+	}
+	return v.snap.status.SlotStatus[v.order[v.cursor]].Slot
+}
+
+func (v *slotsView) selectSlot(slot int) {
+	v.cursor = 0
+	for i, idx := range v.order {
+		if v.snap.status.SlotStatus[idx].Slot == slot {
+			v.cursor = i
+		}
+	}
+}
+
+func (v *slotsView) sort() {
+	ss := v.snap.status.SlotStatus
+	v.order = make([]int, len(ss))
+	for i := range v.order {
+		v.order[i] = i
+	}
+	key := func(s partitionq.SlotStatus) int64 {
+		switch v.sortBy {
+		case byLag:
+			return int64(s.Lag)
+		case byPending:
+			return s.QueuePending
+		case byBlocked:
+			return int64(s.BlockedKeys)
+		}
+		return 0
+	}
+	sort.SliceStable(v.order, func(i, j int) bool {
+		a, b := ss[v.order[i]], ss[v.order[j]]
+		if ka, kb := key(a), key(b); ka != kb {
+			return ka > kb // the worst first
+		}
+		return a.Slot < b.Slot
+	})
+}
+
+// blockedOf returns the blocked keys of a slot, oldest first.
+func blockedOf(all []partitionq.BlockedKey, slot int) []partitionq.BlockedKey {
+	var out []partitionq.BlockedKey
+	for _, b := range all {
+		if b.Slot == slot {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// whyMin is the least room the diagnosis of the selected slot gets; it
+// takes whatever the table leaves.
+func (v *slotsView) whyMin() int {
+	if v.h >= 16 {
+		return 7
+	}
+	return 0
+}
+
+// tableHeight is how many slot rows fit.
+func (v *slotsView) tableHeight() int {
+	h := v.h - 2 // summary line, header row
+	if w := v.whyMin(); w > 0 {
+		h -= w + 1
+	}
+	return max(1, min(h, len(v.order)))
+}
+
+func (v *slotsView) columns() []column {
+	wide := v.w >= 110
+	cols := []column{
+		{title: " ", width: 1},
+		{title: "SLOT", width: 4, right: true},
+		{title: "OWNER", width: 12},
+		{title: "LAG", width: 6, right: true},
+		{title: "PENDING", width: 8},
+		{title: "", width: 5, right: true},
+		{title: "READ/s", width: 10},
+		{title: "", width: 4, right: true},
+		{title: "BLK", width: 3, right: true},
+		{title: "STATE", width: 8},
+	}
+	if wide {
+		cols = append(cols,
+			column{title: "SEEN", width: 6, right: true},
+			column{title: "ASIDE", width: 5, right: true},
+			column{title: "CONSUMER", width: 10})
+		return flex(v.w, cols, map[int]int{2: 3, 4: 2, 6: 3, 12: 1})
+	}
+	return flex(v.w, cols, map[int]int{2: 2, 4: 1, 6: 2, 9: 1})
+}
+
+func (v *slotsView) View() string {
+	st := v.sh.styles
+	switch {
+	case v.err != nil:
+		return padLines(wrap(emptyGroupText(v.err, v.sh), v.w), v.w, v.h)
+	case !v.have:
+		return padLines([]string{st.dim.Render("Reading the group's status…")}, v.w, v.h)
+	}
+	ss := v.snap.status.SlotStatus
+	lines := []string{v.summary()}
+	cols := v.columns()
+	lines = append(lines, st.header.Render(headerRow(cols)))
+	var maxPending int64
+	for _, s := range ss {
+		maxPending = max(maxPending, s.QueuePending)
+	}
+	from, to := window(len(v.order), v.tableHeight(), v.cursor, v.offset)
+	v.offset = from
+	for i := from; i < to; i++ {
+		s := ss[v.order[i]]
+		d := diagnose(s, v.snap.status, blockedOf(v.snap.blocked, s.Slot), v.snap.at)
+		mark := " "
+		if d.sev == sevCrit {
+			mark = "!"
+		}
+		if i == v.cursor {
+			mark = "▸"
+		}
+		cells := []string{mark, fmt.Sprint(s.Slot), shortOwner(s.Owner), age(s.Lag),
+			bar(s.QueuePending, maxPending, cols[4].width), count(s.QueuePending),
+			sparkline(v.tp.history(s.Slot), cols[6].width), rate(v.tp.last[s.Slot]),
+			fmt.Sprint(s.BlockedKeys), d.state}
+		if len(cols) > 10 {
+			cells = append(cells, age(s.LastSeen), count(s.SetAside), s.Consumer)
+		}
+		line := row(cols, cells...)
+		switch {
+		case i == v.cursor:
+			line = st.selected.Render(line)
+		case d.sev >= sevWarn:
+			line = st.of(d.sev).Render(line)
+		}
+		lines = append(lines, line)
+	}
+	if v.whyMin() > 0 {
+		lines = append(lines, "")
+		lines = append(lines, v.why(v.h-len(lines))...)
+	}
+	return padLines(lines, v.w, v.h)
+}
+
+// summary is the line above the table: the group at a glance, or an
+// empty state.
+func (v *slotsView) summary() string {
+	st := v.snap.status
+	var stalled, noOwner, behind int
+	var pending int64
+	for _, s := range st.SlotStatus {
+		d := diagnose(s, st, nil, v.snap.at)
+		switch d.state {
+		case "STALLED":
+			stalled++
+		case "NO OWNER", "no owner":
+			noOwner++
+		case "behind":
+			behind++
+		}
+		pending = max(pending, s.QueuePending)
+	}
+	parts := []string{fmt.Sprintf("%d slots", st.Slots), "sorted by " + v.sortBy.String()}
+	for _, p := range []struct {
+		n    int
+		what string
+	}{{stalled, "stalled"}, {noOwner, "without owner"}, {behind, "behind"}} {
+		if p.n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", p.n, p.what))
+		}
+	}
+	if len(v.snap.blocked) > 0 {
+		parts = append(parts, plural(len(v.snap.blocked), "blocked key"))
+	}
+	if pending == 0 && !v.tp.seenTraffic() && len(v.snap.blocked) == 0 {
+		parts = append(parts, "no traffic: nothing pending, nothing read lately")
+	}
+	return strings.Join(parts, " · ")
+}
+
+// why renders the diagnosis of the selected slot in height lines.
+func (v *slotsView) why(height int) []string {
+	st := v.sh.styles
+	if v.cursor >= len(v.order) {
+		return nil
+	}
+	s := v.snap.status.SlotStatus[v.order[v.cursor]]
+	d := diagnose(s, v.snap.status, blockedOf(v.snap.blocked, s.Slot), v.snap.at)
+	owner := "no live owner"
+	if o := s.Owner; o != nil {
+		owner = fmt.Sprintf("owner %s (pid %d, %s, connected %s ago)", ownerName(o), o.PID, o.Addr, age(v.snap.at.Sub(o.Since)))
+	}
+	title := fmt.Sprintf("Why · slot %d · %s · %s", s.Slot, s.Consumer, owner)
+	var lines []string
+	for _, l := range wrap(title, v.w) {
+		lines = append(lines, st.label.Render(l))
+	}
+	marks := map[severity]string{sevOK: "✓", sevWarn: "!", sevCrit: "✗"}
+	for _, f := range d.findings {
+		for i, l := range wrap(f.text, v.w-2) {
+			prefix := "  "
+			if i == 0 {
+				prefix = marks[f.sev] + " "
+			}
+			lines = append(lines, st.of(f.sev).Render(prefix+l))
+		}
+	}
+	if bs := blockedOf(v.snap.blocked, s.Slot); len(bs) > 0 && len(lines)+2 < height {
+		lines = append(lines, "", st.label.Render(fmt.Sprintf("Blocked keys of slot %d (enter lists them)", s.Slot)))
+		for _, b := range bs {
+			lines = append(lines, fit(fmt.Sprintf("  %-16s blocked %7s · %4s waiting · %s", b.Key, age(v.snap.at.Sub(b.BlockedSince)),
+				count(b.Waiting), errText(b.Head.LastError)), v.w))
+		}
+	}
+	if len(lines) > height {
+		lines = append(lines[:height-1], st.dim.Render("  …"))
+	}
+	return lines
+}
+
+// isGroupMissing says whether err means the queue or group does not exist:
+// an empty state, not a failure to retry with backoff.
+func isGroupMissing(err error) bool {
+	return errors.Is(err, partitionq.ErrNoSuchQueue) || errors.Is(err, partitionq.ErrNoSuchGroup)
+}
+
+// emptyGroupText explains a missing queue or group.
+func emptyGroupText(err error, sh *shared) string {
+	switch {
+	case errors.Is(err, partitionq.ErrNoSuchQueue):
+		return fmt.Sprintf("No queue %q in this database. Create it and the group with: partitionq setup --queue %s --group %s --slots N. The console keeps looking.", sh.queue, sh.queue, sh.group)
+	case errors.Is(err, partitionq.ErrNoSuchGroup):
+		return fmt.Sprintf("No consumer group %q on queue %q. Create it with: partitionq setup --queue %s --group %s --slots N. The console keeps looking.", sh.group, sh.queue, sh.queue, sh.group)
+	}
+	return err.Error()
+}

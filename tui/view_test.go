@@ -1,0 +1,71 @@
+package tui
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+)
+
+// TestViews pins each view as a golden file at 80x24 and 120x40.
+func TestViews(t *testing.T) {
+	type step = []tea.Msg
+	cases := []struct {
+		name string
+		opts Options
+		keys step
+		away bool // the database stops answering after the keys
+	}{
+		{name: "slots"},
+		{name: "slots_sorted_by_lag", keys: step{keyMsg("o"), keyMsg("down")}},
+		{name: "blocked", keys: step{keyMsg("2")}},
+		{name: "blocked_filter", keys: append(step{keyMsg("2"), keyMsg("/")}, typeText("billing")...)},
+		{name: "key_detail", keys: step{keyMsg("2"), keyMsg("enter")}},
+		{name: "confirm_skip", keys: append(step{keyMsg("2"), keyMsg("s")}, typeText("dup row, fixed by hand")...)},
+		{name: "confirm_quarantine", keys: step{keyMsg("2"), keyMsg("Q")}},
+		{name: "dead_letters", keys: step{keyMsg("3")}},
+		{name: "dead_letter_detail", keys: step{keyMsg("3"), keyMsg("enter")}},
+		{name: "audit", keys: step{keyMsg("4")}},
+		{name: "read_only_blocked", opts: Options{ReadOnly: true}, keys: step{keyMsg("2")}},
+		{name: "help", keys: step{keyMsg("?")}},
+		{name: "dead_letters_all", keys: step{keyMsg("3"), keyMsg("a")}},
+		{name: "database_away", away: true},
+	}
+	for _, size := range [][2]int{{80, 24}, {120, 40}} {
+		for _, c := range cases {
+			name := fmt.Sprintf("%s_%dx%d", c.name, size[0], size[1])
+			t.Run(name, func(t *testing.T) {
+				m := incidentModel(t, c.opts, size[0], size[1])
+				for _, k := range c.keys {
+					drive(t, m, k)
+				}
+				// One more refresh with what the view asks for now.
+				m.Update(snap(0, m.plan()))
+				if c.away {
+					for i := range 4 {
+						m.Update(snapshotMsg{at: base.Add(time.Duration(1+i) * time.Second),
+							err: errors.New(`failed to connect to host=db.internal user=indexer database=files: dial tcp 10.0.3.2:5432: connect: connection refused`)})
+					}
+				}
+				view := m.View()
+				checkFrame(t, view, size[0], size[1])
+				golden(t, name, view)
+			})
+		}
+	}
+}
+
+// TestOddSizes renders every view at sizes from tiny to huge: no panic,
+// and the frame is always exactly the terminal's size.
+func TestOddSizes(t *testing.T) {
+	t.Parallel()
+	for _, size := range [][2]int{{1, 1}, {20, 5}, {40, 10}, {80, 12}, {200, 60}} {
+		for _, keys := range [][]string{{}, {"2"}, {"2", "enter"}, {"2", "s"}, {"3"}, {"3", "enter"}, {"4"}, {"?"}} {
+			m := incidentModel(t, Options{}, size[0], size[1])
+			press(t, m, keys...)
+			checkFrame(t, m.View(), size[0], size[1])
+		}
+	}
+}
