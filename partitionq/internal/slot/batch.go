@@ -179,6 +179,12 @@ func (r *runner) handleInBatch(it item, out *outcome) {
 	if r.exhausted(res, attempt) {
 		dl := r.deadLetter(ev, attempt, res)
 		out.add(func() { out.dead = append(out.dead, dl) })
+		if r.cfg.Policy == Pause {
+			// The key's later events of this batch wait (parked) until the
+			// dead letter is committed with the batch: were the batch lost,
+			// the event would be tried again after its successors.
+			it.ks.blocked = true
+		}
 		return
 	}
 	delay := r.retryDelay(res, attempt)

@@ -185,9 +185,12 @@ func (r *runner) drainOne(ctx context.Context, key string, headID int64) (int64,
 			return 0, nil // shutdown: the rollback leaves every event as it was
 		}
 		if r.exhausted(res, attempt) {
+			// Commit the dead letter before the key's next event runs: were
+			// this transaction lost, the event would be tried again after
+			// its successor.
 			done = append(done, ev.ID)
 			dead = append(dead, r.deadLetter(ev, attempt, res))
-			continue
+			break
 		}
 		if err := r.cfg.Eng.SetRetryCount(db, tx, r.cfg.SubID, ev.ID, int32(attempt)); err != nil {
 			return 0, err
