@@ -16,11 +16,11 @@ type Handling struct {
 
 // Report is the verdict.
 type Report struct {
-	Sent     int // events sent
-	Handled  int // events handled successfully at least once
-	Dead     int // events that ended as dead letters (never handled)
-	Lost     int // events neither handled nor dead
-	Repeats  int // successful handlings of an event already resolved
+	Sent    int // events sent
+	Handled int // events handled successfully at least once
+	Dead    int // events that ended as dead letters (never handled)
+	Lost    int // events neither handled nor dead
+	Repeats int // successful handlings of an event already resolved
 	// Violations counts successful handlings of an event while an earlier
 	// event of its key was still unresolved (not yet handled successfully
 	// nor dead-lettered).
