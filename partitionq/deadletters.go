@@ -46,9 +46,13 @@ type DeadLetterQuery struct {
 	AfterID      int64  // only ids above this one (for paging)
 	Limit        int    // defaults to 100
 	Pending      bool   // only those not replayed
+	// Newest lists the newest first; AfterID then means "ids below this
+	// one" (0: from the newest).
+	Newest bool
 }
 
-// DeadLetters lists dead letters of a group, oldest first.
+// DeadLetters lists dead letters of a group, oldest first (or newest
+// first with Newest).
 func (c *Client) DeadLetters(ctx context.Context, q DeadLetterQuery) ([]DeadLetter, error) {
 	if _, err := c.Group(ctx, q.Queue, q.Group); err != nil {
 		return nil, err
@@ -56,7 +60,7 @@ func (c *Client) DeadLetters(ctx context.Context, q DeadLetterQuery) ([]DeadLett
 	if ok, err := store.Installed(ctx, c.pool); err != nil || !ok {
 		return nil, err
 	}
-	f := store.DeadLetterFilter{Queue: q.Queue, Group: q.Group, AfterID: q.AfterID, Limit: q.Limit, Pending: q.Pending}
+	f := store.DeadLetterFilter{Queue: q.Queue, Group: q.Group, AfterID: q.AfterID, Limit: q.Limit, Pending: q.Pending, Newest: q.Newest}
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}

@@ -125,6 +125,15 @@ func (c *Client) Group(ctx context.Context, queue, group string) (Group, error) 
 	return c.lookupGroup(ctx, c.pool, queue, group)
 }
 
+// QueueExists reports whether the queue exists in the engine.
+func (c *Client) QueueExists(ctx context.Context, queue string) (bool, error) {
+	if err := ValidateQueueName(queue); err != nil {
+		return false, err
+	}
+	_, ok, err := c.eng.QueueID(ctx, c.pool, queue)
+	return ok, err
+}
+
 // Groups lists the consumer groups registered on queue.
 func (c *Client) Groups(ctx context.Context, queue string) ([]Group, error) {
 	if err := ValidateQueueName(queue); err != nil {

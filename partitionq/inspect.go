@@ -33,6 +33,11 @@ type SlotStatus struct {
 	// PendingEstimate is QueuePending / N: an estimate of the slot's own
 	// share, exact only when keys spread evenly. Labelled "est." in output.
 	PendingEstimate int64
+	// Position is the queue's event sequence at the last tick the slot
+	// finished: it only grows, by every event of the queue (all slots) the
+	// slot has read past. The change of Position over time, divided by N,
+	// estimates the slot's read rate.
+	Position int64
 	// BlockedKeys counts keys with a parked head (pause policy).
 	BlockedKeys int
 	// SetAside counts the slot's events in the engine's retry queue: parked
@@ -47,7 +52,10 @@ type GroupStatus struct {
 	Engine       string // engine schema
 	SlotStatus   []SlotStatus
 	DeadLetters  int64 // not yet replayed
-	At           time.Time
+	// Head is the queue's event sequence at its newest tick: the change of
+	// Head over time is the rate at which events arrive (all keys).
+	Head int64
+	At   time.Time
 }
 
 // Status reads the status of every slot of a group. It is read-only and
@@ -79,7 +87,8 @@ func (c *Client) Status(ctx context.Context, queue, group string) (GroupStatus, 
 		}
 		s := &gs.SlotStatus[i]
 		s.Lag, s.LastSeen, s.InBatch = in.Lag, in.LastSeen, in.CurrentBatch != nil
-		s.QueuePending = in.PendingEvents
+		s.QueuePending, s.Position = in.PendingEvents, in.Position
+		gs.Head = max(gs.Head, in.Head)
 		s.PendingEstimate = in.PendingEvents / int64(g.Slots)
 	}
 	for i, sub := range g.subIDs {

@@ -249,6 +249,17 @@ func (c *Client) NewWorker(ctx context.Context, cfg WorkerConfig) (*Worker, erro
 	return w, nil
 }
 
+// PoolConns is the pool size a worker running slots slots with the given
+// in-slot concurrency works best with: one connection held per owned slot,
+// one per concurrent drain of blocked keys of each slot, and two for the
+// ticker and status reads. A worker refuses pools smaller than slots + 2.
+func PoolConns(slots, concurrency int) int {
+	if concurrency <= 0 {
+		concurrency = ConcurrencyDefault
+	}
+	return slots*(1+slot.DrainConcurrency(concurrency)) + 2
+}
+
 func pickSlots(want []int, n int) ([]int, error) {
 	if len(want) == 0 {
 		all := make([]int, n)

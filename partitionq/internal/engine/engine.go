@@ -180,23 +180,28 @@ type ConsumerInfo struct {
 	CurrentBatch  *int64
 	NextTick      *int64
 	PendingEvents int64 // events of the whole queue after the last finished tick
+	Position      int64 // the queue's event sequence at the last finished tick
+	Head          int64 // the queue's event sequence at its newest tick
 }
 
 // ConsumerInfos returns get_consumer_info for every consumer of queue whose
 // name starts with prefix.
 func (e *Engine) ConsumerInfos(ctx context.Context, db DB, queue, prefix string) ([]ConsumerInfo, error) {
 	rows, err := db.Query(ctx, e.f(`
-		select consumer_name, lag, last_seen, last_tick, current_batch, next_tick, coalesce(pending_events, 0)
-		  from pgq.get_consumer_info($1)
-		 where left(consumer_name, length($2)) = $2
-		 order by consumer_name`), queue, prefix)
+		select i.consumer_name, i.lag, i.last_seen, i.last_tick, i.current_batch, i.next_tick, coalesce(i.pending_events, 0),
+		       coalesce(t.tick_event_seq, 0), coalesce(t.tick_event_seq, 0) + coalesce(i.pending_events, 0)
+		  from pgq.get_consumer_info($1) i
+		  join pgq.queue q on q.queue_name = $1
+		  left join pgq.tick t on t.tick_queue = q.queue_id and t.tick_id = i.last_tick
+		 where left(i.consumer_name, length($2)) = $2
+		 order by i.consumer_name`), queue, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("consumer info of queue %q: %w", queue, err)
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ConsumerInfo, error) {
 		var c ConsumerInfo
 		var lag, seen *time.Duration
-		err := r.Scan(&c.Consumer, &lag, &seen, &c.LastTick, &c.CurrentBatch, &c.NextTick, &c.PendingEvents)
+		err := r.Scan(&c.Consumer, &lag, &seen, &c.LastTick, &c.CurrentBatch, &c.NextTick, &c.PendingEvents, &c.Position, &c.Head)
 		if lag != nil {
 			c.Lag = *lag
 		}

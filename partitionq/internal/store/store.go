@@ -259,14 +259,18 @@ type DeadLetterFilter struct {
 	AfterID      int64 // only ids greater than this (paging)
 	Limit        int
 	Pending      bool // only those not replayed
+	Newest       bool // newest first; AfterID bounds from above (0: none)
 }
 
 // ListDeadLetters lists dead letters in id order.
 func ListDeadLetters(ctx context.Context, db DB, f DeadLetterFilter) ([]DeadLetter, error) {
+	order, bound := "id > $4 order by id", f.AfterID
+	if f.Newest {
+		order = "($4 = 0 or id < $4) order by id desc"
+	}
 	rows, err := db.Query(ctx, `select `+dlCols+` from partitionq.dead_letter
-		where queue = $1 and grp = $2 and ($3::text is null or key = $3) and id > $4
-		  and (not $6 or replayed_at is null)
-		order by id limit $5`, f.Queue, f.Group, f.Key, f.AfterID, f.Limit, f.Pending)
+		where queue = $1 and grp = $2 and ($3::text is null or key = $3) and (not $6 or replayed_at is null)
+		  and `+order+` limit $5`, f.Queue, f.Group, f.Key, bound, f.Limit, f.Pending)
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", err)
 	}
