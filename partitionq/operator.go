@@ -36,6 +36,9 @@ type BlockedKey struct {
 	Head         HeadEvent
 	Waiting      int64     // events of the key behind the head
 	BlockedSince time.Time // first failure of the head
+	// Flagged is set when a worker with WorkerConfig.MaxBlocked found the
+	// key blocked for longer than that (and did not dead-letter it).
+	Flagged bool
 }
 
 // BlockedKeys lists the blocked keys of a group, oldest block first. The
@@ -112,6 +115,7 @@ func (c *Client) blockedInSlot(ctx context.Context, g Group, s int, key *string)
 		}
 		if f, ok := fails[h.ID]; ok {
 			bk.Head.Attempts, bk.Head.LastError, bk.Head.NextAttempt, bk.BlockedSince = f.Attempts, f.LastError, f.NextAttemptAt, f.FirstFailedAt
+			bk.Flagged = f.FlaggedAt != nil
 		}
 		out = append(out, bk)
 	}

@@ -417,3 +417,44 @@ func TestRetryNowBringsAttemptForward(t *testing.T) {
 	}
 	l.waitOK(t, "k", 1)
 }
+
+// Bounded pause: a key blocked longer than MaxBlocked is dead-lettered
+// (MaxBlockedDeadLetter) and goes on, or is only flagged.
+func TestBoundedPause(t *testing.T) {
+	t.Parallel()
+	for _, deadLetter := range []bool{true, false} {
+		t.Run(fmt.Sprintf("dead_letter=%v", deadLetter), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.group(t, 1)
+			l := &log{decide: func(_ context.Context, ev *partitionq.Event) error {
+				if string(ev.Payload) == "1" {
+					return errBoom
+				}
+				return nil
+			}}
+			b.worker(t, partitionq.WorkerConfig{Handler: l, BackoffMin: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond,
+				MaxBlocked: 300 * time.Millisecond, MaxBlockedDeadLetter: deadLetter})
+			b.send(t, "k", 1, 2)
+			if deadLetter {
+				l.waitOK(t, "k", 1)
+				dls, err := b.client.DeadLetters(b.ctx, partitionq.DeadLetterQuery{Queue: "q", Group: "g"})
+				if err != nil || len(dls) != 1 || dls[0].Reason != "max_blocked" || string(dls[0].Payload) != "1" {
+					t.Fatalf("dead letters = %+v, %v", dls, err)
+				}
+				b.waitUnblocked(t)
+				return
+			}
+			pgtest.WaitFor(t, 30*time.Second, "k flagged", func() (bool, error) {
+				bk, err := b.client.BlockedKey(b.ctx, "q", "g", "k")
+				if errors.Is(err, partitionq.ErrNotBlocked) {
+					return false, nil
+				}
+				return err == nil && bk.Flagged, err
+			})
+			if got := l.okSeq("k"); len(got) != 0 {
+				t.Fatalf("a flagged key went on: %v", got)
+			}
+		})
+	}
+}

@@ -104,6 +104,17 @@ type WorkerConfig struct {
 	// takes effect. Defaults to 1s.
 	HeadScanInterval time.Duration
 
+	// MaxBlocked bounds the pause (PolicyPause only): a key whose head first
+	// failed longer ago than this is flagged (a warning in the log, and
+	// BlockedKey.Flagged), or, with MaxBlockedDeadLetter, its head is
+	// dead-lettered (reason "max_blocked") and the key goes on. Defaults to
+	// 0: no bound, the key waits for an operator.
+	MaxBlocked time.Duration
+
+	// MaxBlockedDeadLetter makes MaxBlocked dead-letter the head rather
+	// than only flag it. Defaults to false.
+	MaxBlockedDeadLetter bool
+
 	// RunTicker runs the engine's ticker and maintenance in this worker, in
 	// place of pgqd. Safe when several workers run it. Defaults to false.
 	RunTicker bool
@@ -182,7 +193,8 @@ func (cfg WorkerConfig) validate() error {
 		return bad("HandlerTimeout", cfg.HandlerTimeout.String(), "it is negative", "use 0 for the default (1m), -1 for none")
 	}
 	for name, d := range map[string]time.Duration{"ShutdownTimeout": cfg.ShutdownTimeout, "PollInterval": cfg.PollInterval,
-		"StandbyPoll": cfg.StandbyPoll, "HeadScanInterval": cfg.HeadScanInterval, "TickInterval": cfg.TickInterval} {
+		"StandbyPoll": cfg.StandbyPoll, "HeadScanInterval": cfg.HeadScanInterval, "TickInterval": cfg.TickInterval,
+		"MaxBlocked": cfg.MaxBlocked} {
 		if d < 0 {
 			return bad(name, d.String(), "it is negative", "use 0 for the default")
 		}
@@ -329,6 +341,7 @@ func (w *Worker) Start(ctx context.Context) error {
 			Backoff:        func(n int) time.Duration { return backoff(w.cfg.BackoffMin, w.cfg.BackoffMax, n) },
 			HandlerTimeout: hto, Handle: w.handleFunc(s),
 			PollInterval: w.cfg.PollInterval, StandbyPoll: w.cfg.StandbyPoll, HeadScanInterval: w.cfg.HeadScanInterval,
+			MaxBlocked: w.cfg.MaxBlocked, MaxBlockedDeadLetter: w.cfg.MaxBlockedDeadLetter,
 			ChunkSize: ChunkSizeDefault, AppName: w.cfg.Identity, Stats: w.stats[i],
 		}
 		wg.Add(1)

@@ -73,6 +73,18 @@ func (r *runner) scanHeads(ctx context.Context) time.Time {
 			// re-delivers it; it is not parked, so it is not drained here.
 			continue
 		}
+		if f, ok := fails[h.ID]; ok && r.cfg.MaxBlocked > 0 && f.Age > r.cfg.MaxBlocked {
+			if r.cfg.MaxBlockedDeadLetter {
+				r.startDrain(ctx, h.Key, -h.ID) // a negative head: dead-letter it, then drain
+				continue
+			}
+			if f.FlaggedAt == nil {
+				if isNew, err := store.Flag(ctx, r.cfg.Pool, r.cfg.Queue, r.cfg.Consumer, h.ID); err == nil && isNew {
+					r.log.Warn("partitionq: key blocked longer than MaxBlocked", slog.String("key", h.Key),
+						slog.Int64("event_id", h.ID), slog.Duration("blocked", f.Age), slog.Int("attempts", f.Attempts))
+				}
+			}
+		}
 		if f, ok := fails[h.ID]; ok && !f.Due {
 			if at := time.Now().Add(f.Wait); at.Before(next) {
 				next = at
@@ -110,7 +122,18 @@ func (r *runner) startDrain(ctx context.Context, key string, headID int64) {
 			delete(r.draining, key)
 			r.mu.Unlock()
 		}()
-		for id := headID; id != 0 && ctx.Err() == nil; {
+		id := headID
+		if id < 0 { // bounded pause: dead-letter the head first
+			next, err := r.expire(ctx, key, -id)
+			if err != nil {
+				if ctx.Err() == nil && r.hard.Err() == nil {
+					r.log.Warn("partitionq: dead-lettering a key blocked too long failed", slog.String("key", key), slog.Any("error", err))
+				}
+				return
+			}
+			id = next
+		}
+		for id != 0 && ctx.Err() == nil {
 			next, err := r.drainOne(ctx, key, id)
 			if err != nil {
 				if ctx.Err() == nil && r.hard.Err() == nil {
@@ -220,6 +243,44 @@ func (r *runner) drainOne(ctx context.Context, key string, headID int64) (int64,
 		return 0, err
 	}
 	return nextEv.ID, nil
+}
+
+// expire dead-letters the head headID of key (blocked longer than
+// MaxBlocked) under its row lock and returns the key's next parked event.
+func (r *runner) expire(ctx context.Context, key string, headID int64) (int64, error) {
+	db := r.hard
+	tx, err := r.cfg.Pool.Begin(db)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // no-op after commit
+	run, err := r.cfg.Eng.LockParkedRun(db, tx, r.cfg.SubID, key, headID, 1)
+	if errors.Is(err, engine.ErrLocked) || (err == nil && (len(run) == 0 || run[0].ID != headID)) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	fails, err := store.Failures(db, tx, r.cfg.Queue, r.cfg.Consumer, []int64{headID})
+	if err != nil {
+		return 0, err
+	}
+	f := fails[headID]
+	ev := run[0]
+	dl := store.DeadLetter{Queue: r.cfg.Queue, Group: r.cfg.Group, Slot: r.cfg.Slot, EvID: ev.ID, EvTime: ev.Time,
+		Type: ev.Type, Data: ev.Data, Key: ev.Key, Attempts: max(f.Attempts, int(ev.Retry)), LastError: f.LastError,
+		Reason: "max_blocked", Actor: "worker"}
+	if err := r.resolve(db, tx, []int64{ev.ID}, []store.DeadLetter{dl}); err != nil {
+		return 0, err
+	}
+	r.cfg.Stats.DeadLettered.Add(1)
+	r.log.Warn("partitionq: head dead-lettered: key blocked longer than MaxBlocked", slog.String("key", key),
+		slog.Int64("event_id", ev.ID), slog.Duration("blocked", f.Age))
+	next, ok, err := r.cfg.Eng.NextRetry(ctx, r.cfg.Pool, r.cfg.SubID, key, ev.ID)
+	if err != nil || !ok {
+		return 0, err
+	}
+	return next.ID, nil
 }
 
 // resolve removes handled (and dead-lettered) events from the retry queue

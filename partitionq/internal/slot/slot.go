@@ -74,9 +74,13 @@ type Config struct {
 	PollInterval     time.Duration // wait between empty next_batch calls
 	StandbyPoll      time.Duration // wait between ownership tries
 	HeadScanInterval time.Duration // longest wait between scans of parked heads
-	ChunkSize        int           // events fetched from the batch cursor at a time
-	AppName          string        // application_name of the owning session
-	Stats            *Stats
+	// MaxBlocked (pause): a head that first failed longer ago than this is
+	// dead-lettered (MaxBlockedDeadLetter) or only flagged. 0: no bound.
+	MaxBlocked           time.Duration
+	MaxBlockedDeadLetter bool
+	ChunkSize            int    // events fetched from the batch cursor at a time
+	AppName              string // application_name of the owning session
+	Stats                *Stats
 }
 
 // Run runs the slot until stop is done. Handlers get contexts derived from

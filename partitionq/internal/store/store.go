@@ -75,6 +75,7 @@ create table if not exists partitionq.audit (
     outcome text        not null default ''
 );
 create index if not exists audit_group on partitionq.audit (queue, grp, id);
+alter table partitionq.failure add column if not exists flagged_at timestamptz;
 `
 
 // Migrate creates the schema and tables when missing. Concurrent callers
@@ -120,6 +121,10 @@ type Failure struct {
 	// due, and if not, how long until it is.
 	Due  bool
 	Wait time.Duration
+	// Age is how long ago the event first failed (server clock).
+	Age time.Duration
+	// FlaggedAt is set when a worker flagged the event as blocked too long.
+	FlaggedAt *time.Time
 }
 
 // PutFailure records (or updates) the failure of one event; the next
@@ -158,7 +163,8 @@ func Failures(ctx context.Context, db DB, queue, consumer string, ids []int64) (
 	}
 	rows, err := db.Query(ctx, `
 		select ev_id, attempts, last_error, first_failed_at, last_failed_at, next_attempt_at,
-		       next_attempt_at <= now(), greatest(next_attempt_at - now(), '0'::interval)
+		       next_attempt_at <= now(), greatest(next_attempt_at - now(), '0'::interval),
+		       now() - first_failed_at, flagged_at
 		  from partitionq.failure where queue = $1 and consumer = $2 and ev_id = any($3::int8[])`, queue, consumer, ids)
 	if err != nil {
 		return nil, fmt.Errorf("read failures: %w", err)
@@ -166,12 +172,23 @@ func Failures(ctx context.Context, db DB, queue, consumer string, ids []int64) (
 	defer rows.Close()
 	for rows.Next() {
 		var f Failure
-		if err := rows.Scan(&f.EvID, &f.Attempts, &f.LastError, &f.FirstFailedAt, &f.LastFailedAt, &f.NextAttemptAt, &f.Due, &f.Wait); err != nil {
+		if err := rows.Scan(&f.EvID, &f.Attempts, &f.LastError, &f.FirstFailedAt, &f.LastFailedAt, &f.NextAttemptAt, &f.Due, &f.Wait, &f.Age, &f.FlaggedAt); err != nil {
 			return nil, err
 		}
 		out[f.EvID] = f
 	}
 	return out, rows.Err()
+}
+
+// Flag marks an event as blocked for too long; it reports whether the
+// flag is new.
+func Flag(ctx context.Context, db DB, queue, consumer string, evID int64) (bool, error) {
+	tag, err := db.Exec(ctx, `update partitionq.failure set flagged_at = now()
+		where queue = $1 and consumer = $2 and ev_id = $3 and flagged_at is null`, queue, consumer, evID)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
 }
 
 // RetryNow brings the next attempt of one event forward to now; it reports
