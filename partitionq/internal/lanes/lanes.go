@@ -19,7 +19,9 @@ type Dispatcher[T any] struct {
 	work  func(key string, item T)
 
 	mu      sync.Mutex
-	cond    *sync.Cond
+	wake    *sync.Cond // workers wait here for a ready lane
+	space   *sync.Cond // WaitBelow waits here for pending to drop
+	below   int        // the smallest bound a WaitBelow waits for (0: none waits)
 	lanes   map[string]*lane[T]
 	ready   []*lane[T]
 	pending int // added, not yet worked
@@ -36,7 +38,8 @@ func New[T any](limit int, work func(key string, item T)) *Dispatcher[T] {
 		limit = 1
 	}
 	d := &Dispatcher[T]{limit: limit, work: work, lanes: map[string]*lane[T]{}}
-	d.cond = sync.NewCond(&d.mu)
+	d.wake = sync.NewCond(&d.mu)
+	d.space = sync.NewCond(&d.mu)
 	return d
 }
 
@@ -57,13 +60,14 @@ func (d *Dispatcher[T]) Add(key string, item T) {
 	if !l.active && !l.queued {
 		l.queued = true
 		d.ready = append(d.ready, l)
+		if d.workers < d.limit && d.workers < len(d.ready)+d.active {
+			d.workers++
+			d.wg.Add(1)
+			go d.worker()
+		} else {
+			d.wake.Signal()
+		}
 	}
-	if d.workers < d.limit && d.workers < len(d.ready)+d.active {
-		d.workers++
-		d.wg.Add(1)
-		go d.worker()
-	}
-	d.cond.Broadcast()
 }
 
 // Pending returns how many added items have not finished.
@@ -78,7 +82,10 @@ func (d *Dispatcher[T]) WaitBelow(n int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for d.pending >= n {
-		d.cond.Wait()
+		if d.below == 0 || n < d.below {
+			d.below = n
+		}
+		d.space.Wait()
 	}
 }
 
@@ -86,7 +93,7 @@ func (d *Dispatcher[T]) WaitBelow(n int) {
 func (d *Dispatcher[T]) Close() {
 	d.mu.Lock()
 	d.closed = true
-	d.cond.Broadcast()
+	d.wake.Broadcast()
 	d.mu.Unlock()
 }
 
@@ -101,7 +108,7 @@ func (d *Dispatcher[T]) worker() {
 	d.mu.Lock()
 	for {
 		for len(d.ready) == 0 && !d.closed {
-			d.cond.Wait()
+			d.wake.Wait()
 		}
 		if len(d.ready) == 0 {
 			d.workers--
@@ -132,6 +139,9 @@ func (d *Dispatcher[T]) worker() {
 		} else {
 			delete(d.lanes, l.key)
 		}
-		d.cond.Broadcast()
+		if d.below > 0 && d.pending < d.below {
+			d.below = 0
+			d.space.Broadcast()
+		}
 	}
 }
