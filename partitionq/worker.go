@@ -221,12 +221,12 @@ type Worker struct {
 	stats []*slot.Stats // by position in slots
 	log   *slog.Logger
 
-	mu       sync.Mutex
-	started  bool
-	stopOnce sync.Once
-	stopSoft context.CancelFunc
-	stopHard context.CancelFunc
-	done     chan struct{}
+	mu           sync.Mutex
+	started      bool
+	stoppedEarly bool // Stop ran before Start
+	stopSoft     context.CancelFunc
+	stopHard     context.CancelFunc
+	done         chan struct{}
 }
 
 // NewWorker validates cfg and reads the group from the engine. ctx governs
@@ -306,6 +306,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.started {
 		return errors.New("partitionq: worker already started")
 	}
+	if w.stoppedEarly {
+		return errors.New("partitionq: worker was stopped before it started: make a new one")
+	}
 	w.started = true
 	soft, stopSoft := context.WithCancel(ctx)
 	hard, stopHard := context.WithCancel(context.WithoutCancel(ctx))
@@ -383,12 +386,15 @@ func (w *Worker) handleFunc(s int) slot.Handler {
 // safe to call more than once, and before Start.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
-	started := w.started
-	w.mu.Unlock()
-	if !started {
-		w.stopOnce.Do(func() { close(w.done) })
+	if !w.started {
+		if !w.stoppedEarly {
+			w.stoppedEarly = true
+			close(w.done)
+		}
+		w.mu.Unlock()
 		return nil
 	}
+	w.mu.Unlock()
 	w.stopSoft()
 	select {
 	case <-w.done:
