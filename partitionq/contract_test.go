@@ -249,7 +249,7 @@ func TestEngineUntouched(t *testing.T) {
 		t.Fatalf("only %d engine functions found", len(before))
 	}
 	b.group(t, 4)
-	l := &log{decide: func(_ context.Context, ev *partitionq.Event) error {
+	l := &handlingLog{decide: func(_ context.Context, ev *partitionq.Event) error {
 		if string(ev.Payload) == "1" && ev.Attempt == 1 {
 			return errBoom
 		}

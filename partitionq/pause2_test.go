@@ -26,7 +26,7 @@ func TestSkipDuringHandlerNeverBoth(t *testing.T) {
 			release := make(chan struct{})
 			var once sync.Once
 			t.Cleanup(func() { once.Do(func() { close(release) }) })
-			l := &log{decide: func(ctx context.Context, ev *partitionq.Event) error {
+			l := &handlingLog{decide: func(ctx context.Context, ev *partitionq.Event) error {
 				if string(ev.Payload) != "2" {
 					return nil
 				}
@@ -116,7 +116,7 @@ func boolInt(b bool) int {
 	return 0
 }
 
-func (l *log) attemptsOK(key, payload string) []int {
+func (l *handlingLog) attemptsOK(key, payload string) []int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []int
@@ -138,7 +138,7 @@ func TestNoOvertakeWhileHeadRetried(t *testing.T) {
 	b.group(t, 1)
 	var mu sync.Mutex
 	failuresLeft := 5
-	l := &log{decide: func(_ context.Context, ev *partitionq.Event) error {
+	l := &handlingLog{decide: func(_ context.Context, ev *partitionq.Event) error {
 		if string(ev.Payload) == "1" {
 			mu.Lock()
 			defer mu.Unlock()
@@ -195,7 +195,7 @@ func TestHotBlockedKeyMovesEachEventOnce(t *testing.T) {
 	hot, other := b.sameSlotKeys(t, 2)
 	var heldMu sync.Mutex
 	held := true
-	l := &log{decide: func(_ context.Context, ev *partitionq.Event) error {
+	l := &handlingLog{decide: func(_ context.Context, ev *partitionq.Event) error {
 		heldMu.Lock()
 		defer heldMu.Unlock()
 		if ev.Key == hot && string(ev.Payload) == "0" && held {
@@ -289,7 +289,7 @@ func TestSkipPolicyDoesNotBlock(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.group(t, 1)
-	l := &log{decide: func(_ context.Context, ev *partitionq.Event) error {
+	l := &handlingLog{decide: func(_ context.Context, ev *partitionq.Event) error {
 		switch {
 		case string(ev.Payload) == "2" && ev.Attempt == 1:
 			return errBoom
@@ -325,7 +325,7 @@ func TestQuarantineAndReplay(t *testing.T) {
 	b.group(t, 2)
 	var mu sync.Mutex
 	poisoned := true
-	l := &log{decide: func(_ context.Context, ev *partitionq.Event) error {
+	l := &handlingLog{decide: func(_ context.Context, ev *partitionq.Event) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if ev.Key == "k" && string(ev.Payload) == "1" && poisoned {
@@ -395,7 +395,7 @@ func TestRetryNowBringsAttemptForward(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.group(t, 1)
-	l := &log{decide: func(_ context.Context, ev *partitionq.Event) error {
+	l := &handlingLog{decide: func(_ context.Context, ev *partitionq.Event) error {
 		if ev.Attempt == 1 {
 			return errBoom
 		}
@@ -427,7 +427,7 @@ func TestBoundedPause(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			b.group(t, 1)
-			l := &log{decide: func(_ context.Context, ev *partitionq.Event) error {
+			l := &handlingLog{decide: func(_ context.Context, ev *partitionq.Event) error {
 				if string(ev.Payload) == "1" {
 					return errBoom
 				}

@@ -48,14 +48,14 @@ type handling struct {
 	ok      bool
 }
 
-// log is a handler whose behaviour a test scripts per event.
-type log struct {
+// handlingLog is a handler whose behaviour a test scripts per event.
+type handlingLog struct {
 	mu     sync.Mutex
 	all    []handling
 	decide func(ctx context.Context, ev *partitionq.Event) error
 }
 
-func (l *log) Handle(ctx context.Context, ev *partitionq.Event) error {
+func (l *handlingLog) Handle(ctx context.Context, ev *partitionq.Event) error {
 	err := l.decide(ctx, ev)
 	l.mu.Lock()
 	l.all = append(l.all, handling{ev.Key, string(ev.Payload), ev.Attempt, err == nil})
@@ -64,7 +64,7 @@ func (l *log) Handle(ctx context.Context, ev *partitionq.Event) error {
 }
 
 // okSeq returns the payloads handled successfully for key, in order.
-func (l *log) okSeq(key string) []string {
+func (l *handlingLog) okSeq(key string) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []string
@@ -76,7 +76,7 @@ func (l *log) okSeq(key string) []string {
 	return out
 }
 
-func (l *log) attempts(key, payload string) []int {
+func (l *handlingLog) attempts(key, payload string) []int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []int
@@ -88,7 +88,7 @@ func (l *log) attempts(key, payload string) []int {
 	return out
 }
 
-func (l *log) waitOK(t *testing.T, key string, n int) {
+func (l *handlingLog) waitOK(t *testing.T, key string, n int) {
 	t.Helper()
 	pgtest.WaitFor(t, 30*time.Second, fmt.Sprintf("%d events of %s handled", n, key), func() (bool, error) {
 		return len(l.okSeq(key)) >= n, nil
@@ -106,7 +106,7 @@ func TestPauseHoldsKeyAndOthersFlow(t *testing.T) {
 	third := make(chan struct{})
 	var once sync.Once
 	t.Cleanup(func() { once.Do(func() { close(release) }) })
-	l := &log{decide: func(ctx context.Context, ev *partitionq.Event) error {
+	l := &handlingLog{decide: func(ctx context.Context, ev *partitionq.Event) error {
 		if ev.Key == k && string(ev.Payload) == "2" {
 			switch ev.Attempt {
 			case 1, 2:
@@ -180,7 +180,7 @@ func TestSkipUnblocksInOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.group(t, 2)
-	l := &log{decide: func(_ context.Context, ev *partitionq.Event) error {
+	l := &handlingLog{decide: func(_ context.Context, ev *partitionq.Event) error {
 		if ev.Key == "k" && string(ev.Payload) == "2" {
 			return errBoom
 		}
@@ -241,7 +241,7 @@ func TestMaxAttemptsDeadLetters(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.group(t, 1)
-	l := &log{decide: func(_ context.Context, ev *partitionq.Event) error {
+	l := &handlingLog{decide: func(_ context.Context, ev *partitionq.Event) error {
 		if string(ev.Payload) == "2" {
 			return errBoom
 		}

@@ -18,7 +18,7 @@ func TestGracefulShutdownLeavesBatchOpen(t *testing.T) {
 	b := setup(t)
 	b.group(t, 1)
 	inside := make(chan struct{}, 10)
-	l1 := &log{decide: func(ctx context.Context, ev *partitionq.Event) error {
+	l1 := &handlingLog{decide: func(ctx context.Context, ev *partitionq.Event) error {
 		if string(ev.Payload) == "2" {
 			inside <- struct{}{}
 			<-ctx.Done() // a handler that ignores shutdown until cancelled
@@ -71,7 +71,7 @@ func TestGracefulShutdownLeavesBatchOpen(t *testing.T) {
 		t.Fatalf("after stop: owner %+v, open batch %v; want no owner and the batch left open", s.Owner, s.InBatch)
 	}
 	// The next worker gets the same batch: 1 is delivered again, nothing is lost.
-	l2 := &log{decide: func(context.Context, *partitionq.Event) error { return nil }}
+	l2 := &handlingLog{decide: func(context.Context, *partitionq.Event) error { return nil }}
 	b.worker(t, partitionq.WorkerConfig{Handler: l2})
 	l2.waitOK(t, "k", 3)
 	if got := l2.okSeq("k"); !reflect.DeepEqual(got, []string{"1", "2", "3"}) {

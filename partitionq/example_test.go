@@ -1,0 +1,105 @@
+package partitionq_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/partitionq/partitionq/partitionq"
+)
+
+// A worker that handles a multi-tenant file service's events in order per
+// tenant, eight tenants at a time in each of four slots.
+func Example() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL")+"?pool_max_conns=24")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	client, err := partitionq.NewClient(ctx, pool, partitionq.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Idempotent: creates the queue and the group's 4 slot consumers once.
+	if _, err := client.Setup(ctx, partitionq.GroupSpec{Queue: "files", Group: "indexer", Slots: 4}); err != nil {
+		log.Fatal(err)
+	}
+	// Producers attach the tenant as the partition key.
+	if _, err := client.Send(ctx, "files", partitionq.Message{
+		Key: "tenant-42", Type: "FileCreated", Payload: []byte(`{"path":"/a.txt"}`),
+	}); err != nil {
+		log.Fatal(err)
+	}
+	w, err := client.NewWorker(ctx, partitionq.WorkerConfig{
+		Queue: "files", Group: "indexer", Concurrency: 8, RunTicker: true,
+		Handler: partitionq.HandlerFunc(func(ctx context.Context, ev *partitionq.Event) error {
+			fmt.Printf("tenant %s: %s %s (attempt %d)\n", ev.Key, ev.Type, ev.Payload, ev.Attempt)
+			return nil // an error pauses the tenant until the event succeeds or an operator skips it
+		}),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := w.Run(ctx); err != nil { // until Ctrl-C; then a graceful stop
+		log.Fatal(err)
+	}
+}
+
+// Sending atomically with the application's own writes.
+func ExampleClient_SendTx() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	client, err := partitionq.NewClient(ctx, pool, partitionq.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, `insert into files (tenant, path) values ($1, $2)`, "tenant-42", "/a.txt"); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := client.SendTx(ctx, tx, "files", partitionq.Message{Key: "tenant-42", Type: "FileCreated", Payload: []byte(`{"path":"/a.txt"}`)}); err != nil {
+		log.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil { // the event exists only if the row does
+		log.Fatal(err)
+	}
+}
+
+// An operator unblocks a tenant whose head event keeps failing.
+func ExampleClient_Skip() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	client, err := partitionq.NewClient(ctx, pool, partitionq.Config{Actor: "alice"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	bk, err := client.BlockedKey(ctx, "files", "indexer", "tenant-42")
+	if err != nil {
+		log.Fatal(err) // partitionq.ErrNotBlocked when it is not blocked
+	}
+	res, err := client.Skip(ctx, partitionq.Action{Queue: "files", Group: "indexer", Key: "tenant-42",
+		HeadID: bk.Head.ID, Reason: "corrupt upload, ticket 1234"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(res.Outcome) // skipped, or already_resolved if a retry won meanwhile
+}
