@@ -298,21 +298,25 @@ func (e *Engine) LockRetry(ctx context.Context, tx pgx.Tx, subID int32, evID int
 	if !wait {
 		sql += ` nowait`
 	}
-	rows, err := tx.Query(ctx, e.f(sql), subID, evID, Far)
-	if err != nil {
+	evs, err := e.lockEvents(ctx, tx, sql, subID, evID, Far)
+	if err != nil || len(evs) == 0 {
 		return Event{}, false, err
-	}
-	evs, err := pgx.CollectRows(rows, scanEvent)
-	if err != nil {
-		if isLockNotAvailable(err) {
-			return Event{}, false, ErrLocked
-		}
-		return Event{}, false, err
-	}
-	if len(evs) == 0 {
-		return Event{}, false, nil
 	}
 	return evs[0], true, nil
+}
+
+// lockEvents runs a select ... for update of retry-queue events in tx and
+// turns a lock wait that failed (nowait, or lock_timeout) into ErrLocked.
+func (e *Engine) lockEvents(ctx context.Context, tx pgx.Tx, sql string, args ...any) ([]Event, error) {
+	rows, err := tx.Query(ctx, e.f(sql), args...)
+	if err != nil {
+		return nil, err
+	}
+	evs, err := pgx.CollectRows(rows, scanEvent)
+	if isLockNotAvailable(err) {
+		return nil, ErrLocked
+	}
+	return evs, err
 }
 
 // HasOlderRetry reports whether subID's retry queue holds an event of key
@@ -377,33 +381,17 @@ func (e *Engine) LockRetryQueue(ctx context.Context, tx pgx.Tx) error {
 // LockKeyRetries locks every retry-queue row of key of subID for the rest of
 // tx (waiting up to lock_timeout, then ErrLocked) and returns them in ev_id order.
 func (e *Engine) LockKeyRetries(ctx context.Context, tx pgx.Tx, subID int32, key string) ([]Event, error) {
-	rows, err := tx.Query(ctx, e.f(`select `+eventCols+` from pgq.retry_queue
-		where ev_owner = $1 and ev_extra1 = $2 order by ev_id for update`), subID, key)
-	if err != nil {
-		return nil, err
-	}
-	evs, err := pgx.CollectRows(rows, scanEvent)
-	if isLockNotAvailable(err) {
-		return nil, ErrLocked
-	}
-	return evs, err
+	return e.lockEvents(ctx, tx, `select `+eventCols+` from pgq.retry_queue
+		where ev_owner = $1 and ev_extra1 = $2 order by ev_id for update`, subID, key)
 }
 
 // LockParkedRun locks up to limit parked rows (at Far) of key of subID, in
 // ev_id order from fromID on, for the rest of tx, without waiting: when any
 // of them is locked by another transaction it fails with ErrLocked.
 func (e *Engine) LockParkedRun(ctx context.Context, tx pgx.Tx, subID int32, key string, fromID int64, limit int) ([]Event, error) {
-	rows, err := tx.Query(ctx, e.f(`select `+eventCols+` from pgq.retry_queue
+	return e.lockEvents(ctx, tx, `select `+eventCols+` from pgq.retry_queue
 		where ev_owner = $1 and ev_extra1 = $2 and ev_id >= $3 and ev_retry_after >= $4
-		order by ev_id limit $5 for update nowait`), subID, key, fromID, Far, limit)
-	if err != nil {
-		return nil, err
-	}
-	evs, err := pgx.CollectRows(rows, scanEvent)
-	if isLockNotAvailable(err) {
-		return nil, ErrLocked
-	}
-	return evs, err
+		order by ev_id limit $5 for update nowait`, subID, key, fromID, Far, limit)
 }
 
 // DeleteRetries removes rows of subID from the retry queue.
