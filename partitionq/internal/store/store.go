@@ -24,7 +24,7 @@ type DB interface {
 }
 
 // Version is the schema version this package writes.
-const Version = 1
+const Version = 2 // 2: failure.flagged_at
 
 const ddl = `
 create schema if not exists partitionq;
@@ -81,8 +81,24 @@ alter table partitionq.failure add column if not exists flagged_at timestamptz;
 // Migrate creates the schema and tables when missing. Concurrent callers
 // are serialized with a transaction-level advisory lock.
 func Migrate(ctx context.Context, db interface {
+	DB
 	Begin(ctx context.Context) (pgx.Tx, error)
 }) error {
+	// Already at this version: no DDL, so roles without CREATE (operators,
+	// workers) can call it.
+	var exists bool
+	if err := db.QueryRow(ctx, `select to_regclass('partitionq.schema_version') is not null`).Scan(&exists); err != nil {
+		return fmt.Errorf("read partitionq schema version: %w", err)
+	}
+	if exists {
+		var current int
+		if err := db.QueryRow(ctx, `select coalesce(max(version), 0) from partitionq.schema_version`).Scan(&current); err != nil {
+			return fmt.Errorf("read partitionq schema version: %w", err)
+		}
+		if current >= Version {
+			return nil
+		}
+	}
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return err
@@ -94,7 +110,7 @@ func Migrate(ctx context.Context, db interface {
 	if _, err := tx.Exec(ctx, ddl); err != nil {
 		return fmt.Errorf("create schema partitionq: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `insert into partitionq.schema_version select $1 where not exists (select 1 from partitionq.schema_version)`, Version); err != nil {
+	if _, err := tx.Exec(ctx, `delete from partitionq.schema_version; insert into partitionq.schema_version values ($1)`, Version); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)
