@@ -110,7 +110,10 @@ func Migrate(ctx context.Context, db interface {
 	if _, err := tx.Exec(ctx, ddl); err != nil {
 		return fmt.Errorf("create schema partitionq: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `delete from partitionq.schema_version; insert into partitionq.schema_version values ($1)`, Version); err != nil {
+	if _, err := tx.Exec(ctx, `delete from partitionq.schema_version`); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `insert into partitionq.schema_version values ($1)`, Version); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)
