@@ -1,6 +1,6 @@
 // Command partitionq drives the partitionq library from a shell: setup,
 // send, work, status, blocked, skip, retry, quarantine, preview, dlq,
-// audit, tick, console and version. See docs/cli.md, or run
+// audit, tick, console, demo and version. See docs/cli.md, or run
 // partitionq --help.
 package main
 

@@ -52,6 +52,7 @@ See docs/cli.md.`,
 		&cobra.Group{ID: "work", Title: "Working:"},
 		&cobra.Group{ID: "inspect", Title: "Inspecting:"},
 		&cobra.Group{ID: "unblock", Title: "Unblocking:"},
+		&cobra.Group{ID: "demo", Title: "Trying it out:"},
 	)
 	add := func(group string, cmds ...*cobra.Command) {
 		for _, c := range cmds {
@@ -63,6 +64,7 @@ See docs/cli.md.`,
 	add("work", a.workCmd(), a.tickCmd())
 	add("inspect", a.statusCmd(), a.blockedCmd(), a.previewCmd(), a.auditCmd(), a.consoleCmd())
 	add("unblock", a.skipCmd(), a.retryCmd(), a.quarantineCmd(), a.dlqCmd())
+	add("demo", a.demoCmd())
 	root.AddCommand(a.versionCmd())
 	return root
 }
