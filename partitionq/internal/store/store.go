@@ -221,10 +221,10 @@ func RetryNow(ctx context.Context, db DB, queue, consumer string, evID int64) (b
 	return tag.RowsAffected() == 1, nil
 }
 
-// PurgeFailures deletes failure records of a consumer whose events are no
-// longer in the engine's retry queue (ids not in keep).
+// PurgeFailures deletes the failure records of a consumer, except those of
+// the events in keep (nil: all of them).
 func PurgeFailures(ctx context.Context, db DB, queue, consumer string, keep []int64) error {
-	_, err := db.Exec(ctx, `delete from partitionq.failure where queue = $1 and consumer = $2 and not (ev_id = any($3::int8[]))`, queue, consumer, keep)
+	_, err := db.Exec(ctx, `delete from partitionq.failure where queue = $1 and consumer = $2 and ($3::int8[] is null or not (ev_id = any($3::int8[])))`, queue, consumer, keep)
 	return err
 }
 

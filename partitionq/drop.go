@@ -1,0 +1,70 @@
+package partitionq
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/partitionq/partitionq/partitionq/internal/ownership"
+	"github.com/partitionq/partitionq/partitionq/internal/store"
+)
+
+// DropGroupRequest names a group to drop.
+type DropGroupRequest struct {
+	Queue, Group string
+	// Force drops the group even when events are set aside in its retry
+	// queue (blocked keys and the events waiting behind them): they are
+	// dropped with it. Without Force such a group is refused.
+	Force  bool
+	Reason string
+	Actor  string
+}
+
+// DropGroup unregisters every slot consumer of a group, so that it no
+// longer holds back the queue's table rotation (for example the old group
+// after a change of N: docs/operations.md). It refuses while a live worker
+// owns any slot, and, without Force, while events are set aside. The queue,
+// its other groups and the group's dead letters stay. ctx governs the call,
+// which runs in one transaction and is recorded in the audit trail.
+func (c *Client) DropGroup(ctx context.Context, r DropGroupRequest) error {
+	g, err := c.Group(ctx, r.Queue, r.Group)
+	if err != nil {
+		return err
+	}
+	owners, err := ownership.Owners(ctx, c.pool, g.subIDs)
+	if err != nil {
+		return err
+	}
+	for s, sub := range g.subIDs {
+		if o, ok := owners[sub]; ok {
+			return fmt.Errorf("slot %d of group %q is owned by a live worker (%s, pid %d): stop the group's workers first", s, r.Group, o.ApplicationName, o.PID)
+		}
+	}
+	if err := store.Migrate(ctx, c.pool); err != nil {
+		return err
+	}
+	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		var aside int64
+		for _, sub := range g.subIDs {
+			timed, parked, err := c.eng.RetryCount(ctx, tx, sub)
+			if err != nil {
+				return err
+			}
+			aside += timed + parked
+		}
+		if aside > 0 && !r.Force {
+			return fmt.Errorf("group %q has %d events set aside (blocked keys and their waiting events): resolve them (partitionq blocked, skip, quarantine) or force the drop, which drops them too", r.Group, aside)
+		}
+		for _, name := range g.Consumers {
+			if err := c.eng.UnregisterConsumer(ctx, tx, r.Queue, name); err != nil {
+				return fmt.Errorf("unregister %q: %w", name, err)
+			}
+			if err := store.PurgeFailures(ctx, tx, r.Queue, name, nil); err != nil {
+				return err
+			}
+		}
+		return store.Audit(ctx, tx, store.AuditEntry{Actor: c.actor(r.Actor), Action: "drop_group", Queue: r.Queue, Group: r.Group,
+			Reason: r.Reason, Outcome: fmt.Sprintf("dropped %d slots, %d events set aside dropped", g.Slots, aside)})
+	})
+}
