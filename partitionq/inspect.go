@@ -11,8 +11,8 @@ import (
 type Owner struct {
 	Name  string    // the worker's Identity (application_name of its session)
 	PID   int32     // server process id of the owning session
-	Addr  string    // client address, or "local" for a socket
-	Since time.Time // when the owning session connected
+	Addr  string    // client address, "local" for a socket, "" when the role may not see it
+	Since time.Time // when the owning session connected (zero when the role may not see it)
 }
 
 // SlotStatus is the engine's view of one slot, read-only.
@@ -94,7 +94,10 @@ func (c *Client) Status(ctx context.Context, queue, group string) (GroupStatus, 
 	for i, sub := range g.subIDs {
 		s := &gs.SlotStatus[i]
 		if o, ok := owners[sub]; ok {
-			s.Owner = &Owner{Name: o.ApplicationName, PID: o.PID, Addr: o.ClientAddr, Since: o.BackendStart}
+			s.Owner = &Owner{Name: o.ApplicationName, PID: o.PID, Addr: o.ClientAddr}
+			if o.BackendStart != nil {
+				s.Owner.Since = *o.BackendStart
+			}
 		}
 		timed, parked, err := c.eng.RetryCount(ctx, c.pool, sub)
 		if err != nil {

@@ -325,7 +325,11 @@ func (v *slotsView) why(height int) []string {
 	d := diagnose(s, v.snap.status, blockedOf(v.snap.blocked, s.Slot), v.snap.at)
 	owner := "no live owner"
 	if o := s.Owner; o != nil {
-		owner = fmt.Sprintf("owner %s (pid %d, %s, connected %s ago)", ownerName(o), o.PID, o.Addr, age(v.snap.at.Sub(o.Since)))
+		owner = fmt.Sprintf("owner %s (pid %d", ownerName(o), o.PID)
+		if !o.Since.IsZero() { // a role without pg_read_all_stats sees neither address nor start
+			owner += fmt.Sprintf(", %s, connected %s ago", o.Addr, age(v.snap.at.Sub(o.Since)))
+		}
+		owner += ")"
 	}
 	title := fmt.Sprintf("Why · slot %d · %s · %s", s.Slot, s.Consumer, owner)
 	var lines []string

@@ -36,10 +36,10 @@ type slotStatusJSON struct {
 }
 
 type ownerJSON struct {
-	Name  string    `json:"name"`
-	PID   int32     `json:"pid"`
-	Addr  string    `json:"addr"`
-	Since time.Time `json:"since"`
+	Name  string     `json:"name"`
+	PID   int32      `json:"pid"`
+	Addr  string     `json:"addr"`
+	Since *time.Time `json:"since"` // null when the role may not see it
 }
 
 func toStatusJSON(gs partitionq.GroupStatus) statusJSON {
@@ -49,7 +49,7 @@ func toStatusJSON(gs partitionq.GroupStatus) statusJSON {
 		j := slotStatusJSON{Slot: s.Slot, Consumer: s.Consumer, LagSeconds: seconds(s.Lag), LastSeenSeconds: seconds(s.LastSeen),
 			InBatch: s.InBatch, QueuePending: s.QueuePending, PendingEstimate: s.PendingEstimate, BlockedKeys: s.BlockedKeys, SetAside: s.SetAside}
 		if o := s.Owner; o != nil {
-			j.Owner = &ownerJSON{Name: o.Name, PID: o.PID, Addr: o.Addr, Since: utc(o.Since)}
+			j.Owner = &ownerJSON{Name: o.Name, PID: o.PID, Addr: o.Addr, Since: optTime(o.Since)}
 		}
 		out.Slots = append(out.Slots, j)
 	}

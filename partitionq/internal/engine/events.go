@@ -345,6 +345,15 @@ func (e *Engine) SetRetryCount(ctx context.Context, db DB, subID int32, evID int
 	return err
 }
 
+// HasDueRetry reports whether any retry-queue row is due for the engine's
+// mover. It reads without the mover's table lock, so that idle ticks do
+// not take that lock (which makes autovacuum give up on the table).
+func (e *Engine) HasDueRetry(ctx context.Context, db DB) (bool, error) {
+	var ok bool
+	err := db.QueryRow(ctx, e.f(`select exists (select 1 from pgq.retry_queue where ev_retry_after <= now())`)).Scan(&ok)
+	return ok, err
+}
+
 // RetryCount counts the rows in subID's retry queue that the engine's mover
 // will re-deliver (time set) and the parked ones (at Far).
 func (e *Engine) RetryCount(ctx context.Context, db DB, subID int32) (timed, parked int64, err error) {

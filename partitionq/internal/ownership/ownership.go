@@ -49,14 +49,17 @@ type Owner struct {
 	SubID           int32
 	PID             int32
 	ApplicationName string
-	ClientAddr      string
-	BackendStart    time.Time
+	ClientAddr      string     // "" when the reading role may not see it
+	BackendStart    *time.Time // nil when the reading role may not see it
 }
 
 // Owners returns the holder of each of the given slot locks that is held.
 func Owners(ctx context.Context, db DB, subIDs []int32) (map[int32]Owner, error) {
 	rows, err := db.Query(ctx, `
-		select l.objid::int4, a.pid, coalesce(a.application_name, ''), coalesce(host(a.client_addr), 'local'), a.backend_start
+		select l.objid::int4, a.pid, coalesce(a.application_name, ''),
+		       -- another role's address and start time are NULL without pg_read_all_stats
+		       case when a.backend_start is null then '' else coalesce(host(a.client_addr), 'local') end,
+		       a.backend_start
 		  from pg_locks l join pg_stat_activity a on a.pid = l.pid
 		 where l.locktype = 'advisory' and l.granted and l.classid = $1 and l.objsubid = 2
 		   and l.database = (select oid from pg_database where datname = current_database())

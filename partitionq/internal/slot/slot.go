@@ -91,7 +91,10 @@ func Run(stop, hard context.Context, cfg Config) {
 	log := cfg.Log.With(slog.Int("slot", cfg.Slot)) // the caller's logger names queue and group
 	backoff := time.Duration(0)
 	for stop.Err() == nil {
-		owned, err := runOnce(stop, hard, cfg, log)
+		owned, healthy, err := runOnce(stop, hard, cfg, log)
+		if healthy { // it worked for a while: the next error starts the backoff anew
+			backoff = 0
+		}
 		switch {
 		case err == nil && !owned:
 			sleep(stop, cfg.StandbyPoll)
@@ -106,10 +109,11 @@ func Run(stop, hard context.Context, cfg Config) {
 }
 
 // runOnce takes the slot if it is free and works it until stop or an error.
-func runOnce(stop, hard context.Context, cfg Config, log *slog.Logger) (owned bool, err error) {
+// healthy reports that it read from the engine at least once.
+func runOnce(stop, hard context.Context, cfg Config, log *slog.Logger) (owned, healthy bool, err error) {
 	conn, err := cfg.Pool.Acquire(stop)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	defer func() {
 		if err != nil {
@@ -120,13 +124,13 @@ func runOnce(stop, hard context.Context, cfg Config, log *slog.Logger) (owned bo
 	}()
 	ok, err := ownership.TryLock(stop, conn, cfg.SubID)
 	if err != nil || !ok {
-		return false, err
+		return false, false, err
 	}
 	cfg.Stats.Owned.Store(true)
 	defer cfg.Stats.Owned.Store(false)
 	log.Info("partitionq: slot owned", slog.String("consumer", cfg.Consumer))
 	if _, err := conn.Exec(stop, `select set_config('application_name', $1, false)`, cfg.AppName); err != nil {
-		return true, err
+		return true, false, err
 	}
 
 	r := &runner{cfg: cfg, log: log, conn: conn, stop: stop, hard: hard,
@@ -153,7 +157,7 @@ func runOnce(stop, hard context.Context, cfg Config, log *slog.Logger) (owned bo
 		}
 	}
 	log.Info("partitionq: slot released", slog.String("consumer", cfg.Consumer))
-	return true, err
+	return true, r.healthy.Load(), err
 }
 
 type runner struct {
@@ -164,6 +168,8 @@ type runner struct {
 	sem        chan struct{} // in-flight handlers of this slot
 	drainSem   chan struct{} // concurrent drains of blocked keys
 	wake       chan struct{} // new parked heads: scan now
+
+	healthy atomic.Bool // a next_batch call succeeded
 
 	mu       sync.Mutex
 	draining map[string]bool // keys being drained from the retry queue
@@ -180,6 +186,7 @@ func (r *runner) batchLoop() error {
 			}
 			return fmt.Errorf("next batch: %w", err)
 		}
+		r.healthy.Store(true)
 		if !ok {
 			sleep(r.stop, r.cfg.PollInterval)
 			continue

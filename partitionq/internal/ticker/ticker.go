@@ -77,6 +77,9 @@ func Tick(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) error {
 // policy; parked events are never due) back into their queues, unless
 // another ticker is doing it right now.
 func MoveRetries(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) error {
+	if due, err := eng.HasDueRetry(ctx, pool); err != nil || !due {
+		return err
+	}
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var got bool
 		if err := tx.QueryRow(ctx, `select pg_try_advisory_xact_lock($1, $2)`, int32(ownership.LockClass), int32(retryLock)).Scan(&got); err != nil || !got {
