@@ -2,6 +2,8 @@ package cli
 
 import (
 	"encoding/json"
+
+	"github.com/partitionq/partitionq/internal/termsafe"
 	"io"
 	"strings"
 	"sync"
@@ -63,7 +65,11 @@ func (t *table) flush() error { return t.tw.Flush() }
 
 var lineFlattener = strings.NewReplacer("\r\n", " | ", "\n", " | ", "\r", " ", "\t", " ")
 
-func oneLine(s string) string { return lineFlattener.Replace(strings.TrimRight(s, "\n")) }
+// oneLine flattens s to one line and escapes what a terminal could act on
+// (keys, payloads and errors are untrusted: internal/termsafe).
+func oneLine(s string) string {
+	return termsafe.Escape(lineFlattener.Replace(strings.TrimRight(s, "\n")))
+}
 
 // clip shortens s to at most n runes, marking the cut.
 func clip(s string, n int) string {
@@ -113,6 +119,7 @@ func dash(s string) string {
 	return s
 }
 
+// indent indents a multi-line untrusted text (escaped: internal/termsafe).
 func indent(s string) string {
-	return "  " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n  ")
+	return "  " + strings.ReplaceAll(termsafe.Escape(strings.TrimRight(s, "\n")), "\n", "\n  ")
 }
