@@ -12,6 +12,9 @@ DEVDB := scripts/devdb.sh
 
 # Extra arguments for go test, e.g. make test TESTFLAGS='-run TestQueue -v'.
 TESTFLAGS ?=
+# Extra flags for the demo, e.g. make demo DEMOFLAGS='--tenants 20 --rate 50'
+# (partitionq demo --help lists them).
+DEMOFLAGS ?=
 
 # Shell prefix for recipes that need the database: sets DATABASE_URL (kept if
 # already set; scripts/devdb.sh checks it) and PARTITIONQ_TEST_DATABASE_URL.
@@ -19,7 +22,7 @@ WITH_DB = url="$$($(DEVDB) url)"; \
 	export DATABASE_URL="$$url" PARTITIONQ_TEST_DATABASE_URL="$$url" PARTITIONQ_REQUIRE_DB=1;
 
 .DEFAULT_GOAL := help
-.PHONY: help test test-short demo bench db db-stop build vet
+.PHONY: help test test-short demo bench bench-short db db-stop build vet
 
 help: ## List the targets
 	@echo 'Usage: make TARGET'
@@ -32,11 +35,21 @@ test: ## Run all tests with the race detector against PostgreSQL+PgQ
 test-short: ## Same as test, with -short
 	@$(WITH_DB) set -x; go test -race -count=1 -timeout 15m -short $(TESTFLAGS) ./...
 
-demo: ## Run the demo (go run ./cmd/partitionq demo)
-	@$(WITH_DB) set -x; go run ./cmd/partitionq demo
+demo: ## Run the demo: a storage service in miniature, in the console (DEMOFLAGS=...)
+	@$(WITH_DB) set -x; go run ./cmd/partitionq demo $(DEMOFLAGS)
 
-bench: ## Run the benchmarks once each (-benchtime 1x)
-	@$(WITH_DB) set -x; go test -run '^$$' -bench . -benchtime 1x ./partitionq/...
+# The benchmark's server: $PQBENCH_DATABASE_URL when set; else a throwaway
+# cluster of scripts/devdb.sh (probing port 1 forces it), which preloads
+# pg_stat_statements and is nobody else's, so its CPU and WAL are the
+# bench's own. Extra flags: make bench BENCHFLAGS='-no-peers' (pqbench -help).
+BENCHFLAGS ?=
+BENCH_DB = url="$${PQBENCH_DATABASE_URL:-$$(env -u DATABASE_URL PQ_DEVDB_PROBE_PORT=1 $(DEVDB) url)}";
+
+bench: ## Run the benchmark (docs/benchmarks.md): partitionq, a plain consumer, limits, pg-boss, graphile-worker
+	@$(BENCH_DB) set -x; go run ./cmd/pqbench -db "$$url" $(BENCHFLAGS)
+
+bench-short: ## The benchmark's short form (seconds; CI runs it as a test in cmd/pqbench)
+	@$(BENCH_DB) set -x; go run ./cmd/pqbench -short -db "$$url" $(BENCHFLAGS)
 
 db: ## Ensure a PostgreSQL server with PgQ and print its URL
 	@$(DEVDB) url
@@ -49,3 +62,23 @@ build: ## go build ./...
 
 vet: ## go vet ./...
 	go vet ./...
+
+# make chaos runs the chaos suite's long form (docs/chaos.md) on a throwaway
+# PostgreSQL cluster of its own, which it restarts; CHAOS='soak -duration 10m'
+# runs the soak instead; CHAOS='run -h' lists the flags. The short form runs
+# in make test (internal/chaos).
+CHAOS ?= run -long
+# make fuzz runs every fuzz target for FUZZTIME each (the seed corpora in
+# testdata/fuzz run in make test).
+FUZZTIME ?= 10s
+FUZZ_TARGETS := partitionq:FuzzValidateKey partitionq:FuzzMessageValidate partitionq:FuzzValidateName \
+	partitionq:FuzzSendBatch partitionq:FuzzSetup internal/cli:FuzzDecodeLine internal/cli:FuzzSendLines \
+	internal/termsafe:FuzzEscape
+
+.PHONY: chaos fuzz
+
+chaos: ## Chaos long form, minutes, own cluster (CHAOS='soak -duration 10m' for the soak)
+	go run ./internal/chaos/cmd/chaos $(CHAOS)
+
+fuzz: ## Run each fuzz target for FUZZTIME (default 10s)
+	@$(WITH_DB) set -x; for t in $(FUZZ_TARGETS); do go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*}; done

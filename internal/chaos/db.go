@@ -1,0 +1,155 @@
+package chaos
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/partitionq/partitionq/internal/ordercheck"
+	"github.com/partitionq/partitionq/partitionq"
+)
+
+// harnessApp is the application_name of the harness's own sessions, which
+// the chaos never terminates.
+const harnessApp = "pqchaos-harness"
+
+// runLogDDL is the log every testworker handling writes to (see
+// internal/testworker), and the record of the producer's committed batches.
+const runLogDDL = `
+create table pq_run_log (
+	id bigserial primary key, key text not null, seq int not null, attempt int not null,
+	ok bool not null, pid int not null, at timestamptz not null default clock_timestamp());
+create table pq_sent_batch (id int primary key, events int not null);`
+
+// NewDatabase creates a fresh database with the pgq extension in the
+// cluster and returns its URL.
+func NewDatabase(ctx context.Context, cl *Cluster) (string, error) {
+	admin, err := pgx.Connect(ctx, cl.URL("postgres"))
+	if err != nil {
+		return "", err
+	}
+	defer admin.Close(context.Background())
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	name := "chaos_" + hex.EncodeToString(b)
+	if _, err := admin.Exec(ctx, "create database "+name); err != nil {
+		return "", err
+	}
+	conn, err := pgx.Connect(ctx, cl.URL(name))
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "create extension if not exists pgq"); err != nil {
+		return "", fmt.Errorf("create extension pgq: %w (install postgresql-<major>-pgq3)", err)
+	}
+	return cl.URL(name), nil
+}
+
+// harnessPool opens the harness's pool on url, named so the chaos spares it.
+func harnessPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = maxConns
+	cfg.ConnConfig.RuntimeParams["application_name"] = harnessApp
+	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// poll calls cond every 50ms until it is true, treating errors as "not
+// yet" (the server may be restarting), until timeout; then it fails with
+// what it waited for and the last error.
+func poll(ctx context.Context, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for {
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		ok, err := cond(qctx)
+		cancel()
+		if err == nil && ok {
+			return nil
+		}
+		if err != nil {
+			last = err
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		}
+		if time.Now().After(deadline) {
+			if last != nil {
+				return fmt.Errorf("timed out after %s waiting for %s (last error: %v)", timeout, what, last)
+			}
+			return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
+		}
+		t := time.NewTimer(50 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// resolved counts distinct events handled successfully plus dead letters.
+func resolved(ctx context.Context, db *pgxpool.Pool) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, `select (select count(*) from (select distinct key, seq from pq_run_log where ok) h)
+		+ (select count(*) from partitionq.dead_letter)`).Scan(&n)
+	return n, err
+}
+
+// judge runs the shared order checker over the run log and dead letters.
+func judge(ctx context.Context, db *pgxpool.Pool, sent map[string]int) (ordercheck.Report, error) {
+	rows, err := db.Query(ctx, `select key, seq, ok from pq_run_log order by id`)
+	if err != nil {
+		return ordercheck.Report{}, err
+	}
+	log, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ordercheck.Handling, error) {
+		var h ordercheck.Handling
+		err := r.Scan(&h.Key, &h.Seq, &h.OK)
+		return h, err
+	})
+	if err != nil {
+		return ordercheck.Report{}, err
+	}
+	drows, err := db.Query(ctx, `select key, (ev_data::json->>'s')::int from partitionq.dead_letter`)
+	if err != nil {
+		return ordercheck.Report{}, err
+	}
+	dead := map[string][]int{}
+	for drows.Next() {
+		var k string
+		var s int
+		if err := drows.Scan(&k, &s); err != nil {
+			drows.Close()
+			return ordercheck.Report{}, err
+		}
+		dead[k] = append(dead[k], s)
+	}
+	if err := drows.Err(); err != nil {
+		return ordercheck.Report{}, err
+	}
+	return ordercheck.Check(sent, log, dead), nil
+}
+
+// slotOwners returns the pid of the owning server session of each owned slot.
+func slotOwners(ctx context.Context, c *partitionq.Client, queue, group string) (map[int]int32, error) {
+	st, err := c.Status(ctx, queue, group)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]int32{}
+	for _, s := range st.SlotStatus {
+		if s.Owner != nil {
+			out[s.Slot] = s.Owner.PID
+		}
+	}
+	return out, nil
+}

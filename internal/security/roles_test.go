@@ -1,0 +1,301 @@
+package security_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/partitionq/partitionq/internal/cli"
+	"github.com/partitionq/partitionq/internal/pgtest"
+	"github.com/partitionq/partitionq/partitionq"
+)
+
+// consumeSQL is what consuming takes at the engine: a batch of a slot.
+const consumeSQL = `select pgq.next_batch('q', 'g#0/2')`
+
+// The producer sends (Send, SendBatch, SendTx, partitionq send) and does
+// nothing else: it cannot consume, read the retry queue or the dead letters,
+// nor act on keys. A worker started with the producer's role handles nothing.
+func TestProducerOnlySends(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	pool := e.pool("producer", 4)
+	log := &logBuffer{}
+	pc := e.client("producer", 8, log)
+
+	t.Run("can send", func(t *testing.T) {
+		if _, err := pc.Send(e.ctx, "q", partitionq.Message{Key: "a", Payload: []byte("1")}); err != nil {
+			t.Fatalf("Send: %v", err)
+		}
+		if _, err := pc.SendBatch(e.ctx, "q", []partitionq.Message{{Key: "a", Payload: []byte("2")}, {Key: "b"}}); err != nil {
+			t.Fatalf("SendBatch: %v", err)
+		}
+		if err := pgx.BeginFunc(e.ctx, pool, func(tx pgx.Tx) error {
+			_, err := pc.SendTx(e.ctx, tx, "q", partitionq.Message{Key: "a", Payload: []byte("3")})
+			return err
+		}); err != nil {
+			t.Fatalf("SendTx: %v", err)
+		}
+		if code, out, errs := e.cli("producer", `{"key":"c","payload":{"n":1}}`+"\n", "send", "--queue", "q"); code != cli.ExitOK {
+			t.Fatalf("partitionq send as producer: exit %d\n%s%s", code, out, errs)
+		}
+	})
+
+	t.Run("cannot consume or look", func(t *testing.T) {
+		for _, sql := range []string{consumeSQL, `select count(*) from pgq.retry_queue`, `select count(*) from partitionq.dead_letter`,
+			`select pgq.create_queue('other')`, `select pgq.ticker()`} {
+			_, err := pool.Exec(e.ctx, sql)
+			denied(t, sql, err)
+		}
+		_, err := pc.BlockedKeys(e.ctx, "q", "g")
+		denied(t, "BlockedKeys", err)
+		_, err = pc.DeadLetters(e.ctx, partitionq.DeadLetterQuery{Queue: "q", Group: "g"})
+		denied(t, "DeadLetters", err)
+		_, err = pc.Skip(e.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "a"})
+		denied(t, "Skip", err)
+	})
+
+	t.Run("a worker with its role handles nothing", func(t *testing.T) {
+		h := &handler{}
+		w, err := pc.NewWorker(e.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: h,
+			PollInterval: 10 * time.Millisecond, StandbyPoll: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatalf("NewWorker (it only reads the public catalog): %v", err)
+		}
+		if err := w.Start(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+		pgtest.WaitFor(t, 30*time.Second, "the worker's slots to be refused", func() (bool, error) {
+			return strings.Count(log.String(), "permission denied for function next_batch") >= 2, nil
+		})
+		if err := w.Stop(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.calls != 0 {
+			t.Fatalf("a worker as producer handled %d events", h.calls)
+		}
+	})
+}
+
+// The worker consumes: it takes batches, handles events in order, parks a
+// failing key's events in the retry queue, retries the head (writing the
+// failure records), drains the key once the head succeeds, and writes dead
+// letters. It cannot send, act on keys, replay or read the audit trail.
+func TestWorkerConsumesOnly(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sc := e.scene() // everything in it was done by the worker's role
+	if got := sc.h.got("t"); !slices.Equal(got, []string{"once-t", "t-1"}) {
+		t.Fatalf("key t handled %v", got)
+	}
+	var failures, attempts int
+	if err := e.admin.QueryRow(e.ctx, `select count(*), coalesce(max(attempts), 0) from partitionq.failure`).Scan(&failures, &attempts); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, 30*time.Second, "the worker to retry the heads", func() (bool, error) {
+		err := e.admin.QueryRow(e.ctx, `select count(*), coalesce(min(attempts), 0) from partitionq.failure`).Scan(&failures, &attempts)
+		return failures == 2 && attempts >= 3, err
+	})
+	wc := e.client("worker", 4, nil)
+	before := e.state()
+	_, err := wc.Send(e.ctx, "q", partitionq.Message{Key: "x"})
+	denied(t, "Send", err)
+	_, err = wc.Skip(e.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k"})
+	denied(t, "Skip", err)
+	_, err = wc.Replay(e.ctx, "q", "g", sc.deadP, "", "")
+	denied(t, "Replay", err)
+	_, err = wc.Purge(e.ctx, partitionq.PurgeRequest{Queue: "q", Group: "g"})
+	denied(t, "Purge", err)
+	_, err = wc.Audit(e.ctx, "q", "g", 10)
+	denied(t, "Audit", err)
+	_, err = e.pool("worker", 2).Exec(e.ctx, `select pgq.create_queue('other')`)
+	denied(t, "create_queue", err)
+	if after := e.state(); after != before {
+		t.Fatalf("refused actions changed the state: %+v -> %+v", before, after)
+	}
+}
+
+// The operator skips, retries, quarantines and replays, and sees what the
+// viewer sees; each action is audited under its database role. It cannot
+// consume, nor purge dead letters (the owner's job).
+func TestOperatorActs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sc := e.scene()
+	oc := e.client("operator", 4, nil)
+
+	t.Run("looks", func(t *testing.T) {
+		bk, err := oc.BlockedKeys(e.ctx, "q", "g")
+		if err != nil || len(bk) != 2 {
+			t.Fatalf("BlockedKeys: %d, %v", len(bk), err)
+		}
+		if pv, err := oc.Preview(e.ctx, "q", "g", "k", 10); err != nil || len(pv) != 3 {
+			t.Fatalf("Preview: %d, %v", len(pv), err)
+		}
+		if _, err := oc.Status(e.ctx, "q", "g"); err != nil {
+			t.Errorf("Status: %v", err)
+		}
+	})
+	t.Run("retry now", func(t *testing.T) {
+		res, err := oc.RetryNow(e.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k", HeadID: sc.headK})
+		if err != nil || res.Outcome != partitionq.OutcomeRetryScheduled {
+			t.Fatalf("RetryNow: %+v, %v", res, err)
+		}
+	})
+	t.Run("skip", func(t *testing.T) {
+		var res partitionq.ActionResult
+		pgtest.WaitFor(t, 30*time.Second, "skip of k", func() (bool, error) {
+			var err error
+			res, err = oc.Skip(e.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k", HeadID: sc.headK, Reason: "test"})
+			if errors.Is(err, partitionq.ErrHeadBusy) {
+				return false, nil
+			}
+			return err == nil, err
+		})
+		if res.Outcome != partitionq.OutcomeSkipped {
+			t.Fatalf("Skip: %+v", res)
+		}
+		pgtest.WaitFor(t, 30*time.Second, "k's waiting events handled", func() (bool, error) {
+			return slices.Equal(sc.h.got("k"), []string{"k-1", "k-2"}), nil
+		})
+	})
+	t.Run("quarantine", func(t *testing.T) {
+		var res partitionq.ActionResult
+		pgtest.WaitFor(t, 30*time.Second, "quarantine of k2", func() (bool, error) {
+			var err error
+			res, err = oc.Quarantine(e.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k2", HeadID: sc.headK2})
+			if errors.Is(err, partitionq.ErrHeadBusy) {
+				return false, nil
+			}
+			return err == nil, err
+		})
+		if res.Outcome != partitionq.OutcomeQuarantined || res.Count != 2 {
+			t.Fatalf("Quarantine: %+v", res)
+		}
+	})
+	t.Run("replay", func(t *testing.T) {
+		res, err := oc.Replay(e.ctx, "q", "g", sc.deadP, "test", "")
+		if err != nil || res.Outcome != partitionq.OutcomeReplayed {
+			t.Fatalf("Replay: %+v, %v", res, err)
+		}
+	})
+	t.Run("audited under its role", func(t *testing.T) {
+		es, err := oc.Audit(e.ctx, "q", "g", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(es) == 0 {
+			t.Fatal("no audit entries")
+		}
+		for _, a := range es {
+			if a.DBRole != e.login("operator") || a.Actor != "operator-person" {
+				t.Errorf("audit entry %+v: want role %s, actor operator-person", a, e.login("operator"))
+			}
+		}
+	})
+	t.Run("cannot consume or purge", func(t *testing.T) {
+		_, err := e.pool("operator", 2).Exec(e.ctx, consumeSQL)
+		denied(t, "next_batch", err)
+		before := e.state()
+		_, err = oc.Purge(e.ctx, partitionq.PurgeRequest{Queue: "q", Group: "g"})
+		denied(t, "Purge", err)
+		if after := e.state(); after.dead != before.dead {
+			t.Fatalf("a refused purge changed the dead letters: %d -> %d", before.dead, after.dead)
+		}
+	})
+}
+
+// The viewer reads everything the console and status show, and nothing it
+// tries changes anything: skip, retry, quarantine, replay, purge and send
+// are refused by PostgreSQL, through the library and through the command
+// (the console uses the same calls).
+func TestViewerOnlyLooks(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sc := e.scene()
+	vc := e.client("viewer", 4, nil)
+
+	t.Run("looks", func(t *testing.T) {
+		if gs, err := vc.Groups(e.ctx, "q"); err != nil || len(gs) != 1 {
+			t.Errorf("Groups: %v, %v", gs, err)
+		}
+		if bk, err := vc.BlockedKeys(e.ctx, "q", "g"); err != nil || len(bk) != 2 {
+			t.Errorf("BlockedKeys: %d, %v", len(bk), err)
+		}
+		if pv, err := vc.Preview(e.ctx, "q", "g", "k", 10); err != nil || len(pv) != 3 {
+			t.Errorf("Preview: %d, %v", len(pv), err)
+		}
+		if dls, err := vc.DeadLetters(e.ctx, partitionq.DeadLetterQuery{Queue: "q", Group: "g"}); err != nil || len(dls) != 1 {
+			t.Errorf("DeadLetters: %d, %v", len(dls), err)
+		}
+		if _, err := vc.DeadLetterByID(e.ctx, "q", "g", sc.deadP); err != nil {
+			t.Errorf("DeadLetterByID: %v", err)
+		}
+		if _, err := vc.Audit(e.ctx, "q", "g", 10); err != nil {
+			t.Errorf("Audit: %v", err)
+		}
+		for _, args := range [][]string{{"blocked", "--queue", "q", "--group", "g", "--json"}, {"dlq", "list", "--queue", "q", "--group", "g", "--json"}} {
+			if code, out, errs := e.cli("viewer", "", args...); code != cli.ExitOK {
+				t.Errorf("partitionq %s as viewer: exit %d\n%s%s", strings.Join(args, " "), code, out, errs)
+			}
+		}
+	})
+	t.Run("status", func(t *testing.T) {
+		st, err := vc.Status(e.ctx, "q", "g")
+		if err != nil {
+			t.Fatalf("Status as viewer: %v\n(slot owners come from pg_stat_activity, which shows another role's "+
+				"backend_start and client_addr as NULL to a role without pg_read_all_stats; "+
+				"partitionq/internal/ownership.Owners scans them into non-nullable fields)", err)
+		}
+		owned := 0
+		for _, s := range st.SlotStatus {
+			if s.Owner != nil {
+				owned++
+			}
+		}
+		if owned != 2 {
+			t.Errorf("Status as viewer shows %d owned slots, want 2", owned)
+		}
+		if code, out, errs := e.cli("viewer", "", "status", "--queue", "q", "--group", "g", "--json"); code != cli.ExitOK {
+			t.Errorf("partitionq status as viewer: exit %d\n%s%s", code, out, errs)
+		}
+	})
+	t.Run("changes nothing", func(t *testing.T) {
+		before := e.state()
+		a := partitionq.Action{Queue: "q", Group: "g", Key: "k", HeadID: sc.headK, Reason: "viewer tries"}
+		_, err := vc.Skip(e.ctx, a)
+		denied(t, "Skip", err)
+		_, err = vc.RetryNow(e.ctx, a)
+		denied(t, "RetryNow", err)
+		a.Key, a.HeadID = "k2", sc.headK2
+		_, err = vc.Quarantine(e.ctx, a)
+		denied(t, "Quarantine", err)
+		_, err = vc.Replay(e.ctx, "q", "g", sc.deadP, "viewer tries", "")
+		denied(t, "Replay", err)
+		_, err = vc.Purge(e.ctx, partitionq.PurgeRequest{Queue: "q", Group: "g"})
+		denied(t, "Purge", err)
+		_, err = vc.Send(e.ctx, "q", partitionq.Message{Key: "k"})
+		denied(t, "Send", err)
+		_, err = e.pool("viewer", 2).Exec(e.ctx, consumeSQL)
+		denied(t, "next_batch", err)
+		for _, args := range [][]string{
+			{"skip", "--queue", "q", "--group", "g", "--key", "k"},
+			{"retry", "--queue", "q", "--group", "g", "--key", "k"},
+			{"quarantine", "--queue", "q", "--group", "g", "--key", "k2"},
+		} {
+			code, out, errs := e.cli("viewer", "", args...)
+			if code != cli.ExitFailed || !strings.Contains(errs, "permission denied") {
+				t.Errorf("partitionq %s as viewer: exit %d, want 1 with permission denied\n%s%s", strings.Join(args, " "), code, out, errs)
+			}
+		}
+		if after := e.state(); after != before {
+			t.Fatalf("the viewer's refused actions changed the state: %+v -> %+v", before, after)
+		}
+	})
+}
