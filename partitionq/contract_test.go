@@ -41,7 +41,6 @@ func TestParallelism(t *testing.T) {
 	allIn := make(chan struct{})
 	release := make(chan struct{})
 	var once, relOnce sync.Once
-	t.Cleanup(func() { relOnce.Do(func() { close(release) }) })
 	h := partitionq.HandlerFunc(func(ctx context.Context, ev *partitionq.Event) error {
 		mu.Lock()
 		inside[ev.Key]++
@@ -60,8 +59,18 @@ func TestParallelism(t *testing.T) {
 		return nil
 	})
 	b.worker(t, partitionq.WorkerConfig{Handler: h, Concurrency: 4})
+	t.Cleanup(func() { relOnce.Do(func() { close(release) }) }) // runs before the worker's stop
+	// One transaction, so one batch per slot: in-slot concurrency is among
+	// the events of the batch the slot is in (a slot takes its next batch
+	// when every event of the current one is resolved).
+	var ms []partitionq.Message
 	for _, k := range []string{a1, a2, other} {
-		b.send(t, k, 1, 2, 3)
+		for i := 1; i <= 3; i++ {
+			ms = append(ms, partitionq.Message{Key: k, Payload: []byte(fmt.Sprint(i))})
+		}
+	}
+	if _, err := b.client.SendBatch(b.ctx, "q", ms); err != nil {
+		t.Fatal(err)
 	}
 	select {
 	case <-allIn:
