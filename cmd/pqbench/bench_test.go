@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/partitionq/partitionq/cmd/pqbench/internal/bench"
+	"github.com/partitionq/partitionq/internal/pgtest"
+)
+
+// TestShortBench runs the benchmark's short form end to end, so that it
+// cannot rot: every system it measures must handle every event, and
+// partitionq, the plain consumer and the limits must keep per-key order. It
+// asserts correctness, never speed. The peers (pg-boss, graphile-worker)
+// run when npm ci works in bench/peers; their order violations are
+// measurements (graphile-worker lets later jobs overtake a failed one by
+// design; pg-boss's bulk insert ties creation times), so only their
+// completeness is asserted.
+func TestShortBench(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	admin := pgtest.AdminURL()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		if os.Getenv("PARTITIONQ_REQUIRE_DB") != "" {
+			t.Fatalf("no test database server at %s: %v (run scripts/devdb.sh)", admin, err)
+		}
+		t.Skipf("no test database server at %s: %v (run `make test`, which brings one up)", admin, err)
+	}
+	conn.Close(ctx)
+
+	cfg := bench.Short()
+	cfg.AdminURL = admin
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	cfg.DBPrefix = "pqbench_t" + hex.EncodeToString(suffix)
+	cfg.Out = t.TempDir()
+	cfg.PeersDir = filepath.Join("..", "..", "bench", "peers")
+
+	rep, err := bench.Run(ctx, cfg, testLog{t})
+	if err != nil {
+		t.Fatalf("bench.Run: %v", err)
+	}
+	t.Logf("report:\n%s", rep.Text())
+
+	seen := map[string]bool{}
+	for _, r := range rep.Results {
+		seen[r.Workload+" "+r.System] = true
+		if r.Err != "" {
+			t.Errorf("%s %s %s: %s", r.Workload, r.System, r.Config, r.Err)
+			continue
+		}
+		if !r.Checked {
+			continue
+		}
+		if r.Check.Lost != 0 || r.Check.Handled != r.Check.Sent {
+			t.Errorf("%s %s %s: not complete: %s", r.Workload, r.System, r.Config, r.Check)
+		}
+		switch r.System {
+		case bench.SysPartitionq, bench.SysBaseline, bench.SysLimit:
+			if r.Check.Violations != 0 || r.Overlaps != 0 {
+				t.Errorf("%s %s %s: per-key order broken: %s, overlaps %d; examples: %s",
+					r.Workload, r.System, r.Config, r.Check, r.Overlaps, strings.Join(r.Check.Examples, "; "))
+			}
+		}
+	}
+	want := []string{"producer partitionq", "producer limit", "latency partitionq"}
+	for _, w := range []string{"W1", "W2", "W3"} {
+		want = append(want, w+" "+bench.SysPartitionq, w+" "+bench.SysBaseline, w+" "+bench.SysLimit)
+	}
+	if rep.PeersSkipped == "" {
+		want = append(want, "W2 "+bench.SysPgBoss, "W2 "+bench.SysGraphile)
+	} else {
+		t.Logf("peers skipped: %s", rep.PeersSkipped)
+	}
+	for _, w := range want {
+		if !seen[w] {
+			t.Errorf("the report has no %s run", w)
+		}
+	}
+	for _, f := range []string{"results.json", "results.md", "w2.svg"} {
+		if st, err := os.Stat(filepath.Join(cfg.Out, f)); err != nil || st.Size() == 0 {
+			t.Errorf("output %s missing or empty: %v", f, err)
+		}
+	}
+	if bad := rep.Failures(); len(bad) > 0 {
+		t.Errorf("failures: %s", strings.Join(bad, "; "))
+	}
+}
+
+// testLog sends the bench's progress to the test log.
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

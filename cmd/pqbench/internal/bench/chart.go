@@ -1,0 +1,173 @@
+package bench
+
+import (
+	"fmt"
+	"html"
+	"math"
+	"sort"
+	"strings"
+)
+
+// chartW2 draws W2's throughput against N × concurrency (both axes
+// logarithmic) with the ideal line min(N×c, keys) / handler time, as SVG.
+func (r *Report) chartW2() string {
+	rows := r.rows("W2")
+	if len(rows) == 0 || r.Config.W2Handler <= 0 {
+		return ""
+	}
+	const (
+		width, height          = 860, 500
+		left, right, top, bott = 80, 250, 40, 60
+	)
+	pw, ph := float64(width-left-right), float64(height-top-bott)
+	keys := float64(r.Config.W2Keys)
+	ideal := func(x float64) float64 { return math.Min(x, keys) / r.Config.W2Handler.Seconds() }
+
+	maxX := 1.0
+	minY, maxY := math.Inf(1), 0.0
+	for _, x := range rows {
+		if x.Rate <= 0 || x.Conc == 0 {
+			continue
+		}
+		c := float64(max(1, x.N) * x.Conc)
+		if x.System != SysPartitionq {
+			c = float64(x.Conc)
+		}
+		maxX = math.Max(maxX, c)
+		minY, maxY = math.Min(minY, x.Rate), math.Max(maxY, x.Rate)
+	}
+	maxX = math.Pow(2, math.Ceil(math.Log2(maxX)))
+	maxY = math.Max(maxY, ideal(maxX))
+	minY = math.Min(minY, ideal(1))
+	y0, y1 := math.Floor(math.Log10(minY)), math.Ceil(math.Log10(maxY))
+	x1 := math.Log2(maxX)
+	px := func(x float64) float64 { return float64(left) + math.Log2(x)/x1*pw }
+	py := func(y float64) float64 { return float64(top) + ph - (math.Log10(y)-y0)/(y1-y0)*ph }
+
+	var sb strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }
+	w(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
+	w(`<rect width="100%%" height="100%%" fill="white"/>` + "\n")
+	w(`<text x="%d" y="22" font-size="14" font-weight="bold">W2 (%s events, %d keys, handler waits %s): throughput against handlers at once</text>`+"\n",
+		left, commas(int64(r.Config.W2Events)), r.Config.W2Keys, r.Config.W2Handler)
+	// Grid and axes.
+	for e := y0; e <= y1; e++ {
+		y := py(math.Pow(10, e))
+		w(`<line x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", left, y, float64(left)+pw, y)
+		w(`<text x="%d" y="%.1f" text-anchor="end" dominant-baseline="middle">%s</text>`+"\n", left-6, y, commas(int64(math.Pow(10, e))))
+	}
+	for e := 0.0; e <= x1; e++ {
+		x := px(math.Pow(2, e))
+		w(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%.1f" stroke="#eee"/>`+"\n", x, top, x, float64(top)+ph)
+		w(`<text x="%.1f" y="%.1f" text-anchor="middle">%d</text>`+"\n", x, float64(top)+ph+16, int(math.Pow(2, e)))
+	}
+	w(`<rect x="%d" y="%d" width="%.1f" height="%.1f" fill="none" stroke="#333"/>`+"\n", left, top, pw, ph)
+	w(`<text x="%.1f" y="%d" text-anchor="middle">handlers at once (N slots × in-slot concurrency; peers: their concurrency)</text>`+"\n", float64(left)+pw/2, height-18)
+	w(`<text transform="translate(18,%.1f) rotate(-90)" text-anchor="middle">events per second</text>`+"\n", float64(top)+ph/2)
+
+	// The ideal line, sampled along the log axis.
+	var pts []string
+	for i := 0; i <= 64; i++ {
+		x := math.Pow(2, x1*float64(i)/64)
+		pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(x), py(ideal(x))))
+	}
+	w(`<polyline points="%s" fill="none" stroke="#999" stroke-width="2" stroke-dasharray="6 4"/>`+"\n", strings.Join(pts, " "))
+
+	colors := []string{"#1f77b4", "#2ca02c", "#ff7f0e", "#d62728", "#9467bd", "#8c564b"}
+	type legend struct{ label, color, shape string }
+	var legends []legend
+	legends = append(legends, legend{fmt.Sprintf("ideal: min(N×c, %d) / %s", r.Config.W2Keys, r.Config.W2Handler), "#999", "dash"})
+
+	// partitionq: one line per N.
+	byN := map[int][]*Result{}
+	for _, x := range rows {
+		if x.System == SysPartitionq && x.Rate > 0 {
+			byN[x.N] = append(byN[x.N], x)
+		}
+	}
+	var ns []int
+	for n := range byN {
+		ns = append(ns, n)
+	}
+	sort.Ints(ns)
+	for i, n := range ns {
+		col := colors[i%len(colors)]
+		list := byN[n]
+		sort.Slice(list, func(a, b int) bool { return list[a].Conc < list[b].Conc })
+		var line []string
+		for _, x := range list {
+			cx, cy := px(float64(n*x.Conc)), py(x.Rate)
+			line = append(line, fmt.Sprintf("%.1f,%.1f", cx, cy))
+			w(`<circle cx="%.1f" cy="%.1f" r="4.5" fill="%s"><title>%s</title></circle>`+"\n", cx, cy, col,
+				html.EscapeString(fmt.Sprintf("partitionq %s: %s/s", x.Config, fnum(x.Rate))))
+		}
+		w(`<polyline points="%s" fill="none" stroke="%s" stroke-width="1.5"/>`+"\n", strings.Join(line, " "), col)
+		legends = append(legends, legend{fmt.Sprintf("partitionq N=%d (c = %s)", n, concList(list)), col, "circle"})
+	}
+	// Everything else as markers.
+	others := []struct {
+		system, color, shape, label string
+		match                       func(*Result) bool
+	}{
+		{SysBaseline, "#000", "square", "plain single consumer", func(x *Result) bool { return true }},
+		{SysLimit, "#777", "cross", "handler alone (no database)", func(x *Result) bool { return true }},
+		{SysPgBoss, "#e377c2", "triangle", "pg-boss (key_strict_fifo)", func(x *Result) bool { return !strings.Contains(x.Config, "bulk") }},
+		{SysGraphile, "#17becf", "diamond", "graphile-worker (queue per key)", func(x *Result) bool { return !strings.Contains(x.Config, "bulk") }},
+	}
+	for _, o := range others {
+		any := false
+		for _, x := range rows {
+			if x.System != o.system || x.Rate <= 0 || !o.match(x) {
+				continue
+			}
+			c := float64(x.Conc)
+			if x.System == SysBaseline {
+				c = 1
+			}
+			any = true
+			w("%s\n", marker(o.shape, px(c), py(x.Rate), o.color, fmt.Sprintf("%s %s: %s/s", x.System, x.Config, fnum(x.Rate))))
+		}
+		if any {
+			legends = append(legends, legend{o.label, o.color, o.shape})
+		}
+	}
+	// Legend.
+	lx, ly := float64(width-right+14), float64(top+10)
+	for i, l := range legends {
+		y := ly + float64(i)*20
+		if l.shape == "dash" {
+			w(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2" stroke-dasharray="6 4"/>`+"\n", lx, y, lx+18, y, l.color)
+		} else {
+			w("%s\n", marker(l.shape, lx+9, y, l.color, ""))
+		}
+		w(`<text x="%.1f" y="%.1f" dominant-baseline="middle" font-size="11">%s</text>`+"\n", lx+24, y, html.EscapeString(l.label))
+	}
+	w("</svg>\n")
+	return sb.String()
+}
+
+func concList(list []*Result) string {
+	var s []string
+	for _, x := range list {
+		s = append(s, fmt.Sprint(x.Conc))
+	}
+	return strings.Join(s, ", ")
+}
+
+func marker(shape string, x, y float64, color, title string) string {
+	t := ""
+	if title != "" {
+		t = "<title>" + html.EscapeString(title) + "</title>"
+	}
+	switch shape {
+	case "square":
+		return fmt.Sprintf(`<rect x="%.1f" y="%.1f" width="9" height="9" fill="%s">%s</rect>`, x-4.5, y-4.5, color, t)
+	case "triangle":
+		return fmt.Sprintf(`<polygon points="%.1f,%.1f %.1f,%.1f %.1f,%.1f" fill="%s">%s</polygon>`, x, y-6, x-5.5, y+4.5, x+5.5, y+4.5, color, t)
+	case "diamond":
+		return fmt.Sprintf(`<polygon points="%.1f,%.1f %.1f,%.1f %.1f,%.1f %.1f,%.1f" fill="%s">%s</polygon>`, x, y-6, x+6, y, x, y+6, x-6, y, color, t)
+	case "cross":
+		return fmt.Sprintf(`<path d="M%.1f %.1fL%.1f %.1fM%.1f %.1fL%.1f %.1f" stroke="%s" stroke-width="2.5">%s</path>`, x-5, y-5, x+5, y+5, x-5, y+5, x+5, y-5, color, t)
+	}
+	return fmt.Sprintf(`<circle cx="%.1f" cy="%.1f" r="4.5" fill="%s">%s</circle>`, x, y, color, t)
+}

@@ -1,0 +1,207 @@
+// Package bench is pqbench: it prepares each workload once, runs every
+// system on it in turn against one PostgreSQL server, judges each run with
+// the shared order checker (internal/ordercheck), measures the database's
+// cost per event, and writes a table, a JSON file and an SVG chart.
+package bench
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is one benchmark run. Full and Short return the two standard forms.
+type Config struct {
+	// AdminURL is the server's maintenance database; the bench creates its
+	// own databases (DBPrefix_pgq, DBPrefix_pgboss, DBPrefix_graphile) there
+	// and drops them at the end unless Keep is set.
+	AdminURL string
+	DBPrefix string
+	Keep     bool
+
+	// Out is the directory for results.json, results.md and w2.svg.
+	Out string
+	// PeersDir holds the Node.js side (bench/peers). Peers turns the peer
+	// systems on; they are skipped, with a note, when npm ci fails there.
+	PeersDir string
+	Peers    bool
+
+	Short bool
+	Seed  int64
+
+	W1Events, W1Keys int
+	W1Trials         int // each W1 system drains the backlog this many times; the median is reported
+	W2Events, W2Keys int
+	W2Handler        time.Duration
+	W3Events, W3Keys int
+	W3Handler        time.Duration
+	W3FailRate       float64
+	W3ZipfS          float64 // Zipf exponent (> 1)
+	W3ZipfV          float64 // Zipf offset (>= 1): larger flattens the head
+	W3Backoff        time.Duration
+
+	// Slots and Conc span the partitionq matrix of W1 and W2; W3Matrix
+	// lists the (N, concurrency) pairs run on W3.
+	Slots, Conc []int
+	W3Matrix    [][2]int
+
+	SingleSend int // events sent one by one in the producer run
+
+	LatRate     int // events per second
+	LatDuration time.Duration
+	LatN, LatC  int
+	LatFastTick time.Duration // the lowest tick settings measured
+
+	PeerWorkers  []int // concurrency of each peer run (W2, W3)
+	PeerW1Events int   // W1 prefix the peers drain (they are too slow for all of it)
+	// PeerRuns lists the peer runs, each for both peers: W1, W2 (each
+	// PeerWorkers), W2bulk (bulk-inserted), W3 (each PeerWorkers), latency.
+	PeerRuns []string
+
+	// Only, when not empty, lists the steps to run: producer, W1, W2, W3,
+	// latency, peers.
+	Only []string
+
+	// CPUProfile, when set, is where Main writes a CPU profile of the run.
+	CPUProfile string
+	// Render, when set, is a directory whose results.json Main renders
+	// again (results.md, w2.svg) instead of running anything.
+	Render string
+
+	// RunTimeout bounds one run beyond its expected duration.
+	RunTimeout time.Duration
+}
+
+// Full is the configuration of `make bench`.
+func Full() Config {
+	return Config{
+		DBPrefix: "pqbench", Out: "bench-out", PeersDir: "bench/peers", Peers: true, Seed: 1,
+		W1Events: 200_000, W1Keys: 1000, W1Trials: 3,
+		W2Events: 20_000, W2Keys: 1000, W2Handler: 5 * time.Millisecond,
+		W3Events: 20_000, W3Keys: 1000, W3Handler: 5 * time.Millisecond, W3FailRate: 0.01,
+		W3ZipfS: 1.1, W3ZipfV: 10, W3Backoff: 100 * time.Millisecond,
+		Slots: []int{1, 2, 4, 8}, Conc: []int{1, 16, 64},
+		W3Matrix:   [][2]int{{1, 16}, {4, 16}, {8, 16}, {1, 64}, {4, 64}, {8, 64}},
+		SingleSend: 20_000,
+		LatRate:    1000, LatDuration: 10 * time.Second, LatN: 4, LatC: 16, LatFastTick: 10 * time.Millisecond,
+		PeerWorkers: []int{16, 64}, PeerW1Events: 20_000, PeerRuns: []string{"W1", "W2", "W2bulk", "W3", "latency"},
+		RunTimeout: 2 * time.Minute,
+	}
+}
+
+// Short is the seconds-long form run by the tests: every system and
+// workload on small numbers, to prove the bench and the order guarantee
+// still hold, never to judge speed.
+func Short() Config {
+	return Config{
+		DBPrefix: "pqbench_short", Out: "bench-out/short", PeersDir: "bench/peers", Peers: true, Short: true, Seed: 1,
+		W1Events: 4000, W1Keys: 100, W1Trials: 1,
+		W2Events: 600, W2Keys: 100, W2Handler: 5 * time.Millisecond,
+		W3Events: 600, W3Keys: 100, W3Handler: 2 * time.Millisecond, W3FailRate: 0.02,
+		W3ZipfS: 1.1, W3ZipfV: 5, W3Backoff: 50 * time.Millisecond,
+		Slots: []int{1, 4}, Conc: []int{16},
+		W3Matrix:   [][2]int{{2, 16}},
+		SingleSend: 200,
+		LatRate:    200, LatDuration: time.Second, LatN: 2, LatC: 16, LatFastTick: 10 * time.Millisecond,
+		PeerWorkers: []int{16}, PeerW1Events: 1000, PeerRuns: []string{"W2"},
+		RunTimeout: 45 * time.Second,
+	}
+}
+
+// parseFlags reads the command line into a Config.
+func parseFlags(args []string, stderr io.Writer) (Config, error) {
+	fs := flag.NewFlagSet("pqbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	short := fs.Bool("short", false, "run the short form (seconds): small workloads, a few configurations")
+	db := fs.String("db", "", "admin URL of the PostgreSQL server (with PgQ) to measure on; defaults to $DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres")
+	out := fs.String("out", "", "output directory (results.json, results.md, w2.svg); defaults to bench-out (bench-out/short with -short)")
+	peersDir := fs.String("peers-dir", "", "directory of the Node.js peers (package.json, run.mjs); defaults to bench/peers")
+	noPeers := fs.Bool("no-peers", false, "skip pg-boss and graphile-worker")
+	keep := fs.Bool("keep", false, "keep the bench databases after the run")
+	prefix := fs.String("db-prefix", "", "prefix of the bench's database names; defaults to pqbench (pqbench_short with -short)")
+	slots := fs.String("slots", "", "comma-separated N values of the W1/W2 matrix (default 1,2,4,8)")
+	conc := fs.String("conc", "", "comma-separated in-slot concurrency values of the W1/W2 matrix (default 1,16,64)")
+	w1 := fs.Int("w1-events", 0, "W1 backlog size (default 200000)")
+	w2 := fs.Int("w2-events", 0, "W2 size (default 20000)")
+	w2keys := fs.Int("w2-keys", 0, "W2 keys (default 1000)")
+	peerWorkers := fs.String("peer-workers", "", "comma-separated concurrency of the peers' W2 and W3 runs (default 16,64)")
+	render := fs.String("render", "", "render DIR/results.json of an earlier run again (results.md, w2.svg) and print it; runs nothing")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the bench process to this file")
+	only := fs.String("only", "", "comma-separated steps to run: producer, W1, W2, W3, latency, peers (default all)")
+	peerRuns := fs.String("peer-runs", "", "comma-separated peer runs: W1, W2, W2bulk, W3, latency (default all; W2 with -short)")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: pqbench [flags]\n\nRuns the partitionq benchmark (docs/benchmarks.md) and prints its tables.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected arguments %q: pqbench takes flags only", fs.Args())
+	}
+	cfg := Full()
+	if *short {
+		cfg = Short()
+	}
+	cfg.AdminURL = *db
+	if *out != "" {
+		cfg.Out = *out
+	}
+	if *peersDir != "" {
+		cfg.PeersDir = *peersDir
+	}
+	if *prefix != "" {
+		cfg.DBPrefix = *prefix
+	}
+	cfg.Peers = !*noPeers
+	cfg.Keep = *keep
+	var err error
+	if *slots != "" {
+		if cfg.Slots, err = intList("slots", *slots); err != nil {
+			return Config{}, err
+		}
+	}
+	if *conc != "" {
+		if cfg.Conc, err = intList("conc", *conc); err != nil {
+			return Config{}, err
+		}
+	}
+	cfg.CPUProfile = *cpuprofile
+	cfg.Render = *render
+	if *only != "" {
+		cfg.Only = strings.Split(*only, ",")
+	}
+	if *peerRuns != "" {
+		cfg.PeerRuns = strings.Split(*peerRuns, ",")
+	}
+	if *w1 > 0 {
+		cfg.W1Events = *w1
+	}
+	if *w2 > 0 {
+		cfg.W2Events = *w2
+	}
+	if *w2keys > 0 {
+		cfg.W2Keys = *w2keys
+	}
+	if *peerWorkers != "" {
+		if cfg.PeerWorkers, err = intList("peer-workers", *peerWorkers); err != nil {
+			return Config{}, err
+		}
+	}
+	return cfg, nil
+}
+
+func intList(name, s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("invalid -%s %q: give positive integers separated by commas, e.g. 1,4", name, s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

@@ -1,0 +1,225 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/partitionq/partitionq/partitionq"
+)
+
+// baselineConsumer is the engine consumer of the plain single consumer's
+// trial t.
+func baselineConsumer(t int) string { return fmt.Sprintf("baseline_t%d", t) }
+
+// groupName is the consumer group of partitionq with N slots and in-slot
+// concurrency c, trial t: every trial has its own group, so each drains
+// the same batch.
+func groupName(n, c, t int) string { return fmt.Sprintf("n%dc%d_t%d", n, c, t) }
+
+// drainWorkload prepares wl once on queue (every group of matrix and the
+// baseline consumer registered, trials times each, the events sent, one
+// tick made), then lets each system drain the same batch in turn: the
+// baseline, partitionq for each (N, concurrency) of matrix, and the
+// physical limits. With several trials, each system drains the batch that
+// many times (the runs interleaved) and the median run is reported.
+func (b *bench) drainWorkload(ctx context.Context, wl *Workload, queue string, matrix [][2]int, backoff time.Duration, trials int) error {
+	trials = max(1, trials)
+	ids, err := b.prepareQueue(ctx, wl, queue, matrix, trials)
+	if err != nil {
+		return err
+	}
+	runs := []func(t int) *Result{func(t int) *Result { return b.runBaseline(ctx, wl, queue, ids, backoff, t) }}
+	for _, nc := range matrix {
+		runs = append(runs, func(t int) *Result { return b.runPartitionq(ctx, wl, queue, ids, nc[0], nc[1], backoff, t) })
+	}
+	if wl.Handler == 0 {
+		runs = append(runs, func(int) *Result { return b.selectPlain(ctx, wl) })
+	}
+	got := make([][]*Result, len(runs))
+	for t := 0; t < trials; t++ {
+		for i, run := range runs {
+			r := run(t)
+			b.logf("  trial %d of %d: %s", t+1, trials, r.summary())
+			got[i] = append(got[i], r)
+		}
+	}
+	for _, rs := range got {
+		b.add(median(rs), trials == 1)
+	}
+	return b.limits(ctx, wl, matrix, backoff)
+}
+
+// median returns the run with the median rate, with every trial's rate
+// noted; a run that failed wins (so the failure is reported).
+func median(rs []*Result) *Result {
+	if len(rs) == 1 {
+		return rs[0]
+	}
+	rates := make([]float64, len(rs))
+	for i, r := range rs {
+		if r.Err != "" || !r.OK() {
+			return r
+		}
+		rates[i] = r.Rate
+	}
+	sorted := append([]*Result(nil), rs...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Rate < sorted[j].Rate })
+	m := sorted[len(sorted)/2]
+	m.Trials = rates
+	return m
+}
+
+// idIndex finds the workload event of an engine event id. Ids of one
+// queue's SendBatch are dense, so it is usually an array; it is read-only
+// once built, and cheap, so that it weighs little on a no-op handler.
+type idIndex struct {
+	base  int64
+	dense []int32 // id-base -> event index + 1 (0: unknown)
+	m     map[int64]int32
+}
+
+func newIDIndex(ids []int64) *idIndex {
+	x := &idIndex{}
+	if len(ids) == 0 {
+		return x
+	}
+	lo, hi := ids[0], ids[0]
+	for _, id := range ids {
+		lo, hi = min(lo, id), max(hi, id)
+	}
+	if hi-lo < int64(4*len(ids)+1024) {
+		x.base, x.dense = lo, make([]int32, hi-lo+1)
+		for i, id := range ids {
+			x.dense[id-lo] = int32(i) + 1
+		}
+		return x
+	}
+	x.m = make(map[int64]int32, len(ids))
+	for i, id := range ids {
+		x.m[id] = int32(i)
+	}
+	return x
+}
+
+func (x *idIndex) lookup(id int64) (int, bool) {
+	if x.dense != nil {
+		if d := id - x.base; d >= 0 && d < int64(len(x.dense)) && x.dense[d] != 0 {
+			return int(x.dense[d]) - 1, true
+		}
+		return 0, false
+	}
+	i, ok := x.m[id]
+	return int(i), ok
+}
+
+// prepareQueue creates queue with a group for each (N, concurrency) of
+// matrix and the baseline consumer, sends wl with SendBatch and makes one
+// tick, so every consumer sees the whole workload as one batch. It returns
+// the event index of each engine event id.
+func (b *bench) prepareQueue(ctx context.Context, wl *Workload, queue string, matrix [][2]int, trials int) (*idIndex, error) {
+	pool, err := b.pool(ctx, b.pgqDB, 4)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	client, err := partitionq.NewClient(ctx, pool, partitionq.Config{EngineSchema: "pgq"})
+	if err != nil {
+		return nil, err
+	}
+	for t := 0; t < trials; t++ {
+		for _, nc := range matrix {
+			if _, err := client.Setup(ctx, partitionq.GroupSpec{Queue: queue, Group: groupName(nc[0], nc[1], t), Slots: nc[0]}); err != nil {
+				return nil, err
+			}
+		}
+		if _, err := pool.Exec(ctx, `select pgq.register_consumer($1, $2)`, queue, baselineConsumer(t)); err != nil {
+			return nil, err
+		}
+	}
+	msgs := make([]partitionq.Message, len(wl.Events))
+	for i, e := range wl.Events {
+		msgs[i] = partitionq.Message{Key: e.Key, Type: "file", Payload: e.Payload}
+	}
+	start := time.Now()
+	evIDs, err := client.SendBatch(ctx, queue, msgs)
+	if err != nil {
+		return nil, err
+	}
+	b.logf("%s: sent %d events with SendBatch in %.2fs", wl.Name, len(msgs), time.Since(start).Seconds())
+	if err := client.TickOnce(ctx); err != nil {
+		return nil, err
+	}
+	return newIDIndex(evIDs), nil
+}
+
+// expected is a generous guess of how long a drain of wl with conc
+// handlers at once should take, to bound the wait.
+func (b *bench) timeout(wl *Workload, conc int, backoff time.Duration) time.Duration {
+	d := time.Duration(len(wl.Events)) * wl.Handler / time.Duration(max(1, conc))
+	if bound := wl.orderedBound(conc, backoff); bound > 0 {
+		d = max(d, time.Duration(float64(len(wl.Events))/bound*float64(time.Second)))
+	}
+	return 3*d + b.cfg.RunTimeout
+}
+
+// runPartitionq drains queue's batch with a partitionq worker of N slots
+// and in-slot concurrency c, running every slot in this process.
+func (b *bench) runPartitionq(ctx context.Context, wl *Workload, queue string, ids *idIndex, n, c int, backoff time.Duration, trial int) *Result {
+	res := &Result{Workload: wl.Name, System: SysPartitionq, Config: fmt.Sprintf("N=%d c=%d", n, c), N: n, Conc: c,
+		Events: len(wl.Events), Checked: true}
+	rec := NewRecorder(wl, false)
+	var elapsed time.Duration
+	cost, err := b.measure(ctx, b.pgqDB, rec.Handled, func() error {
+		pool, err := b.pool(ctx, b.pgqDB, partitionq.PoolConns(n, c))
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		client, err := partitionq.NewClient(ctx, pool, partitionq.Config{EngineSchema: "pgq"})
+		if err != nil {
+			return err
+		}
+		var unknown atomic.Int64
+		h := partitionq.HandlerFunc(func(_ context.Context, ev *partitionq.Event) error {
+			idx, ok := ids.lookup(ev.ID)
+			if !ok {
+				unknown.Add(1) // never expected: fails the run below
+				return nil
+			}
+			return rec.Handle(idx, wl.Handler)
+		})
+		w, err := client.NewWorker(ctx, partitionq.WorkerConfig{Queue: queue, Group: groupName(n, c, trial), N: n, Handler: h,
+			Concurrency: c, Policy: partitionq.PolicyPause, BackoffMin: backoff, ShutdownTimeout: 10 * time.Second,
+			Identity: "pqbench"})
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		if err := w.Start(ctx); err != nil {
+			return err
+		}
+		if !rec.Wait(b.timeout(wl, n*c, backoff)) {
+			res.Err = fmt.Sprintf("timed out with %d of %d events handled", rec.Handled(), len(wl.Events))
+		}
+		elapsed = rec.Elapsed(start)
+		stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := w.Stop(stopCtx); err != nil {
+			return fmt.Errorf("stop worker: %w", err)
+		}
+		if n := unknown.Load(); n > 0 {
+			return fmt.Errorf("the handler got %d events the bench did not send", n)
+		}
+		return nil
+	})
+	if err != nil {
+		res.Err = err.Error()
+	}
+	res.Cost, res.Seconds, res.Rate = cost, elapsed.Seconds(), rate(rec.Handled(), elapsed)
+	res.Check, res.Overlaps = rec.Check(), rec.Overlaps()
+	res.Limit = wl.orderedBound(n*c, backoff)
+	return res
+}

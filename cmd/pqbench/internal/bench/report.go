@@ -1,0 +1,444 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Report is everything one run measured.
+type Report struct {
+	Date     time.Time         `json:"date"`
+	Command  string            `json:"command"`
+	Machine  map[string]string `json:"machine"`
+	Server   map[string]string `json:"server"`
+	Config   Config            `json:"config"`
+	Duration time.Duration     `json:"duration"`
+
+	Workloads    []WorkloadInfo `json:"workloads"`
+	Results      []*Result      `json:"results"`
+	Notes        []string       `json:"notes,omitempty"`
+	PeersSkipped string         `json:"peers_skipped,omitempty"`
+}
+
+// WorkloadInfo describes a workload in the report.
+type WorkloadInfo struct {
+	Name    string        `json:"name"`
+	Title   string        `json:"title"`
+	Events  int           `json:"events"`
+	Keys    int           `json:"keys"`
+	Handler time.Duration `json:"handler"`
+	Skew    Skew          `json:"skew"`
+}
+
+func newReport(cfg Config, srv *Server) *Report {
+	args := append([]string{"pqbench"}, os.Args[1:]...)
+	r := &Report{Date: time.Now(), Command: redact(strings.Join(args, " ")), Config: cfg, Machine: machineInfo(), Server: map[string]string{
+		"version": srv.Version, "pgq": srv.PgQ, "url": redact(srv.AdminURL),
+		"pg_stat_statements": fmt.Sprint(srv.Statements), "server_cpu_from_proc": fmt.Sprint(srv.ServerCPUMeasured()),
+	}}
+	for k, v := range srv.Settings {
+		r.Server[k] = v
+	}
+	return r
+}
+
+func (r *Report) note(s string) { r.Notes = append(r.Notes, s) }
+
+func (r *Report) describe(wls ...*Workload) {
+	for _, wl := range wls {
+		r.Workloads = append(r.Workloads, WorkloadInfo{Name: wl.Name, Title: wl.Title, Events: len(wl.Events), Keys: len(wl.Keys), Handler: wl.Handler, Skew: wl.skew()})
+	}
+}
+
+func machineInfo() map[string]string {
+	m := map[string]string{"nproc": fmt.Sprint(runtime.NumCPU()), "go": runtime.Version(), "os": runtime.GOOS + "/" + runtime.GOARCH}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "model name") {
+				m["cpu"] = strings.TrimSpace(line[strings.IndexByte(line, ':')+1:])
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb int64
+		fmt.Sscanf(strings.SplitN(string(b), "\n", 2)[0], "MemTotal: %d kB", &kb)
+		m["memory"] = fmt.Sprintf("%.0f GiB", float64(kb)/(1<<20))
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m["kernel"] = strings.TrimSpace(string(b))
+	}
+	if out, err := exec.Command("node", "--version").Output(); err == nil {
+		m["node"] = strings.TrimSpace(string(out))
+	}
+	return m
+}
+
+// Failures lists the runs that break the bench's own checks: a run that
+// did not complete, and any order violation or same-key overlap of
+// partitionq, the baseline or the limits (the peers' violations are
+// measurements, not failures).
+func (r *Report) Failures() []string {
+	var out []string
+	for _, x := range r.Results {
+		ours := x.System == SysPartitionq || x.System == SysBaseline || x.System == SysLimit
+		switch {
+		case ours && !x.OK():
+			out = append(out, fmt.Sprintf("%s %s %s: %s, overlaps %d %s", x.Workload, x.System, x.Config, x.Check, x.Overlaps, x.Err))
+		case !ours && x.Err != "":
+			out = append(out, fmt.Sprintf("%s %s %s: %s", x.Workload, x.System, x.Config, x.Err))
+		}
+	}
+	return out
+}
+
+// ReadReport reads dir/results.json.
+func ReadReport(dir string) (*Report, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		return nil, err
+	}
+	r := &Report{}
+	if err := json.Unmarshal(data, r); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "results.json"), err)
+	}
+	return r, nil
+}
+
+func (r *Report) write(dir string) error {
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), data, 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(r.Text()), 0o644); err != nil {
+		return err
+	}
+	if svg := r.chartW2(); svg != "" {
+		return os.WriteFile(filepath.Join(dir, "w2.svg"), []byte(svg), 0o644)
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------- text
+
+func (r *Report) rows(workload string) []*Result {
+	var out []*Result
+	for _, x := range r.Results {
+		if x.Workload == workload {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// best is partitionq's best rate on workload.
+func (r *Report) best(workload string) float64 {
+	b := 0.0
+	for _, x := range r.rows(workload) {
+		if x.System == SysPartitionq && x.Err == "" {
+			b = max(b, x.Rate)
+		}
+	}
+	return b
+}
+
+func fnum(v float64) string {
+	switch {
+	case v == 0:
+		return "0"
+	case v >= 100:
+		return commas(int64(v + 0.5))
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+func commas(n int64) string {
+	s := fmt.Sprint(n)
+	if n < 0 {
+		return "-" + commas(-n)
+	}
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+func ratio(a, b float64) string {
+	if a == 0 || b == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", a/b)
+}
+
+func (r *Report) measured(v float64, measured bool) string {
+	if !measured {
+		return "n/a"
+	}
+	return fnum(v)
+}
+
+func orderCell(x *Result) (string, string) {
+	if !x.Checked {
+		return "–", "–"
+	}
+	v := fmt.Sprint(x.Check.Violations)
+	if x.Overlaps > 0 {
+		v += fmt.Sprintf(" (+%d overlaps)", x.Overlaps)
+	}
+	lost := fmt.Sprint(x.Check.Lost)
+	return v, lost
+}
+
+// Text renders the report as Markdown.
+func (r *Report) Text() string {
+	var sb strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }
+	stmts := r.Server["pg_stat_statements"] == "true"
+	cpu := r.Server["server_cpu_from_proc"] == "true"
+	w("# pqbench results\n\n")
+	w("%s, %s form. Machine: %s CPUs (%s), %s, Linux %s, %s, Node.js %s.\n", r.Date.Format("2006-01-02 15:04 MST"), map[bool]string{true: "short", false: "full"}[r.Config.Short],
+		r.Machine["nproc"], r.Machine["cpu"], r.Machine["memory"], r.Machine["kernel"], r.Machine["go"], orDash(r.Machine["node"]))
+	w("PostgreSQL %s, PgQ %s; shared_buffers %s, fsync %s, synchronous_commit %s, full_page_writes %s; pg_stat_statements %s; server CPU from /proc: %s.\n",
+		r.Server["version"], r.Server["pgq"], r.Server["shared_buffers"], r.Server["fsync"], r.Server["synchronous_commit"], r.Server["full_page_writes"],
+		map[bool]string{true: "loaded", false: "not loaded (statement time n/a, WAL is the whole cluster's)"}[stmts], map[bool]string{true: "yes", false: "no"}[cpu])
+	w("Run took %s. Command: `%s`\n\n", r.Duration.Round(time.Second), r.Command)
+
+	w("## Workloads\n\n| workload | events | keys | handler | payload | busiest key | top 10 keys | fail once |\n|---|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, wl := range r.Workloads {
+		w("| %s: %s | %s | %d | %s | %d B | %s (%d events) | %.1f%% | %d |\n", wl.Name, wl.Title, commas(int64(wl.Events)), wl.Keys, wl.Handler,
+			wl.Skew.MeanPayload, wl.Skew.HotKey, wl.Skew.HotEvents, wl.Skew.Top10Share*100, wl.Skew.Fails)
+	}
+	w("\nRates are events handled per second, from worker start to the last event handled; where a run was repeated (W1: %d trials, interleaved), the median trial is shown with the range of all trials.", r.Config.W1Trials)
+	w(" *× best* is the ratio to partitionq's best rate on the workload; *× limit* to the limit for the row's concurrency (W1: one SELECT of the same rows from a plain table; W2, W3: min(concurrency, keys) / handler time, and no faster than the busiest key's events and retries one after another). Violations and lost events are counted by internal/ordercheck from each system's handling log; overlaps are handler calls that started while another call of the same key was running. Costs are per event handled: heap rows read (pg_stat_all_tables), server CPU (all server processes, /proc), statement time and WAL (pg_stat_statements of the system's database), client CPU (the consumer process).\n\n")
+
+	for _, name := range []string{"W1", "W2", "W3"} {
+		rows := r.rows(name)
+		if len(rows) == 0 {
+			continue
+		}
+		best := r.best(name)
+		floor := 0.0 // W1: the plain SELECT is every row's limit
+		for _, x := range rows {
+			if name == "W1" && x.System == SysLimit {
+				floor = x.Rate
+			}
+		}
+		w("## %s\n\n| system | config | events | events/s | × best | × limit | violations | lost | rows read/ev | server CPU µs/ev | stmt µs/ev | WAL B/ev | client CPU µs/ev |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n", name)
+		for _, x := range rows {
+			v, lost := orderCell(x)
+			w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", x.System, x.Config+errSuffix(x), commas(int64(x.Events)), rateCell(x),
+				ratio(x.Rate, best), ratio(x.Rate, max(x.Limit, floor)), v, lost, fnum(x.Cost.RowsRead), r.measured(x.Cost.ServerCPU, cpu),
+				r.measured(x.Cost.ExecUS, stmts), fnum(x.Cost.WALBytes), fnum(x.Cost.ClientCPU))
+		}
+		w("\n")
+	}
+
+	if rows := r.rows("producer"); len(rows) > 0 {
+		copyRate := 0.0
+		for _, x := range rows {
+			if x.System == SysLimit {
+				copyRate = x.Rate
+			}
+		}
+		w("## Producer\n\n| system | how | events | events/s | × COPY | server CPU µs/ev | stmt µs/ev | WAL B/ev | client CPU µs/ev |\n|---|---|--:|--:|--:|--:|--:|--:|--:|\n")
+		for _, x := range rows {
+			w("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", x.System, x.Config+errSuffix(x), commas(int64(x.Events)), fnum(x.Rate), ratio(x.Rate, copyRate),
+				r.measured(x.Cost.ServerCPU, cpu), r.measured(x.Cost.ExecUS, stmts), fnum(x.Cost.WALBytes), fnum(x.Cost.ClientCPU))
+		}
+		w("\n")
+	}
+
+	if rows := r.rows("latency"); len(rows) > 0 {
+		w("## Latency (send to handler, %d events/s for %s)\n\n| system | config | events | p50 ms | p90 ms | p99 ms | max ms | violations | lost | server CPU µs/ev | WAL B/ev |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n",
+			r.Config.LatRate, r.Config.LatDuration)
+		for _, x := range rows {
+			v, lost := orderCell(x)
+			l := x.Lat
+			if l == nil {
+				l = &Latency{}
+			}
+			w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", x.System, x.Config+errSuffix(x), commas(int64(x.Events)), ms(l.P50), ms(l.P90), ms(l.P99), ms(l.Max),
+				v, lost, r.measured(x.Cost.ServerCPU, cpu), fnum(x.Cost.WALBytes))
+		}
+		w("\n")
+	}
+
+	r.amplification(&sb)
+	r.targets(&sb)
+	if len(r.Notes) > 0 {
+		w("## Notes\n\n")
+		for _, n := range r.Notes {
+			w("- %s\n", n)
+		}
+		w("\n")
+	}
+	return sb.String()
+}
+
+// rateCell is the rate, with the range of the trials when there were several.
+func rateCell(x *Result) string {
+	if len(x.Trials) < 2 {
+		return fnum(x.Rate)
+	}
+	lo, hi := x.Trials[0], x.Trials[0]
+	for _, t := range x.Trials {
+		lo, hi = min(lo, t), max(hi, t)
+	}
+	return fmt.Sprintf("%s (%s–%s)", fnum(x.Rate), short(lo), short(hi))
+}
+
+// short writes a rate in thousands.
+func short(v float64) string {
+	if v >= 10_000 {
+		return fmt.Sprintf("%.0fk", v/1000)
+	}
+	return fnum(v)
+}
+
+func errSuffix(x *Result) string {
+	if x.Err == "" {
+		return ""
+	}
+	return " **(" + x.Err + ")**"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "–"
+	}
+	return s
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond)) }
+
+// amplification summarizes W1's heap rows read per event by N: every slot
+// scans the whole batch and keeps its hash class.
+func (r *Report) amplification(sb *strings.Builder) {
+	type agg struct {
+		rows, cpu, stmt float64
+		n               int
+	}
+	byN := map[int]*agg{}
+	base := 0.0
+	for _, x := range r.rows("W1") {
+		switch {
+		case x.System == SysBaseline:
+			base = x.Cost.RowsRead
+		case x.System == SysPartitionq && x.Err == "":
+			a := byN[x.N]
+			if a == nil {
+				a = &agg{}
+				byN[x.N] = a
+			}
+			a.rows += x.Cost.RowsRead
+			a.cpu += x.Cost.ServerCPU
+			a.stmt += x.Cost.ExecUS
+			a.n++
+		}
+	}
+	if len(byN) == 0 {
+		return
+	}
+	var ns []int
+	for n := range byN {
+		ns = append(ns, n)
+	}
+	sort.Ints(ns)
+	fmt.Fprintf(sb, "## Read amplification (W1, mean over the concurrencies)\n\n| N | rows read/event | × baseline | server CPU µs/event | stmt µs/event |\n|--:|--:|--:|--:|--:|\n")
+	for _, n := range ns {
+		a := byN[n]
+		k := float64(a.n)
+		fmt.Fprintf(sb, "| %d | %s | %s | %s | %s |\n", n, fnum(a.rows/k), ratio(a.rows/k, base), fnum(a.cpu/k), fnum(a.stmt/k))
+	}
+	fmt.Fprintf(sb, "| baseline | %s | 1.00× | | |\n\n", fnum(base))
+}
+
+// targets checks the issue's targets against this run.
+func (r *Report) targets(sb *strings.Builder) {
+	w := func(format string, args ...any) { fmt.Fprintf(sb, format, args...) }
+	find := func(workload, system, config string) *Result {
+		for _, x := range r.rows(workload) {
+			if x.System == system && (config == "" || strings.HasPrefix(x.Config, config)) {
+				return x
+			}
+		}
+		return nil
+	}
+	ratio := func(a, b float64) string { // three places: 0.796 is not 0.8
+		if a == 0 || b == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.3f×", a/b)
+	}
+	mark := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "**missed**"
+	}
+	w("## Targets\n\n| target | measured | verdict |\n|---|---|---|\n")
+	if x := find("W1", SysBaseline, ""); x != nil {
+		w("| plain single consumer drains W1 at ~650,000/s (reference) | %s/s | %s of the reference |\n", fnum(x.Rate), ratio(x.Rate, 650_000))
+	}
+	if x := find("producer", SysPartitionq, "SendBatch"); x != nil {
+		w("| batched insert_event ~100,000/s (reference) | SendBatch %s/s | %s of the reference |\n", fnum(x.Rate), ratio(x.Rate, 100_000))
+	}
+	if x := find("producer", SysLimit, ""); x != nil {
+		w("| COPY ~1,400,000 rows/s (reference) | %s/s | %s of the reference |\n", fnum(x.Rate), ratio(x.Rate, 1_400_000))
+	}
+	if sb2, cp := find("producer", SysPartitionq, "SendBatch"), find("producer", SysLimit, ""); sb2 != nil && cp != nil && cp.Rate > 0 {
+		w("| batch send ≥ 0.25× COPY | %s | %s |\n", ratio(sb2.Rate, cp.Rate), mark(sb2.Rate >= 0.25*cp.Rate))
+	}
+	if base := find("W1", SysBaseline, ""); base != nil && base.Rate > 0 {
+		best := 0.0
+		cfg := ""
+		for _, x := range r.rows("W1") {
+			if x.System == SysPartitionq && x.N == 4 && x.Rate > best {
+				best, cfg = x.Rate, x.Config
+			}
+		}
+		if best > 0 {
+			w("| W1 at N=4 ≥ 0.7× the single consumer | %s (%s, %s/s) | %s |\n", ratio(best, base.Rate), cfg, fnum(best), mark(best >= 0.7*base.Rate))
+		}
+	}
+	for _, x := range r.rows("W2") {
+		if x.System == SysPartitionq && x.N*x.Conc <= 64 {
+			ideal := float64(x.N*x.Conc) / r.Config.W2Handler.Seconds()
+			w("| W2 %s ≥ 0.8× ideal (%s/s) | %s/s = %s | %s |\n", x.Config, fnum(ideal), fnum(x.Rate), ratio(x.Rate, ideal), mark(x.Rate >= 0.8*ideal))
+		}
+	}
+	for _, wlName := range []string{"W2", "W3"} {
+		best := r.best(wlName)
+		for _, peer := range []string{SysPgBoss, SysGraphile} {
+			pb := 0.0
+			for _, x := range r.rows(wlName) {
+				if x.System == peer && x.Err == "" {
+					pb = max(pb, x.Rate)
+				}
+			}
+			if pb > 0 {
+				w("| %s: ahead of %s (best against best) | %s/s vs %s/s = %s | %s |\n", wlName, peer, fnum(best), fnum(pb), ratio(best, pb), mark(best > pb))
+			}
+		}
+	}
+	viol := 0
+	for _, x := range r.Results {
+		if x.System == SysPartitionq && x.Checked {
+			viol += x.Check.Violations + x.Check.Lost + int(x.Overlaps)
+		}
+	}
+	w("| partitionq: zero order violations, nothing lost | %d violations, losses or overlaps in all runs | %s |\n\n", viol, mark(viol == 0))
+}

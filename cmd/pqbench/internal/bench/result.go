@@ -1,0 +1,61 @@
+package bench
+
+import (
+	"time"
+
+	"github.com/partitionq/partitionq/internal/ordercheck"
+)
+
+// Systems, as named in the tables.
+const (
+	SysPartitionq = "partitionq"
+	SysBaseline   = "baseline (one consumer)"
+	SysLimit      = "limit"
+	SysPgBoss     = "pg-boss"
+	SysGraphile   = "graphile-worker"
+)
+
+// Result is one measured run.
+type Result struct {
+	Workload string `json:"workload"` // W1, W2, W3, producer, latency
+	System   string `json:"system"`
+	Config   string `json:"config"`
+	N        int    `json:"n,omitempty"`
+	Conc     int    `json:"conc,omitempty"`
+
+	Events  int     `json:"events"`
+	Seconds float64 `json:"seconds"`
+	Rate    float64 `json:"rate"` // events per second
+
+	// Checked is false for rows the order checker does not apply to
+	// (physical limits, producers).
+	Checked  bool              `json:"checked"`
+	Check    ordercheck.Report `json:"check"`
+	Overlaps int64             `json:"overlaps"`
+
+	Cost Cost     `json:"cost"`
+	Lat  *Latency `json:"latency,omitempty"`
+
+	// Limit is the rate this row is compared with (the physical or ideal
+	// limit for its concurrency); 0 when none applies.
+	Limit float64 `json:"limit,omitempty"`
+	// SleepMean is the mean measured length of the handler's wait.
+	SleepMean time.Duration `json:"sleep_mean,omitempty"`
+	// Trials holds every trial's rate when the run was repeated (Rate is
+	// the median's).
+	Trials []float64 `json:"trials,omitempty"`
+	Note   string    `json:"note,omitempty"`
+	Err    string    `json:"error,omitempty"`
+}
+
+// OK reports a complete run without order violations or overlaps.
+func (r *Result) OK() bool {
+	return r.Err == "" && (!r.Checked || (r.Check.OK() && r.Overlaps == 0))
+}
+
+func rate(events int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(events) / d.Seconds()
+}
