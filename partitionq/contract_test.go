@@ -321,3 +321,16 @@ func TestDropGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestDrainConcurrencyValidated(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.group(t, 1)
+	_, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: newRecorder(t), Concurrency: 4, DrainConcurrency: 5})
+	if !errors.Is(err, partitionq.ErrInvalid) {
+		t.Fatalf("DrainConcurrency above Concurrency: %v", err)
+	}
+	if _, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: newRecorder(t), Concurrency: 16, DrainConcurrency: 16}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -104,6 +104,13 @@ type WorkerConfig struct {
 	// takes effect. Defaults to 1s.
 	HeadScanInterval time.Duration
 
+	// DrainConcurrency (PolicyPause) is how many blocked keys of one slot
+	// are retried and drained at once; each holds a pool connection while
+	// its head is handled (so that an operator's skip waits on its row
+	// lock). Raise it, with the pool size, when many keys block at once (a
+	// skewed load with failures). Defaults to min(Concurrency, 4).
+	DrainConcurrency int
+
 	// MaxBlocked bounds the pause (PolicyPause only): a key whose head first
 	// failed longer ago than this is flagged (a warning in the log, and
 	// BlockedKey.Flagged), or, with MaxBlockedDeadLetter, its head is
@@ -161,6 +168,9 @@ func (cfg WorkerConfig) withDefaults() WorkerConfig {
 	if cfg.TickInterval == 0 {
 		cfg.TickInterval = TickIntervalDefault
 	}
+	if cfg.DrainConcurrency == 0 {
+		cfg.DrainConcurrency = slot.DrainConcurrency(cfg.Concurrency)
+	}
 	if cfg.Identity == "" {
 		host, _ := os.Hostname()
 		cfg.Identity = "partitionq:" + host + ":" + strconv.Itoa(os.Getpid())
@@ -189,6 +199,8 @@ func (cfg WorkerConfig) validate() error {
 		return bad("MaxAttempts", strconv.Itoa(cfg.MaxAttempts), "it is negative", "use 0 for the default, -1 for unlimited")
 	case cfg.BackoffMin < 0 || cfg.BackoffMax < cfg.BackoffMin:
 		return bad("BackoffMin/BackoffMax", cfg.BackoffMin.String()+"/"+cfg.BackoffMax.String(), "they must be positive with min <= max", "use 0 for the defaults (1s, 5m)")
+	case cfg.DrainConcurrency < 1 || cfg.DrainConcurrency > cfg.Concurrency:
+		return bad("DrainConcurrency", strconv.Itoa(cfg.DrainConcurrency), "it must be between 1 and Concurrency", "use 0 for the default (min(Concurrency, 4))")
 	case cfg.HandlerTimeout < -1:
 		return bad("HandlerTimeout", cfg.HandlerTimeout.String(), "it is negative", "use 0 for the default (1m), -1 for none")
 	}
@@ -251,7 +263,7 @@ func (c *Client) NewWorker(ctx context.Context, cfg WorkerConfig) (*Worker, erro
 	if maxConns := int(c.pool.Config().MaxConns); maxConns < len(slots)+2 {
 		return nil, &ValidationError{Field: "pool size", Value: strconv.Itoa(maxConns),
 			Problem: fmt.Sprintf("a worker running %d slots holds one connection per slot and needs at least 2 more", len(slots)),
-			Fix:     fmt.Sprintf("set pool_max_conns=%d or more in the connection string (pgxpool.Config.MaxConns)", len(slots)+2+slot.DrainConcurrency(cfg.Concurrency))}
+			Fix:     fmt.Sprintf("set pool_max_conns=%d or more in the connection string (pgxpool.Config.MaxConns)", len(slots)*(1+cfg.DrainConcurrency)+2)}
 	}
 	w := &Worker{c: c, cfg: cfg, group: g, slots: slots, done: make(chan struct{}),
 		log: c.log.With(slog.String("queue", cfg.Queue), slog.String("group", cfg.Group))}
@@ -262,9 +274,11 @@ func (c *Client) NewWorker(ctx context.Context, cfg WorkerConfig) (*Worker, erro
 }
 
 // PoolConns is the pool size a worker running slots slots with the given
-// in-slot concurrency works best with: one connection held per owned slot,
-// one per concurrent drain of blocked keys of each slot, and two for the
-// ticker and status reads. A worker refuses pools smaller than slots + 2.
+// in-slot concurrency (and the default DrainConcurrency) works best with:
+// one connection held per owned slot, one per concurrent drain of blocked
+// keys of each slot, and two for the ticker and status reads. With another
+// DrainConcurrency d it is slots*(1+d)+2. A worker refuses pools smaller
+// than slots + 2.
 func PoolConns(slots, concurrency int) int {
 	if concurrency <= 0 {
 		concurrency = ConcurrencyDefault
@@ -344,7 +358,7 @@ func (w *Worker) Start(ctx context.Context) error {
 			Backoff:        func(n int) time.Duration { return backoff(w.cfg.BackoffMin, w.cfg.BackoffMax, n) },
 			HandlerTimeout: hto, Handle: w.handleFunc(s),
 			PollInterval: w.cfg.PollInterval, StandbyPoll: w.cfg.StandbyPoll, HeadScanInterval: w.cfg.HeadScanInterval,
-			MaxBlocked: w.cfg.MaxBlocked, MaxBlockedDeadLetter: w.cfg.MaxBlockedDeadLetter,
+			MaxBlocked: w.cfg.MaxBlocked, MaxBlockedDeadLetter: w.cfg.MaxBlockedDeadLetter, DrainConcurrency: w.cfg.DrainConcurrency,
 			ChunkSize: ChunkSizeDefault, AppName: w.cfg.Identity, Stats: w.stats[i],
 		}
 		wg.Add(1)

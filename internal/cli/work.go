@@ -29,11 +29,8 @@ type workFlags struct {
 	ticker          bool
 	tickInterval    time.Duration
 	identity        string
+	drains          int
 }
-
-// Connections a worker needs beyond one per slot: the library's own two,
-// and room for the slots' drains of blocked keys.
-const workExtraConns = 2 + 4
 
 func (a *app) workCmd() *cobra.Command {
 	var (
@@ -81,6 +78,7 @@ standard error at exit.`,
 	f.StringVar(&w.exec, "exec", "", "shell command run for each event (required)")
 	f.StringVar(&w.slots, "slots", "all", `slots to run: "all", or a list such as 0,2,5-7`)
 	f.IntVar(&w.concurrency, "concurrency", partitionq.ConcurrencyDefault, "events of different keys handled at once per slot")
+	f.IntVar(&w.drains, "drain-concurrency", 0, "pause policy: blocked keys of a slot retried and drained at once, each on a connection of its own (default min(concurrency, 4))")
 	f.StringVar(&w.policy, "policy", string(partitionq.PolicyPause), `on failure: "pause" blocks the key until resolved, "skip" retries later and lets the key go on`)
 	f.IntVar(&w.maxAttempts, "max-attempts", 0, fmt.Sprintf("tries before an event becomes a dead letter; 0: unlimited under pause, %d under skip; -1: unlimited", partitionq.MaxAttemptsSkipDefault))
 	f.DurationVar(&w.backoffMin, "backoff-min", partitionq.BackoffMinDefault, "delay before the first retry; doubled on each retry")
@@ -113,7 +111,12 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 	if err != nil {
 		return err
 	}
-	if n := len(slots) + workExtraConns; s.tooSmall(n) {
+	drains := w.drains
+	if drains == 0 {
+		drains = min(max(w.concurrency, 1), 4) // the library's default
+	}
+	// One connection per slot, one per drain of each slot, two for the library.
+	if n := len(slots)*(1+drains) + 2; s.tooSmall(n) {
 		s.close()
 		if s, err = a.open(ctx, n); err != nil {
 			return err
@@ -125,6 +128,7 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 		Concurrency: w.concurrency, Policy: partitionq.Policy(w.policy), MaxAttempts: w.maxAttempts,
 		BackoffMin: w.backoffMin, HandlerTimeout: w.handlerTimeout, ShutdownTimeout: w.shutdownTimeout,
 		PollInterval: w.pollInterval, RunTicker: w.ticker, TickInterval: w.tickInterval, Identity: w.identity,
+		DrainConcurrency: w.drains,
 	}
 	if cmd.Flags().Changed("backoff-max") {
 		cfg.BackoffMax = w.backoffMax // else the library's default, raised to BackoffMin

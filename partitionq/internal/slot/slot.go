@@ -64,12 +64,13 @@ type Config struct {
 	Slot, N  int
 	SubID    int32
 
-	Concurrency    int
-	Policy         Policy
-	MaxAttempts    int // 0: no limit
-	Backoff        func(attempt int) time.Duration
-	HandlerTimeout time.Duration // <= 0: none
-	Handle         Handler
+	Concurrency      int
+	DrainConcurrency int // blocked keys drained at once (each holds a connection)
+	Policy           Policy
+	MaxAttempts      int // 0: no limit
+	Backoff          func(attempt int) time.Duration
+	HandlerTimeout   time.Duration // <= 0: none
+	Handle           Handler
 
 	PollInterval     time.Duration // wait between empty next_batch calls
 	StandbyPoll      time.Duration // wait between ownership tries
@@ -134,7 +135,7 @@ func runOnce(stop, hard context.Context, cfg Config, log *slog.Logger) (owned, h
 	}
 
 	r := &runner{cfg: cfg, log: log, conn: conn, stop: stop, hard: hard,
-		sem: make(chan struct{}, cfg.Concurrency), drainSem: make(chan struct{}, DrainConcurrency(cfg.Concurrency)), wake: make(chan struct{}, 1), draining: map[string]bool{}}
+		sem: make(chan struct{}, cfg.Concurrency), drainSem: make(chan struct{}, max(1, cfg.DrainConcurrency)), wake: make(chan struct{}, 1), draining: map[string]bool{}}
 	headsDone := make(chan struct{})
 	headsCtx, stopHeads := context.WithCancel(stop)
 	if cfg.Policy == Pause {
@@ -271,6 +272,6 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// DrainConcurrency is how many blocked keys of one slot are drained at once
-// (each holds a pool connection while its head is handled).
+// DrainConcurrency is the default number of blocked keys of one slot
+// drained at once (each holds a pool connection while its head is handled).
 func DrainConcurrency(concurrency int) int { return max(1, min(concurrency, 4)) }
