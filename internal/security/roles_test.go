@@ -205,8 +205,9 @@ func TestOperatorActs(t *testing.T) {
 		before := e.state()
 		_, err = oc.Purge(e.ctx, partitionq.PurgeRequest{Queue: "q", Group: "g"})
 		denied(t, "Purge", err)
-		if after := e.state(); after.dead != before.dead {
-			t.Fatalf("a refused purge changed the dead letters: %d -> %d", before.dead, after.dead)
+		// A worker may dead-letter more meanwhile; a purge would only remove.
+		if after := e.state(); after.dead < before.dead {
+			t.Fatalf("a refused purge removed dead letters: %d -> %d", before.dead, after.dead)
 		}
 	})
 }
