@@ -58,10 +58,7 @@ the handler's last error. Unblock one with skip, retry or quarantine.`,
 		Example: "  partitionq blocked --queue files --group indexer",
 		Args:    cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			if err := t.need(); err != nil {
-				return err
-			}
-			s, err := a.open(cmd.Context(), 0)
+			s, err := a.openFor(cmd.Context(), t)
 			if err != nil {
 				return err
 			}

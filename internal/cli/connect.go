@@ -33,6 +33,15 @@ func (s *session) tooSmall(n int) bool {
 
 // open connects to the database of --db or DATABASE_URL with a pool of at
 // least minConns connections (unless the URL sets pool_max_conns) and builds
+// openFor checks that the command names its queue and group, then opens a
+// session with the default pool size.
+func (a *app) openFor(ctx context.Context, t target) (*session, error) {
+	if err := t.need(); err != nil {
+		return nil, err
+	}
+	return a.open(ctx, 0)
+}
+
 // a client. ctx governs the connection and the engine detection.
 func (a *app) open(ctx context.Context, minConns int) (*session, error) {
 	connStr := a.db

@@ -34,10 +34,7 @@ the group. The queue, its other groups and the group's dead letters stay.`,
 		Example: "  partitionq drop-group --queue files --group indexer-v1 --reason 'moved to 8 slots'",
 		Args:    cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			if err := t.need(); err != nil {
-				return err
-			}
-			s, err := a.open(cmd.Context(), 0)
+			s, err := a.openFor(cmd.Context(), t)
 			if err != nil {
 				return err
 			}

@@ -75,10 +75,7 @@ Read-only and cheap.`,
 		Example: "  partitionq status --queue files --group indexer --json",
 		Args:    cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			if err := t.need(); err != nil {
-				return err
-			}
-			s, err := a.open(cmd.Context(), 0)
+			s, err := a.openFor(cmd.Context(), t)
 			if err != nil {
 				return err
 			}
