@@ -123,8 +123,8 @@ func (r *runner) processBatch(batch int64) error {
 	r.cfg.Stats.Batches.Add(1)
 	r.cfg.Stats.LastBatch.Store(time.Now().UnixNano())
 	r.cfg.Stats.DeadLettered.Add(int64(len(out.dead)))
-	if len(out.failures) > 0 {
-		r.signal()
+	if r.cfg.Policy == Pause && len(out.retry) > 0 {
+		r.signal() // new parked events: failed heads to schedule, or waiting events due now
 	}
 	if count > 0 {
 		r.log.Debug("partitionq: batch finished", slog.Int64("batch", batch), slog.Int("events", count),

@@ -16,9 +16,11 @@ import (
 // exactly when the slot's subscription has events of it in the engine's
 // retry queue; they are parked there at a time the engine's mover never
 // reaches, so only this loop (and operator actions) take them out, one key
-// at a time, in ev_id order. The loop wakes when a batch parks a new head,
-// when a drain ends, and at the earliest next attempt (at least every
-// HeadScanInterval, so operator actions are seen).
+// at a time, in ev_id order. The loop wakes when a batch parks events, when
+// a drain leaves a head to schedule (it failed, or was not due), and at the
+// earliest next attempt (at least every HeadScanInterval, so operator
+// actions are seen). A drain that resolved its key wakes nobody: there is
+// nothing new to find.
 func (r *runner) headLoop(ctx context.Context) {
 	next := time.Now()
 	for ctx.Err() == nil {
@@ -116,7 +118,12 @@ func (r *runner) startDrain(ctx context.Context, key string, headID int64) {
 			r.mu.Unlock()
 			return
 		}
-		defer r.signal()
+		rescan := false
+		defer func() { // after the key leaves r.draining (below), so the scan may drain it again
+			if rescan {
+				r.signal()
+			}
+		}()
 		defer func() {
 			r.mu.Lock()
 			delete(r.draining, key)
@@ -129,19 +136,21 @@ func (r *runner) startDrain(ctx context.Context, key string, headID int64) {
 				if ctx.Err() == nil && r.hard.Err() == nil {
 					r.log.Warn("partitionq: dead-lettering a key blocked too long failed", slog.String("key", key), slog.Any("error", err))
 				}
+				rescan = true
 				return
 			}
 			id = next
 		}
 		for id != 0 && ctx.Err() == nil {
-			next, err := r.drainOne(ctx, key, id)
+			next, again, err := r.drainOne(ctx, key, id)
 			if err != nil {
 				if ctx.Err() == nil && r.hard.Err() == nil {
 					r.log.Warn("partitionq: draining a blocked key failed", slog.String("key", key), slog.Any("error", err))
 				}
+				rescan = true
 				return
 			}
-			id = next
+			id, rescan = next, again
 		}
 	}()
 }
@@ -158,24 +167,28 @@ const (
 // head waits for the outcome and never both happen. It stops at the first
 // failure (which is then the key's head, with its failure recorded), at an
 // event whose next attempt is not due, or at the run's limits. It returns
-// the key's next head when that is due now, else 0.
-func (r *runner) drainOne(ctx context.Context, key string, headID int64) (int64, error) {
+// the key's next head when that is due now, else 0, and whether the head
+// loop should scan again (a head to schedule, or one to find).
+func (r *runner) drainOne(ctx context.Context, key string, headID int64) (next int64, rescan bool, err error) {
 	db := r.hard
 	tx, err := r.cfg.Pool.Begin(db)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	defer tx.Rollback(context.Background()) //nolint:errcheck // no-op after commit
 
 	run, err := r.cfg.Eng.LockParkedRun(db, tx, r.cfg.SubID, key, headID, drainRun)
-	if errors.Is(err, engine.ErrLocked) || (err == nil && (len(run) == 0 || run[0].ID != headID)) {
-		return 0, nil // being handled by an operator action, or already resolved
+	if errors.Is(err, engine.ErrLocked) {
+		return 0, false, nil // an operator action holds it (for at most its lock timeout): the periodic scan comes back
+	}
+	if err == nil && (len(run) == 0 || run[0].ID != headID) {
+		return 0, true, nil // resolved meanwhile (say, skipped): look for the key's new head
 	}
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if older, err := r.cfg.Eng.HasOlderRetry(db, tx, r.cfg.SubID, key, headID); err != nil || older {
-		return 0, err // not the head: the next scan finds the real one
+		return 0, err == nil, err // not the head: the next scan finds the real one
 	}
 	ids := make([]int64, len(run))
 	for i, ev := range run {
@@ -183,7 +196,7 @@ func (r *runner) drainOne(ctx context.Context, key string, headID int64) (int64,
 	}
 	fails, err := store.Failures(db, tx, r.cfg.Queue, r.cfg.Consumer, ids)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 
 	start := time.Now()
@@ -205,7 +218,7 @@ func (r *runner) drainOne(ctx context.Context, key string, headID int64) (int64,
 			continue
 		}
 		if r.hard.Err() != nil {
-			return 0, nil // shutdown: the rollback leaves every event as it was
+			return 0, false, nil // shutdown: the rollback leaves every event as it was
 		}
 		if r.exhausted(res, attempt) {
 			// Commit the dead letter before the key's next event runs: were
@@ -216,21 +229,21 @@ func (r *runner) drainOne(ctx context.Context, key string, headID int64) (int64,
 			break
 		}
 		if err := r.cfg.Eng.SetRetryCount(db, tx, r.cfg.SubID, ev.ID, int32(attempt)); err != nil {
-			return 0, err
+			return 0, false, err
 		}
 		f := store.Failure{EvID: ev.ID, Attempts: attempt, LastError: errText(res.Err)}
 		if err := store.PutFailure(db, tx, r.cfg.Queue, r.cfg.Consumer, f, r.retryDelay(res, attempt)); err != nil {
-			return 0, err
+			return 0, false, err
 		}
 		stopped = true
 		break
 	}
 	if err := r.resolve(db, tx, done, dead); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	r.cfg.Stats.DeadLettered.Add(int64(len(dead)))
 	if stopped || ctx.Err() != nil {
-		return 0, nil
+		return 0, stopped, nil // stopped: the key's head has a new next attempt to schedule
 	}
 	// The key's next parked event is its new head: due now unless it has
 	// failed before (then its own schedule applies).
@@ -240,9 +253,9 @@ func (r *runner) drainOne(ctx context.Context, key string, headID int64) (int64,
 	}
 	nextEv, ok, err := r.cfg.Eng.NextRetry(ctx, r.cfg.Pool, r.cfg.SubID, key, last)
 	if err != nil || !ok {
-		return 0, err
+		return 0, false, err
 	}
-	return nextEv.ID, nil
+	return nextEv.ID, false, nil
 }
 
 // expire dead-letters the head headID of key (blocked longer than
