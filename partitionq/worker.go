@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/partitionq/partitionq/partitionq/internal/engine"
 	"github.com/partitionq/partitionq/partitionq/internal/slot"
 	"github.com/partitionq/partitionq/partitionq/internal/ticker"
@@ -105,10 +107,10 @@ type WorkerConfig struct {
 	HeadScanInterval time.Duration
 
 	// DrainConcurrency (PolicyPause) is how many blocked keys of one slot
-	// are retried and drained at once; each holds a pool connection while
-	// its head is handled (so that an operator's skip waits on its row
-	// lock). Raise it, with the pool size, when many keys block at once (a
-	// skewed load with failures). Defaults to min(Concurrency, 4).
+	// are retried and drained at once; each holds one of the worker's own
+	// connections while its head is handled (so that an operator's skip
+	// waits on its row lock; see PoolConns). Raise it when many keys block
+	// at once (a skewed load with failures). Defaults to min(Concurrency, 4).
 	DrainConcurrency int
 
 	// MaxBlocked bounds the pause (PolicyPause only): a key whose head first
@@ -260,11 +262,6 @@ func (c *Client) NewWorker(ctx context.Context, cfg WorkerConfig) (*Worker, erro
 	if err != nil {
 		return nil, err
 	}
-	if maxConns := int(c.pool.Config().MaxConns); maxConns < len(slots)+2 {
-		return nil, &ValidationError{Field: "pool size", Value: strconv.Itoa(maxConns),
-			Problem: fmt.Sprintf("a worker running %d slots holds one connection per slot and needs at least 2 more", len(slots)),
-			Fix:     fmt.Sprintf("set pool_max_conns=%d or more in the connection string (pgxpool.Config.MaxConns)", len(slots)*(1+cfg.DrainConcurrency)+2)}
-	}
 	w := &Worker{c: c, cfg: cfg, group: g, slots: slots, done: make(chan struct{}),
 		log: c.log.With(slog.String("queue", cfg.Queue), slog.String("group", cfg.Group))}
 	for range slots {
@@ -273,12 +270,18 @@ func (c *Client) NewWorker(ctx context.Context, cfg WorkerConfig) (*Worker, erro
 	return w, nil
 }
 
-// PoolConns is the pool size a worker running slots slots with the given
-// in-slot concurrency (and the default DrainConcurrency) works best with:
-// one connection held per owned slot, one per concurrent drain of blocked
-// keys of each slot, and two for the ticker and status reads. With another
-// DrainConcurrency d it is slots*(1+d)+2. A worker refuses pools smaller
-// than slots + 2.
+// PoolConns is the most connections a worker running slots slots with the
+// given in-slot concurrency (and the default DrainConcurrency) opens of its
+// own: one held per owned slot, one per concurrent drain of blocked keys of
+// each slot, and two for the ticker and short reads. With another
+// DrainConcurrency d it is slots*(1+d)+2. Count them, with the client's
+// pool, against the server's max_connections.
+//
+// A worker keeps these connections in a pool of its own (made from the
+// client's pool's configuration), never in the client's pool: they are
+// held while handlers run, and a handler that queries the database through
+// the client's pool must never wait for a connection that only its own
+// return would free.
 func PoolConns(slots, concurrency int) int {
 	if concurrency <= 0 {
 		concurrency = ConcurrencyDefault
@@ -323,6 +326,15 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.stoppedEarly {
 		return errors.New("partitionq: worker was stopped before it started: make a new one")
 	}
+	// The worker's own connections (see PoolConns): none is opened before
+	// a slot, a drain or the ticker needs it.
+	pcfg := w.c.pool.Config()
+	pcfg.MaxConns = int32(len(w.slots)*(1+w.cfg.DrainConcurrency) + 2)
+	pcfg.MinConns, pcfg.MinIdleConns = 0, 0
+	pool, err := pgxpool.NewWithConfig(context.WithoutCancel(ctx), pcfg)
+	if err != nil {
+		return fmt.Errorf("partitionq: the worker's connection pool: %w", err)
+	}
 	w.started = true
 	soft, stopSoft := context.WithCancel(ctx)
 	hard, stopHard := context.WithCancel(context.WithoutCancel(ctx))
@@ -333,7 +345,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ticker.Run(soft, ticker.Config{Eng: w.c.eng, Pool: w.c.pool, Log: w.log,
+			ticker.Run(soft, ticker.Config{Eng: w.c.eng, Pool: pool, Log: w.log,
 				Interval: w.cfg.TickInterval, MaintInterval: MaintIntervalDefault})
 		}()
 	}
@@ -351,7 +363,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	for i, s := range w.slots {
 		scfg := slot.Config{
-			Eng: w.c.eng, Pool: w.c.pool, Log: w.log,
+			Eng: w.c.eng, Pool: pool, Log: w.log,
 			Queue: w.cfg.Queue, Group: w.cfg.Group, Consumer: w.group.Consumers[s],
 			Slot: s, N: w.group.Slots, SubID: w.group.subIDs[s],
 			Concurrency: w.cfg.Concurrency, Policy: policy, MaxAttempts: maxAttempts,
@@ -373,6 +385,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		wg.Wait()
 		t.Stop()
 		stopHard()
+		pool.Close()
 		close(w.done)
 	}()
 	w.log.Info("partitionq: worker started", slog.Any("slots", w.slots), slog.String("policy", string(w.cfg.Policy)),

@@ -29,13 +29,10 @@ func main() {
 }
 
 func run(ctx context.Context, databaseURL string) error {
-	// The caller owns the pool. A worker holds one connection per slot.
-	cfg, err := pgxpool.ParseConfig(databaseURL)
-	if err != nil {
-		return err
-	}
-	cfg.MaxConns = int32(partitionq.PoolConns(4, partitionq.ConcurrencyDefault))
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	// The caller owns the pool: sends, status reads and the handlers' own
+	// queries use it. A worker opens connections of its own for its slots
+	// (see partitionq.PoolConns), so a handler never waits on them.
+	pool, err := pgxpool.New(ctx, databaseURL)
 	if err != nil {
 		return err
 	}

@@ -92,7 +92,7 @@ func (a *app) keyActionCmd(k keyAction) *cobra.Command {
 			if headID < 0 {
 				return usagef("invalid --event %d: give the head event id shown by partitionq blocked", headID)
 			}
-			s, err := a.open(cmd.Context(), 0)
+			s, err := a.open(cmd.Context())
 			if err != nil {
 				return err
 			}

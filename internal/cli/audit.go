@@ -50,7 +50,7 @@ event, the reason and what came of it.`,
 			if limit < 1 {
 				return usagef("invalid --limit %d: give 1 or more", limit)
 			}
-			s, err := a.open(cmd.Context(), 0)
+			s, err := a.open(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -18,32 +18,22 @@ import (
 type session struct {
 	pool   *pgxpool.Pool
 	client *partitionq.Client
-	// fixedSize is true when the connection string sets pool_max_conns:
-	// the pool is then never resized.
-	fixedSize bool
 }
 
 func (s *session) close() { s.pool.Close() }
 
-// tooSmall reports whether the pool holds fewer than n connections and may
-// be reopened larger.
-func (s *session) tooSmall(n int) bool {
-	return !s.fixedSize && int(s.pool.Config().MaxConns) < n
-}
-
-// open connects to the database of --db or DATABASE_URL with a pool of at
-// least minConns connections (unless the URL sets pool_max_conns) and builds
 // openFor checks that the command names its queue and group, then opens a
 // session with the default pool size.
 func (a *app) openFor(ctx context.Context, t target) (*session, error) {
 	if err := t.need(); err != nil {
 		return nil, err
 	}
-	return a.open(ctx, 0)
+	return a.open(ctx)
 }
 
-// a client. ctx governs the connection and the engine detection.
-func (a *app) open(ctx context.Context, minConns int) (*session, error) {
+// open connects to the database of --db or DATABASE_URL and builds a
+// client. ctx governs the connection and the engine detection.
+func (a *app) open(ctx context.Context) (*session, error) {
 	connStr := a.db
 	if connStr == "" {
 		connStr = a.env.Getenv("DATABASE_URL")
@@ -63,10 +53,6 @@ func (a *app) open(ctx context.Context, minConns int) (*session, error) {
 	cfg, err := pgxpool.ParseConfig(connStr)
 	if err != nil {
 		return nil, usagef("invalid --db or DATABASE_URL: %w", err)
-	}
-	fixed := setsPoolMaxConns(connStr)
-	if !fixed && int(cfg.MaxConns) < minConns {
-		cfg.MaxConns = int32(minConns)
 	}
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "partitionq"
@@ -90,7 +76,7 @@ func (a *app) open(ctx context.Context, minConns int) (*session, error) {
 		pool.Close()
 		return nil, err
 	}
-	return &session{pool: pool, client: client, fixedSize: fixed}, nil
+	return &session{pool: pool, client: client}, nil
 }
 
 // describeDB names the server and database without the password.

@@ -36,7 +36,7 @@ until you quit with q; its logs go to --log-file only. See docs/console.md.`,
 				return err
 			}
 			a.logsOff = true // the console owns the terminal
-			s, err := a.open(cmd.Context(), 0)
+			s, err := a.open(cmd.Context())
 			if err != nil {
 				return err
 			}

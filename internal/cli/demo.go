@@ -182,7 +182,7 @@ func (a *app) demo(cmd *cobra.Command, f demoFlags) error {
 
 	dcfg := f.config()
 	if !setsPoolMaxConns(connStr) {
-		cfg.MaxConns = max(cfg.MaxConns, int32(demo.PoolConns(dcfg.Slots, dcfg.Concurrency)))
+		cfg.MaxConns = max(cfg.MaxConns, int32(demo.PoolConns))
 	}
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "partitionq-demo"

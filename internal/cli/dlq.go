@@ -84,7 +84,7 @@ func (a *app) dlqListCmd() *cobra.Command {
 			if q.Limit < 1 {
 				return usagef("invalid --limit %d: give 1 or more", q.Limit)
 			}
-			s, err := a.open(cmd.Context(), 0)
+			s, err := a.open(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -158,7 +158,7 @@ func (a *app) dlqShowCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			s, err := a.open(cmd.Context(), 0)
+			s, err := a.open(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -31,7 +31,7 @@ prints "already replayed" and the first replay's event id.`,
 			if err != nil {
 				return err
 			}
-			s, err := a.open(cmd.Context(), 0)
+			s, err := a.open(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -103,7 +103,7 @@ that died before a time (2024-05-01T12:00:00Z, 2024-05-01, or an age such as
 			if err != nil {
 				return err
 			}
-			s, err := a.open(cmd.Context(), 0)
+			s, err := a.open(cmd.Context())
 			if err != nil {
 				return err
 			}

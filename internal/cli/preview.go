@@ -52,7 +52,7 @@ this order, then the key's events still in the stream.`,
 			if limit < 1 {
 				return usagef("invalid --limit %d: give 1 or more", limit)
 			}
-			s, err := a.open(cmd.Context(), 0)
+			s, err := a.open(cmd.Context())
 			if err != nil {
 				return err
 			}

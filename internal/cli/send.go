@@ -58,7 +58,7 @@ events were sent.`,
 				return usagef("missing --key: --type and --payload describe one event, which needs a --key (or leave them out to read JSON lines from standard input)")
 			}
 			ctx := cmd.Context()
-			s, err := a.open(ctx, 0)
+			s, err := a.open(ctx)
 			if err != nil {
 				return err
 			}

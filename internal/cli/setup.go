@@ -41,7 +41,7 @@ group is fixed: setup with another number fails and names both.`,
 			if !cmd.Flags().Changed("slots") {
 				return usagef("missing --slots: give the group's fixed number of slots, e.g. --slots 8 (docs/tuning.md)")
 			}
-			s, err := a.open(cmd.Context(), 0)
+			s, err := a.open(cmd.Context())
 			if err != nil {
 				return err
 			}

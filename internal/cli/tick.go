@@ -27,7 +27,7 @@ maintenance round and exit. (Workers can tick themselves: work --ticker.)`,
 			if cfg.Interval <= 0 || cfg.MaintInterval <= 0 {
 				return usagef("invalid --interval %s or --maint-interval %s: give positive durations", cfg.Interval, cfg.MaintInterval)
 			}
-			s, err := a.open(cmd.Context(), 0)
+			s, err := a.open(cmd.Context())
 			if err != nil {
 				return err
 			}

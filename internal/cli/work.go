@@ -94,15 +94,11 @@ standard error at exit.`,
 
 func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 	ctx := cmd.Context()
-	s, err := a.open(ctx, 0)
+	s, err := a.open(ctx)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if s != nil {
-			s.close()
-		}
-	}()
+	defer s.close()
 	g, err := s.client.Group(ctx, t.queue, t.group)
 	if err != nil {
 		return err
@@ -110,17 +106,6 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 	slots, err := parseSlots(w.slots, g.Slots)
 	if err != nil {
 		return err
-	}
-	drains := w.drains
-	if drains == 0 {
-		drains = min(max(w.concurrency, 1), 4) // the library's default
-	}
-	// One connection per slot, one per drain of each slot, two for the library.
-	if n := len(slots)*(1+drains) + 2; s.tooSmall(n) {
-		s.close()
-		if s, err = a.open(ctx, n); err != nil {
-			return err
-		}
 	}
 	cfg := partitionq.WorkerConfig{
 		Queue: t.queue, Group: t.group, N: g.Slots, Slots: slots,

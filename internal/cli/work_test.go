@@ -98,7 +98,7 @@ echo "handled $PARTITIONQ_EVENT_ID"
 	}
 }
 
-func TestWorkSlotsAndPoolSize(t *testing.T) {
+func TestWorkSlotsAndSmallPool(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	h.setup(3)
@@ -119,12 +119,26 @@ func TestWorkSlotsAndPoolSize(t *testing.T) {
 		t.Fatal(r)
 	}
 
-	// A pool the URL sizes itself is left alone, and too small is a bad value.
-	small := &harness{t: t, url: h.url, env: map[string]string{"DATABASE_URL": h.url + "&pool_max_conns=2"}}
+	// The worker's slots and drains hold connections of the worker's own,
+	// so the pool the connection string sizes can be as small as one.
+	small := &harness{t: t, url: h.url, env: map[string]string{"DATABASE_URL": h.url + "&pool_max_conns=1"}}
 	if !strings.Contains(h.url, "?") {
-		small.env["DATABASE_URL"] = h.url + "?pool_max_conns=2"
+		small.env["DATABASE_URL"] = h.url + "?pool_max_conns=1"
 	}
-	small.fails(cli.ExitUsage, []string{"invalid pool size 2", "pool_max_conns"}, with(qg, "work", "--exec", "true")...)
+	sw := small.startWork("--exec", "true")
+	waitFor(t, 30*time.Second, "all 3 slots owned by the worker whose pool has one connection", func() bool {
+		var st statusOut
+		h.json(&st, with(qg, "status")...)
+		for _, s := range st.Slots {
+			if s.Owner == nil {
+				return false
+			}
+		}
+		return true
+	})
+	if r := sw.stop(t); r.code != cli.ExitOK {
+		t.Fatal(r)
+	}
 }
 
 // alive reports whether a process exists and is not a zombie.

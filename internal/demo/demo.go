@@ -209,12 +209,10 @@ func (d *Demo) Setup(ctx context.Context) error {
 	return err
 }
 
-// PoolConns is the pool size the demo needs: the worker's (see
-// partitionq.PoolConns), the producer's, and a few for status reads and
-// the console.
-func PoolConns(slots, concurrency int) int {
-	return partitionq.PoolConns(slots, concurrency) + 4
-}
+// PoolConns is the size of the pool the demo is given: the producer's
+// sends, status reads and the console's. The worker opens connections of
+// its own (see partitionq.PoolConns).
+const PoolConns = 6
 
 // Start starts the worker (which runs the engine's ticker too) and the
 // producer, and returns. ctx bounds the producer only: when it ends, the

@@ -108,7 +108,7 @@ func TestRunWithSkip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.MaxConns = int32(PoolConns(2, 2))
+	cfg.MaxConns = int32(PoolConns)
 	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
