@@ -1,8 +1,12 @@
 package partitionq_test
 
 import (
+	"context"
+	"fmt"
 	"reflect"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/partitionq/partitionq/partitionq"
 )
@@ -46,8 +50,48 @@ func TestOrderAndCompleteness(t *testing.T) {
 	if len(slotsUsed) != 4 {
 		t.Errorf("only slots %v were used", slotsUsed)
 	}
-	if rec.maxInside < 2 {
-		t.Errorf("at most %d events were inside the handler at once: no parallelism", rec.maxInside)
+}
+
+// Different keys are handled at once, inside one slot and across slots:
+// every handler waits until all of them are inside, which only happens if
+// the worker runs them in parallel (a serial worker fails the wait).
+func TestKeysRunInParallel(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{1, 2} {
+		t.Run(fmt.Sprintf("slots=%d", n), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.group(t, n)
+			const keys = 4
+			var mu sync.Mutex
+			inside := map[string]bool{}
+			all := make(chan struct{})
+			l := &handlingLog{decide: func(ctx context.Context, ev *partitionq.Event) error {
+				mu.Lock()
+				inside[ev.Key] = true
+				if len(inside) == keys {
+					close(all)
+				}
+				mu.Unlock()
+				select {
+				case <-all:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}}
+			b.worker(t, partitionq.WorkerConfig{Handler: l, Concurrency: keys, HandlerTimeout: time.Minute})
+			for k := range keys {
+				b.send(t, fmt.Sprintf("k%d", k), 1)
+			}
+			select {
+			case <-all:
+			case <-time.After(30 * time.Second):
+				mu.Lock()
+				defer mu.Unlock()
+				t.Fatalf("only %d of %d keys were ever inside the handler at once", len(inside), keys)
+			}
+		})
 	}
 }
 

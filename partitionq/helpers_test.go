@@ -113,8 +113,6 @@ type recorder struct {
 	inKey     map[string]bool
 	total     int
 	fail      func(ev *partitionq.Event) error // optional
-	inside    int
-	maxInside int
 }
 
 func newRecorder(t *testing.T) *recorder {
@@ -127,8 +125,6 @@ func (r *recorder) Handle(ctx context.Context, ev *partitionq.Event) error {
 		r.t.Errorf("key %s handled twice at once (event %d)", ev.Key, ev.ID)
 	}
 	r.inKey[ev.Key] = true
-	r.inside++
-	r.maxInside = max(r.maxInside, r.inside)
 	if s, ok := r.slotOf[ev.Key]; ok && s != ev.Slot {
 		r.t.Errorf("key %s handled on slots %d and %d", ev.Key, s, ev.Slot)
 	}
@@ -144,7 +140,6 @@ func (r *recorder) Handle(ctx context.Context, ev *partitionq.Event) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.inKey[ev.Key] = false
-	r.inside--
 	if err == nil {
 		r.byKey[ev.Key] = append(r.byKey[ev.Key], string(ev.Payload))
 		r.ids[ev.ID]++
