@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -152,4 +153,59 @@ func slotOwners(ctx context.Context, c *partitionq.Client, queue, group string) 
 		}
 	}
 	return out, nil
+}
+
+// diagnose describes why events are still unresolved: the first of them
+// with where the engine holds them, the slot consumers' positions, and what
+// the workers' sessions are doing. It is logged when a wait times out, so
+// a failure in CI can be read without a rerun.
+func diagnose(ctx context.Context, db *pgxpool.Pool) string {
+	var b strings.Builder
+	q := func(title, sql string) {
+		rows, err := db.Query(ctx, sql)
+		if err != nil {
+			fmt.Fprintf(&b, "\n%s: %v", title, err)
+			return
+		}
+		defer rows.Close()
+		fmt.Fprintf(&b, "\n%s:", title)
+		n := 0
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				fmt.Fprintf(&b, " %v", err)
+				return
+			}
+			n++
+			fmt.Fprintf(&b, "\n  %v", vals)
+		}
+		if err := rows.Err(); err != nil {
+			fmt.Fprintf(&b, " %v", err)
+		}
+		if n == 0 {
+			b.WriteString(" none")
+		}
+	}
+	q("resolved (handled + dead)", `select (select count(*) from (select distinct key, seq from pq_run_log where ok) h), (select count(*) from partitionq.dead_letter)`)
+	q("unresolved events not of stuck keys (first 20): ev_id, key, seq, in retry queue (sub, retry_after, retries), failure rows, txid, time", `
+		with ev as (
+			select ev_id, ev_extra1 as key, (ev_data::json->>'s')::int as seq, ev_txid, ev_time from pgq.event_template)
+		select ev.ev_id, ev.key, ev.seq,
+			(select string_agg(format('%s/%s/%s', rq.ev_owner, rq.ev_retry_after, rq.ev_retry), ',') from pgq.retry_queue rq where rq.ev_id = ev.ev_id),
+			(select count(*) from partitionq.failure f where f.ev_id = ev.ev_id), ev.ev_txid, ev.ev_time
+		from ev
+		where ev.key not like 'stuck-%'
+			and not exists (select 1 from pq_run_log l where l.key = ev.key and l.seq = ev.seq and l.ok)
+			and not exists (select 1 from partitionq.dead_letter d where d.key = ev.key and (d.ev_data::json->>'s')::int = ev.seq)
+		order by ev.ev_id limit 20`)
+	q("retry queue by owner: sub_id, rows, parked, min ev_id", `
+		select ev_owner, count(*), count(*) filter (where ev_retry_after > now() + interval '1000 years'), min(ev_id) from pgq.retry_queue group by 1 order by 1`)
+	q("slot consumers: name, sub_id, last_tick, batch, next_tick, active", `
+		select co_name, sub_id, sub_last_tick, sub_batch, sub_next_tick, sub_active from pgq.subscription join pgq.consumer on co_id = sub_consumer order by co_name`)
+	q("queue: last tick, event seq", `select queue_name, (select max(tick_id) from pgq.tick t where t.tick_queue = queue_id), queue_event_seq from pgq.queue`)
+	q("advisory locks held (objid, pid)", `select objid, pid from pg_locks where locktype = 'advisory' and granted order by objid`)
+	q("workers' sessions: pid, state, wait, xact age, query", `
+		select pid, state, wait_event_type || ':' || wait_event, now() - xact_start, left(query, 120)
+		from pg_stat_activity where datname = current_database() and application_name <> '`+harnessApp+`' and pid <> pg_backend_pid() order by pid`)
+	return b.String()
 }

@@ -628,11 +628,8 @@ func (r *run) finish(ctx context.Context, p plan, heads map[string]int64) error 
 	}
 	blockedEvents := len(p.stuck) * (r.cfg.EventsPerKey - p.stuckSeq)
 	r.cfg.Logf("chaos: chaos over; waiting for %d of %d events (the rest wait behind the stuck keys)", total-blockedEvents, total)
-	if err := poll(ctx, 5*time.Minute, fmt.Sprintf("%d events resolved", total-blockedEvents), func(ctx context.Context) (bool, error) {
-		n, err := resolved(ctx, r.pool)
-		return n >= total-blockedEvents, err
-	}); err != nil {
-		return err
+	if err := r.waitResolved(ctx, total-blockedEvents); err != nil {
+		return r.stuckRun(err)
 	}
 	if err := r.snapshotHeads(ctx, p, heads); err != nil {
 		return err
@@ -664,11 +661,8 @@ func (r *run) finish(ctx context.Context, p plan, heads map[string]int64) error 
 			return err
 		}
 	}
-	if err := poll(ctx, 5*time.Minute, fmt.Sprintf("all %d events resolved", total), func(ctx context.Context) (bool, error) {
-		n, err := resolved(ctx, r.pool)
-		return n >= total, err
-	}); err != nil {
-		return err
+	if err := r.waitResolved(ctx, total); err != nil {
+		return r.stuckRun(err)
 	}
 	for i, pr := range r.procs {
 		if pr != nil {
@@ -684,4 +678,51 @@ func (r *run) finish(ctx context.Context, p plan, heads map[string]int64) error 
 	}
 	r.rep.Report = rep
 	return r.pool.QueryRow(ctx, `select (select count(*) from pgq.retry_queue) + (select count(*) from partitionq.failure)`).Scan(&r.rep.Leftover)
+}
+
+// stuckRun adds what the database shows to a wait that timed out. The
+// test's own context may be what ran out, so the dump gets its own.
+func (r *run) stuckRun(err error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	return fmt.Errorf("%w; the database shows:%s", err, diagnose(ctx, r.pool))
+}
+
+// stallTimeout is how long waitResolved waits without a single event being
+// resolved before it calls the run stalled.
+const stallTimeout = time.Minute
+
+// waitResolved waits until want events are resolved. It gives up when no
+// event was resolved for stallTimeout (not after a fixed time: the long
+// form has ten times the events of the short one), and then reports what
+// the database shows.
+func (r *run) waitResolved(ctx context.Context, want int) error {
+	n, lastAt := -1, time.Now()
+	var lastErr error
+	for {
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		got, err := resolved(qctx, r.pool)
+		cancel()
+		switch {
+		case err != nil:
+			lastErr = err // the server may be restarting
+		case got >= want:
+			return nil
+		case got != n:
+			n, lastAt = got, time.Now()
+		}
+		if ctx.Err() != nil || time.Since(lastAt) > stallTimeout {
+			err := fmt.Errorf("stalled: %d of %d events resolved, none for %s (last error: %v)", n, want, time.Since(lastAt).Round(time.Second), lastErr)
+			if ctx.Err() != nil {
+				err = fmt.Errorf("waiting for %d events resolved: %w (%d resolved)", want, ctx.Err(), n)
+			}
+			return r.stuckRun(err)
+		}
+		t := time.NewTimer(50 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
 }
