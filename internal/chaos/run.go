@@ -627,6 +627,16 @@ func (r *run) finish(ctx context.Context, p plan, heads map[string]int64) error 
 		total += n
 	}
 	blockedEvents := len(p.stuck) * (r.cfg.EventsPerKey - p.stuckSeq)
+	// Every batch the producer saw committed must still be there: the
+	// server keeps what it acknowledged, across crashes too. Were one lost,
+	// the wait below would wait for events that no longer exist.
+	var kept int
+	if err := r.pool.QueryRow(ctx, `select count(*) from pq_sent_batch`).Scan(&kept); err != nil {
+		return err
+	}
+	if kept != len(p.batches) {
+		return fmt.Errorf("the server lost committed sends: %d of the %d batches acknowledged to the producer are in pq_sent_batch", kept, len(p.batches))
+	}
 	r.cfg.Logf("chaos: chaos over; waiting for %d of %d events (the rest wait behind the stuck keys)", total-blockedEvents, total)
 	if err := r.waitResolved(ctx, total-blockedEvents); err != nil {
 		return r.stuckRun(err)
