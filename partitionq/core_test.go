@@ -65,7 +65,7 @@ func TestKeysRunInParallel(t *testing.T) {
 			const keys = 4
 			var mu sync.Mutex
 			inside := map[string]bool{}
-			all := make(chan struct{})
+			all, ended := make(chan struct{}), make(chan struct{})
 			l := &handlingLog{decide: func(ctx context.Context, ev *partitionq.Event) error {
 				mu.Lock()
 				inside[ev.Key] = true
@@ -76,13 +76,23 @@ func TestKeysRunInParallel(t *testing.T) {
 				select {
 				case <-all:
 					return nil
+				case <-ended:
+					return errBoom
 				case <-ctx.Done():
 					return ctx.Err()
 				}
 			}}
 			b.worker(t, partitionq.WorkerConfig{Handler: l, Concurrency: keys, HandlerTimeout: time.Minute})
+			t.Cleanup(func() { close(ended) }) // runs before the worker's stop: let waiting handlers go
+			// One transaction, so one batch per slot: a slot finishes a batch
+			// before it reads the next, so events split over two batches
+			// could never be inside at once.
+			var ms []partitionq.Message
 			for k := range keys {
-				b.send(t, fmt.Sprintf("k%d", k), 1)
+				ms = append(ms, partitionq.Message{Key: fmt.Sprintf("k%d", k), Type: "T", Payload: []byte("1")})
+			}
+			if _, err := b.client.SendBatch(b.ctx, "q", ms); err != nil {
+				t.Fatal(err)
 			}
 			select {
 			case <-all:
