@@ -29,11 +29,14 @@ help: ## List the targets
 	@echo
 	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z0-9_-]+:.*## / { printf "  %-12s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
+# One package at a time (-p 1): the packages that run worker processes
+# (crash, chaos, CLI) each open some 60 connections at their peak, and two
+# at once go past a default server's max_connections of 100.
 test: ## Run all tests with the race detector against PostgreSQL+PgQ
-	@$(WITH_DB) set -x; go test -race -count=1 -timeout 15m $(TESTFLAGS) ./...
+	@$(WITH_DB) set -x; go test -race -count=1 -p 1 -timeout 15m $(TESTFLAGS) ./...
 
 test-short: ## Same as test, with -short
-	@$(WITH_DB) set -x; go test -race -count=1 -timeout 15m -short $(TESTFLAGS) ./...
+	@$(WITH_DB) set -x; go test -race -count=1 -p 1 -timeout 15m -short $(TESTFLAGS) ./...
 
 demo: ## Run the demo: a storage service in miniature, in the console (DEMOFLAGS=...)
 	@$(WITH_DB) set -x; go run ./cmd/partitionq demo $(DEMOFLAGS)

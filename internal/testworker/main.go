@@ -66,7 +66,9 @@ func run(ctx context.Context, log *slog.Logger, db, queue, group, slotList strin
 	if err != nil {
 		return err
 	}
-	cfg.MaxConns = 40
+	// The handlers' pool: each handler writes one row. The worker's slots
+	// and drains use connections of their own (see partitionq.PoolConns).
+	cfg.MaxConns = 8
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err
