@@ -64,9 +64,13 @@ func harnessPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
+// endPoll is an error with which a poll's condition ends the poll at once.
+type endPoll struct{ error }
+
 // poll calls cond every 50ms until it is true, treating errors as "not
 // yet" (the server may be restarting), until timeout; then it fails with
-// what it waited for and the last error.
+// what it waited for and the last error. An endPoll error ends it at once
+// with the error it wraps.
 func poll(ctx context.Context, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) error {
 	deadline := time.Now().Add(timeout)
 	var last error
@@ -76,6 +80,9 @@ func poll(ctx context.Context, timeout time.Duration, what string, cond func(ctx
 		cancel()
 		if err == nil && ok {
 			return nil
+		}
+		if end, isEnd := err.(endPoll); isEnd {
+			return end.error
 		}
 		if err != nil {
 			last = err

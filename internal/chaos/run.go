@@ -639,7 +639,7 @@ func (r *run) finish(ctx context.Context, p plan, heads map[string]int64) error 
 	}
 	r.cfg.Logf("chaos: chaos over; waiting for %d of %d events (the rest wait behind the stuck keys)", total-blockedEvents, total)
 	if err := r.waitResolved(ctx, total-blockedEvents); err != nil {
-		return r.stuckRun(err)
+		return err
 	}
 	if err := r.snapshotHeads(ctx, p, heads); err != nil {
 		return err
@@ -672,7 +672,7 @@ func (r *run) finish(ctx context.Context, p plan, heads map[string]int64) error 
 		}
 	}
 	if err := r.waitResolved(ctx, total); err != nil {
-		return r.stuckRun(err)
+		return err
 	}
 	for i, pr := range r.procs {
 		if pr != nil {
@@ -709,30 +709,24 @@ const stallTimeout = time.Minute
 func (r *run) waitResolved(ctx context.Context, want int) error {
 	n, lastAt := -1, time.Now()
 	var lastErr error
-	for {
-		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		got, err := resolved(qctx, r.pool)
-		cancel()
+	err := poll(ctx, 24*time.Hour, fmt.Sprintf("%d events resolved", want), func(ctx context.Context) (bool, error) {
+		got, err := resolved(ctx, r.pool)
 		switch {
 		case err != nil:
 			lastErr = err // the server may be restarting
 		case got >= want:
-			return nil
+			return true, nil
 		case got != n:
 			n, lastAt = got, time.Now()
 		}
-		if ctx.Err() != nil || time.Since(lastAt) > stallTimeout {
-			err := fmt.Errorf("stalled: %d of %d events resolved, none for %s (last error: %v)", n, want, time.Since(lastAt).Round(time.Second), lastErr)
-			if ctx.Err() != nil {
-				err = fmt.Errorf("waiting for %d events resolved: %w (%d resolved)", want, ctx.Err(), n)
-			}
-			return r.stuckRun(err)
+		if time.Since(lastAt) > stallTimeout {
+			return false, endPoll{fmt.Errorf("stalled: %d of %d events resolved, none for %s (last error: %v)",
+				n, want, time.Since(lastAt).Round(time.Second), lastErr)}
 		}
-		t := time.NewTimer(50 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
+		return false, err
+	})
+	if err != nil {
+		return r.stuckRun(fmt.Errorf("%w (%d resolved)", err, n))
 	}
+	return nil
 }
