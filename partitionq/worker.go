@@ -286,8 +286,12 @@ func PoolConns(slots, concurrency int) int {
 	if concurrency <= 0 {
 		concurrency = ConcurrencyDefault
 	}
-	return slots*(1+slot.DrainConcurrency(concurrency)) + 2
+	return workerConns(slots, slot.DrainConcurrency(concurrency))
 }
+
+// workerConns is the size of a worker's own pool: one connection per slot,
+// one per concurrent drain of each slot, two for the ticker and short reads.
+func workerConns(slots, drains int) int { return slots*(1+drains) + 2 }
 
 func pickSlots(want []int, n int) ([]int, error) {
 	if len(want) == 0 {
@@ -329,7 +333,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	// The worker's own connections (see PoolConns): none is opened before
 	// a slot, a drain or the ticker needs it.
 	pcfg := w.c.pool.Config()
-	pcfg.MaxConns = int32(len(w.slots)*(1+w.cfg.DrainConcurrency) + 2)
+	pcfg.MaxConns = int32(workerConns(len(w.slots), w.cfg.DrainConcurrency))
 	pcfg.MinConns, pcfg.MinIdleConns = 0, 0
 	pool, err := pgxpool.NewWithConfig(context.WithoutCancel(ctx), pcfg)
 	if err != nil {
