@@ -25,8 +25,14 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
+	return setupPool(t, 40)
+}
+
+// setupPool is setup with a client pool of maxConns connections.
+func setupPool(t *testing.T, maxConns int) *bundle {
+	t.Helper()
 	db := pgtest.New(t)
-	pool := pgtest.Pool(t, db, 40)
+	pool := pgtest.Pool(t, db, maxConns)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	cfg := partitionq.Config{}

@@ -22,15 +22,8 @@ import (
 // pool.
 func TestHandlersSharingThePoolNeverStarve(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	pool := pgtest.Pool(t, db, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	c, err := partitionq.NewClient(ctx, pool, partitionq.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &bundle{db: db, pool: pool, client: c, ctx: ctx}
+	b := setupPool(t, 1)
+	pool := b.pool
 	b.group(t, 2)
 
 	const keys, perKey = 24, 4
@@ -60,7 +53,7 @@ func TestHandlersSharingThePoolNeverStarve(t *testing.T) {
 			ms = append(ms, partitionq.Message{Key: fmt.Sprintf("k%d", k), Payload: []byte(fmt.Sprint(i))})
 		}
 	}
-	if _, err := c.SendBatch(ctx, "q", ms); err != nil {
+	if _, err := b.client.SendBatch(b.ctx, "q", ms); err != nil {
 		t.Fatal(err)
 	}
 	for k := range keys {
