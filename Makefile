@@ -69,7 +69,7 @@ vet: ## go vet ./...
 # make chaos runs the chaos suite's long form (docs/chaos.md) on a throwaway
 # PostgreSQL cluster of its own, which it restarts; CHAOS='soak -duration 10m'
 # runs the soak instead; CHAOS='run -h' lists the flags. The short form runs
-# in make test (internal/chaos).
+# in make test (test/chaos).
 CHAOS ?= run -long
 # make fuzz runs every fuzz target for FUZZTIME each (the seed corpora in
 # testdata/fuzz run in make test).
@@ -81,7 +81,7 @@ FUZZ_TARGETS := partitionq:FuzzValidateKey partitionq:FuzzMessageValidate partit
 .PHONY: chaos fuzz
 
 chaos: ## Chaos long form, minutes, own cluster (CHAOS='soak -duration 10m' for the soak)
-	go run ./internal/chaos/cmd/chaos $(CHAOS)
+	go run ./test/cmd/chaos $(CHAOS)
 
 fuzz: ## Run each fuzz target for FUZZTIME (default 10s)
 	@$(WITH_DB) set -x; for t in $(FUZZ_TARGETS); do go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*}; done

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/partitionq/partitionq/internal/pgtest"
 	"github.com/partitionq/partitionq/partitionq"
+	"github.com/partitionq/partitionq/test/pgtest"
 )
 
 // BenchmarkBlastRadius measures how long the other keys of a slot take to

@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/partitionq/partitionq/internal/pgtest"
 	"github.com/partitionq/partitionq/partitionq"
+	"github.com/partitionq/partitionq/test/pgtest"
 )
 
 // bundle is what most tests need: a fresh database, a pool and a client.
@@ -111,14 +111,14 @@ func (b *bundle) sendRounds(t *testing.T, keys, rounds int) map[string][]string 
 // recorder is a handler that records what it handles and checks that no
 // key is ever handled twice at once.
 type recorder struct {
-	mu        sync.Mutex
-	t         *testing.T
-	byKey     map[string][]string
-	slotOf    map[string]int
-	ids       map[int64]int
-	inKey     map[string]bool
-	total     int
-	fail      func(ev *partitionq.Event) error // optional
+	mu     sync.Mutex
+	t      *testing.T
+	byKey  map[string][]string
+	slotOf map[string]int
+	ids    map[int64]int
+	inKey  map[string]bool
+	total  int
+	fail   func(ev *partitionq.Event) error // optional
 }
 
 func newRecorder(t *testing.T) *recorder {

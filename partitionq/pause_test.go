@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/partitionq/partitionq/internal/pgtest"
 	"github.com/partitionq/partitionq/partitionq"
+	"github.com/partitionq/partitionq/test/pgtest"
 )
 
 // sameSlotKeys returns two distinct keys that share a slot of n.

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/partitionq/partitionq/internal/pgtest"
+	"github.com/partitionq/partitionq/test/pgtest"
 )
 
 // TestEndToEnd runs the real partitionq binary in a real terminal (tmux)

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/partitionq/partitionq/cmd/pqbench/internal/bench"
-	"github.com/partitionq/partitionq/internal/pgtest"
+	"github.com/partitionq/partitionq/test/pgtest"
 )
 
 // TestShortBench runs the benchmark's short form end to end, so that it

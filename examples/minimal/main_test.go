@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/partitionq/partitionq/internal/pgtest"
+	"github.com/partitionq/partitionq/test/pgtest"
 )
 
 // The example runs to its end against a fresh database, twice (Setup is

@@ -265,7 +265,7 @@ func makeDemoDB(ctx context.Context, admin *pgx.ConnConfig, name string) error {
 	}
 	// The first create extension pgq of a cluster creates its roles with a
 	// check-then-create that races between databases: runs made at once
-	// take turns on this lock (internal/pgtest takes the same one).
+	// take turns on this lock (test/pgtest takes the same one).
 	if _, err := conn.Exec(ctx, "select pg_advisory_lock(28753, -100)"); err != nil {
 		return err
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/partitionq/partitionq/internal/cli"
-	"github.com/partitionq/partitionq/internal/pgtest"
+	"github.com/partitionq/partitionq/test/pgtest"
 )
 
 // demoSummary matches the demo's closing summary line.

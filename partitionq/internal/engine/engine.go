@@ -95,12 +95,6 @@ func (e *Engine) CreateQueue(ctx context.Context, db DB, queue string) (bool, er
 	return n == 1, nil
 }
 
-// DropQueue drops the queue and, with force, its consumers.
-func (e *Engine) DropQueue(ctx context.Context, db DB, queue string, force bool) error {
-	_, err := db.Exec(ctx, e.f(`select pgq.drop_queue($1, $2)`), queue, force)
-	return err
-}
-
 // QueueID returns the queue's id, or ok=false when there is no such queue.
 func (e *Engine) QueueID(ctx context.Context, db DB, queue string) (id int32, ok bool, err error) {
 	err = db.QueryRow(ctx, e.f(`select queue_id from pgq.queue where queue_name = $1`), queue).Scan(&id)
@@ -120,13 +114,6 @@ func (e *Engine) SetQueueConfig(ctx context.Context, db DB, queue, param, value 
 		return fmt.Errorf("set %s of queue %q: %w", param, queue, err)
 	}
 	return nil
-}
-
-// TickerMaxLag returns the queue's ticker_max_lag.
-func (e *Engine) TickerMaxLag(ctx context.Context, db DB, queue string) (time.Duration, error) {
-	var d time.Duration
-	err := db.QueryRow(ctx, e.f(`select queue_ticker_max_lag from pgq.queue where queue_name = $1`), queue).Scan(&d)
-	return d, err
 }
 
 // ------------------------------------------------------------- consumers
@@ -222,14 +209,6 @@ func (e *Engine) Ticker(ctx context.Context, db DB) (int64, error) {
 	return n, err
 }
 
-// TickQueue runs the engine's ticker for one queue; it reports whether a
-// tick was made (the engine skips it when the queue's thresholds are not met).
-func (e *Engine) TickQueue(ctx context.Context, db DB, queue string) (bool, error) {
-	var id *int64
-	err := db.QueryRow(ctx, e.f(`select pgq.ticker($1)`), queue).Scan(&id)
-	return id != nil, err
-}
-
 // MaintRetryEvents moves due retry events back into their queues (at most
 // 10 a call, as the engine does) and returns how many it moved.
 func (e *Engine) MaintRetryEvents(ctx context.Context, db DB) (int, error) {
@@ -315,30 +294,6 @@ func SlotOf(ctx context.Context, db DB, key string, n int) (int, error) {
 	var s int
 	err := db.QueryRow(ctx, "select "+SlotExpr("$1::text", n), key).Scan(&s)
 	return s, err
-}
-
-// -------------------------------------------------------------- function defs
-
-// FunctionDefs returns pg_get_functiondef of every function in the engine
-// schema, keyed by signature. Tests use it to prove the engine is untouched.
-func (e *Engine) FunctionDefs(ctx context.Context, db DB) (map[string]string, error) {
-	rows, err := db.Query(ctx, `
-		select p.oid::regprocedure::text, pg_get_functiondef(p.oid)
-		  from pg_proc p join pg_namespace n on n.oid = p.pronamespace
-		 where n.nspname = $1 and p.prokind = 'f'`, e.schema)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]string{}
-	for rows.Next() {
-		var sig, def string
-		if err := rows.Scan(&sig, &def); err != nil {
-			return nil, err
-		}
-		out[sig] = def
-	}
-	return out, rows.Err()
 }
 
 // isLockNotAvailable reports SQLSTATE 55P03 (lock_not_available).

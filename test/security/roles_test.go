@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/partitionq/partitionq/internal/cli"
-	"github.com/partitionq/partitionq/internal/pgtest"
 	"github.com/partitionq/partitionq/partitionq"
+	"github.com/partitionq/partitionq/test/pgtest"
 )
 
 // consumeSQL is what consuming takes at the engine: a batch of a slot.

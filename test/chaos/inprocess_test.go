@@ -11,9 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
-	"github.com/partitionq/partitionq/internal/chaos"
 	"github.com/partitionq/partitionq/internal/ordercheck"
 	"github.com/partitionq/partitionq/partitionq"
+	"github.com/partitionq/partitionq/test/chaos"
 )
 
 // inproc is a library worker running in the test process on a database of

@@ -11,7 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/partitionq/partitionq/internal/chaos"
+	"github.com/partitionq/partitionq/test/chaos"
 )
 
 // The package's tests share one throwaway cluster (they restart it, so it

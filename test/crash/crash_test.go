@@ -1,4 +1,4 @@
-package crashtest
+package crash
 
 import (
 	"errors"
@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/partitionq/partitionq/internal/pgtest"
 	"github.com/partitionq/partitionq/partitionq"
+	"github.com/partitionq/partitionq/test/pgtest"
 )
 
 // Two worker processes on the same slots: only the owner processes; kill -9

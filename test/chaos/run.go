@@ -10,8 +10,8 @@
 // Soak runs a steady load for minutes and samples worker memory, goroutines,
 // and the engine's table rotation and dead tuples.
 //
-// The short chaos run is a test (go test ./internal/chaos); the long form and
-// the soak are the command internal/chaos/cmd/chaos (make chaos). See
+// The short chaos run is a test (go test ./test/chaos); the long form and
+// the soak are the command test/cmd/chaos (make chaos). See
 // docs/chaos.md.
 package chaos
 

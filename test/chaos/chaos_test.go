@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/partitionq/partitionq/internal/chaos"
+	"github.com/partitionq/partitionq/test/chaos"
 )
 
 // The short form of the chaos suite: under the pause policy with about 2%

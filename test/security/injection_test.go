@@ -15,8 +15,8 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 
 	"github.com/partitionq/partitionq/internal/cli"
-	"github.com/partitionq/partitionq/internal/pgtest"
 	"github.com/partitionq/partitionq/partitionq"
+	"github.com/partitionq/partitionq/test/pgtest"
 	"github.com/partitionq/partitionq/tui"
 )
 

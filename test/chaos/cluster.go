@@ -175,7 +175,7 @@ func (c *Cluster) initdb(ctx context.Context, maxConns int) error {
 		return err
 	}
 	conf := fmt.Sprintf(`
-# --- throwaway cluster of the chaos suite (internal/chaos) ---
+# --- throwaway cluster of the chaos suite (test/chaos) ---
 listen_addresses = '127.0.0.1'
 unix_socket_directories = ''
 max_connections = %d

@@ -18,7 +18,7 @@ import (
 	"time"
 )
 
-// BuildWorker builds internal/testworker into dir and returns the binary's
+// BuildWorker builds test/cmd/testworker into dir and returns the binary's
 // path. It runs the go command, so it must run inside the module.
 func BuildWorker(ctx context.Context, dir string) (string, error) {
 	goBin, err := exec.LookPath("go")
@@ -26,10 +26,10 @@ func BuildWorker(ctx context.Context, dir string) (string, error) {
 		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
 	bin := filepath.Join(dir, "testworker")
-	cmd := exec.CommandContext(ctx, goBin, "build", "-o", bin, "github.com/partitionq/partitionq/internal/testworker")
+	cmd := exec.CommandContext(ctx, goBin, "build", "-o", bin, "github.com/partitionq/partitionq/test/cmd/testworker")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("build internal/testworker: %w\n%s", err, out)
+		return "", fmt.Errorf("build test/cmd/testworker: %w\n%s", err, out)
 	}
 	return bin, nil
 }

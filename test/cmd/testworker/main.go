@@ -5,7 +5,7 @@
 // attempt after the f failures fails too and asks for a dead letter at once
 // (partitionq.DeadLetterNow). Every handler call
 // is logged, before it returns, to the table pq_run_log of the database
-// (created by the test: internal/crashtest), so
+// (created by the test: test/crash), so
 // the test can judge order and completeness (internal/ordercheck).
 package main
 

@@ -1,8 +1,8 @@
 // Package crashtest proves the guarantees that only hold across processes:
 // exclusive slot ownership, and order and completeness when workers are
 // killed with SIGKILL at random. Workers are separate processes
-// (internal/testworker) on the real PostgreSQL with the real PgQ.
-package crashtest
+// (test/cmd/testworker) on the real PostgreSQL with the real PgQ.
+package crash
 
 import (
 	"bufio"
@@ -22,8 +22,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/partitionq/partitionq/internal/ordercheck"
-	"github.com/partitionq/partitionq/internal/pgtest"
 	"github.com/partitionq/partitionq/partitionq"
+	"github.com/partitionq/partitionq/test/pgtest"
 )
 
 var workerBin string
@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 	}
 	workerBin = filepath.Join(dir, "testworker")
 	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	build := exec.Command(goBin, "build", "-o", workerBin, "../testworker")
+	build := exec.Command(goBin, "build", "-o", workerBin, "../cmd/testworker")
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build testworker:", err)

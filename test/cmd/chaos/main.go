@@ -2,8 +2,8 @@
 // PostgreSQL cluster of its own (never on a shared server: it restarts it).
 // See docs/chaos.md.
 //
-//	go run ./internal/chaos/cmd/chaos run [-long] [flags]   # kill -9, restarts, terminations; then the verdict
-//	go run ./internal/chaos/cmd/chaos soak [flags]          # steady load; memory, goroutines, rotation over time
+//	go run ./test/cmd/chaos run [-long] [flags]   # kill -9, restarts, terminations; then the verdict
+//	go run ./test/cmd/chaos soak [flags]          # steady load; memory, goroutines, rotation over time
 //
 // It exits 0 when the verdict is clean, 1 when it is not, 2 on bad usage.
 package main
@@ -21,7 +21,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/partitionq/partitionq/internal/chaos"
+	"github.com/partitionq/partitionq/test/chaos"
 )
 
 func main() {

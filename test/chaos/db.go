@@ -20,7 +20,7 @@ import (
 const harnessApp = "pqchaos-harness"
 
 // runLogDDL is the log every testworker handling writes to (see
-// internal/testworker), and the record of the producer's committed batches.
+// test/cmd/testworker), and the record of the producer's committed batches.
 const runLogDDL = `
 create table pq_run_log (
 	id bigserial primary key, key text not null, seq int not null, attempt int not null,
