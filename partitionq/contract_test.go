@@ -326,11 +326,14 @@ func TestDrainConcurrencyValidated(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.group(t, 1)
-	_, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: newRecorder(t), Concurrency: 4, DrainConcurrency: 5})
-	if !errors.Is(err, partitionq.ErrInvalid) {
-		t.Fatalf("DrainConcurrency above Concurrency: %v", err)
+	// A worker-wide number (not per slot), from 1 to 256, whatever Concurrency is.
+	for _, bad := range []int{-1, 257} {
+		_, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: newRecorder(t), Concurrency: 4, DrainConcurrency: bad})
+		if !errors.Is(err, partitionq.ErrInvalid) {
+			t.Fatalf("DrainConcurrency %d: %v", bad, err)
+		}
 	}
-	if _, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: newRecorder(t), Concurrency: 16, DrainConcurrency: 16}); err != nil {
+	if _, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: newRecorder(t), Concurrency: 4, DrainConcurrency: 32}); err != nil {
 		t.Fatal(err)
 	}
 }

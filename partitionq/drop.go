@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/partitionq/partitionq/partitionq/internal/ownership"
+	"github.com/partitionq/partitionq/partitionq/internal/parked"
 	"github.com/partitionq/partitionq/partitionq/internal/store"
 )
 
@@ -32,26 +32,26 @@ func (c *Client) DropGroup(ctx context.Context, r DropGroupRequest) error {
 	if err != nil {
 		return err
 	}
-	owners, err := ownership.Owners(ctx, c.pool, g.subIDs)
+	owners, err := c.owners(ctx, r.Queue, r.Group)
 	if err != nil {
 		return err
 	}
-	for s, sub := range g.subIDs {
-		if o, ok := owners[sub]; ok {
-			return fmt.Errorf("slot %d of group %q is owned by a live worker (%s, pid %d): stop the group's workers first", s, r.Group, o.ApplicationName, o.PID)
+	for s := range g.Slots {
+		if o, ok := owners[s]; ok && o.Live {
+			return fmt.Errorf("slot %d of group %q is owned by a live worker (%s on %s, process %d): stop the group's workers first", s, r.Group, o.Identity, o.Host, o.OSPid)
 		}
 	}
 	if err := store.Migrate(ctx, c.pool); err != nil {
 		return err
 	}
 	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		counts, err := c.eng.RetryCountsOf(ctx, tx, g.subIDs)
+		if err != nil {
+			return err
+		}
 		var aside int64
-		for _, sub := range g.subIDs {
-			timed, parked, err := c.eng.RetryCount(ctx, tx, sub)
-			if err != nil {
-				return err
-			}
-			aside += timed + parked
+		for _, rc := range counts {
+			aside += rc.Timed + rc.Parked
 		}
 		if aside > 0 && !r.Force {
 			return fmt.Errorf("group %q has %d events set aside (blocked keys and their waiting events): resolve them (partitionq blocked, skip, quarantine) or force the drop, which drops them too", r.Group, aside)
@@ -60,9 +60,12 @@ func (c *Client) DropGroup(ctx context.Context, r DropGroupRequest) error {
 			if err := c.eng.UnregisterConsumer(ctx, tx, r.Queue, name); err != nil {
 				return fmt.Errorf("unregister %q: %w", name, err)
 			}
-			if err := store.PurgeFailures(ctx, tx, r.Queue, name, nil); err != nil {
-				return err
-			}
+		}
+		if err := parked.Drop(ctx, tx, c.slots(g)); err != nil {
+			return err
+		}
+		if err := store.DropGroupState(ctx, tx, r.Queue, r.Group); err != nil {
+			return err
 		}
 		return store.Audit(ctx, tx, store.AuditEntry{Actor: c.actor(r.Actor), Action: "drop_group", Queue: r.Queue, Group: r.Group,
 			Reason: r.Reason, Outcome: fmt.Sprintf("dropped %d slots, %d events set aside dropped", g.Slots, aside)})

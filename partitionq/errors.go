@@ -3,6 +3,8 @@ package partitionq
 import (
 	"errors"
 	"fmt"
+
+	"github.com/partitionq/partitionq/partitionq/internal/parked"
 )
 
 // Sentinel errors; test for them with errors.Is.
@@ -14,9 +16,13 @@ var (
 	// ErrInvalid: an argument failed validation; the error is a *ValidationError.
 	ErrInvalid = errors.New("invalid argument")
 	// ErrNotBlocked: the key has no blocked head in its slot.
-	ErrNotBlocked = errors.New("key is not blocked")
+	ErrNotBlocked = parked.ErrNotBlocked
 	// ErrHeadBusy: a worker is handling the blocked head right now; try again.
-	ErrHeadBusy = errors.New("the blocked head is being handled by a worker right now")
+	ErrHeadBusy = parked.ErrHeadBusy
+	// ErrNeverFailed: an operator action found a key whose head never
+	// failed (the key is draining: its waiting events run next) and did not
+	// name that head (Action.HeadID, --event).
+	ErrNeverFailed = parked.ErrNeverFailed
 	// ErrNoDeadLetter: no dead letter has that id in the group.
 	ErrNoDeadLetter = errors.New("no such dead letter")
 )

@@ -10,7 +10,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/partitionq/partitionq/internal/pglock"
+
 	"github.com/partitionq/partitionq/partitionq/internal/engine"
+	"github.com/partitionq/partitionq/partitionq/internal/parked"
 	"github.com/partitionq/partitionq/partitionq/internal/store"
 )
 
@@ -71,7 +74,7 @@ func (c *Client) Setup(ctx context.Context, spec GroupSpec) (SetupResult, error)
 	var res SetupResult
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		// Serialize concurrent setups of one group.
-		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(28753, hashtext($1))`, spec.Queue+"/"+spec.Group); err != nil {
+		if err := pglock.XactName(ctx, tx, pglock.SetupName(spec.Queue, spec.Group)); err != nil {
 			return err
 		}
 		created, err := c.eng.CreateQueue(ctx, tx, spec.Queue)
@@ -101,8 +104,12 @@ func (c *Client) Setup(ctx context.Context, spec GroupSpec) (SetupResult, error)
 			}
 		}
 		g, err := c.lookupGroup(ctx, tx, spec.Queue, spec.Group)
+		if err != nil {
+			return err
+		}
 		res.Group = g
-		return err
+		// The slots' ownership rows (workers take them over from here on).
+		return store.AddSlots(ctx, tx, spec.Queue, spec.Group, spec.Slots)
 	})
 	if err != nil {
 		return SetupResult{}, err
@@ -213,4 +220,13 @@ func (c *Client) SlotOf(ctx context.Context, key string, n int) (int, error) {
 		return 0, err
 	}
 	return engine.SlotOf(ctx, c.pool, key, n)
+}
+
+// slots returns the parked-state names of every slot of g.
+func (c *Client) slots(g Group) []parked.Slot {
+	out := make([]parked.Slot, g.Slots)
+	for s := range g.Slots {
+		out[s] = parked.Slot{Queue: g.Queue, Group: g.Group, Consumer: g.Consumers[s], Slot: s, SubID: g.subIDs[s]}
+	}
+	return out
 }

@@ -18,6 +18,15 @@ type Event struct {
 	Payload []byte    // its body
 	Time    time.Time // when it was sent
 	Attempt int       // 1 on the first delivery, 2 on the first retry, ...
+	// Epoch is the fencing token: the epoch at which this worker owns the
+	// event's slot. Another worker that takes the slot over raises it, so a
+	// handler that writes to the same database can check, in its own
+	// transaction, that its worker still owns the slot (Client.CheckOwner):
+	// a write of a worker that lost the slot then fails instead of
+	// committing.
+	Epoch int64
+
+	batch int64 // the engine batch (0 for an event drained from the retry queue)
 }
 
 // Handler handles events. Returning nil means the event is done. Any other

@@ -4,15 +4,26 @@ import (
 	"context"
 	"time"
 
-	"github.com/partitionq/partitionq/partitionq/internal/ownership"
+	"github.com/partitionq/partitionq/partitionq/internal/lease"
+	"github.com/partitionq/partitionq/partitionq/internal/store"
 )
 
-// Owner is the live session that owns a slot.
+// Owner is the live worker that owns a slot.
 type Owner struct {
-	Name  string    // the worker's Identity (application_name of its session)
-	PID   int32     // server process id of the owning session
-	Addr  string    // client address, "local" for a socket, "" when the role may not see it
-	Since time.Time // when the owning session connected (zero when the role may not see it)
+	Name string // the worker's Identity
+	Host string // the worker's host name
+	PID  int32  // the worker's operating-system process id (on Host)
+	// BackendPID is the PostgreSQL server process of the worker's lease
+	// session (0 behind a connection pooler): not the worker's own process.
+	BackendPID int32
+	Addr       string    // the lease session's client address, "local" for a socket, "" when the role may not see it
+	Since      time.Time // when the worker took the slot
+	// Epoch is the slot's ownership epoch: raised by every takeover; the
+	// fencing token handlers see as Event.Epoch.
+	Epoch int64
+	// LeaseLeft is how long the worker's lease lasts without a renewal
+	// (renewed about every LeaseDuration/5).
+	LeaseLeft time.Duration
 }
 
 // SlotStatus is the engine's view of one slot, read-only.
@@ -38,7 +49,8 @@ type SlotStatus struct {
 	// slot has read past. The change of Position over time, divided by N,
 	// estimates the slot's read rate.
 	Position int64
-	// BlockedKeys counts keys with a parked head (pause policy).
+	// BlockedKeys counts keys with a parked head (pause policy), draining
+	// ones included.
 	BlockedKeys int
 	// SetAside counts the slot's events in the engine's retry queue: parked
 	// heads and the events waiting behind them, plus skip-policy retries.
@@ -59,8 +71,8 @@ type GroupStatus struct {
 }
 
 // Status reads the status of every slot of a group. It is read-only and
-// cheap: a few catalog and engine queries, no scan of the event tables.
-// ctx governs the queries.
+// cheap: a fixed number of catalog and engine queries whatever the number
+// of slots, no scan of the event tables. ctx governs the queries.
 func (c *Client) Status(ctx context.Context, queue, group string) (GroupStatus, error) {
 	g, err := c.Group(ctx, queue, group)
 	if err != nil {
@@ -70,7 +82,11 @@ func (c *Client) Status(ctx context.Context, queue, group string) (GroupStatus, 
 	if err != nil {
 		return GroupStatus{}, err
 	}
-	owners, err := ownership.Owners(ctx, c.pool, g.subIDs)
+	owners, err := c.owners(ctx, queue, group)
+	if err != nil {
+		return GroupStatus{}, err
+	}
+	counts, err := c.eng.RetryCountsOf(ctx, c.pool, g.subIDs)
 	if err != nil {
 		return GroupStatus{}, err
 	}
@@ -93,27 +109,25 @@ func (c *Client) Status(ctx context.Context, queue, group string) (GroupStatus, 
 	}
 	for i, sub := range g.subIDs {
 		s := &gs.SlotStatus[i]
-		if o, ok := owners[sub]; ok {
-			s.Owner = &Owner{Name: o.ApplicationName, PID: o.PID, Addr: o.ClientAddr}
-			if o.BackendStart != nil {
-				s.Owner.Since = *o.BackendStart
-			}
+		if o, ok := owners[i]; ok && o.Live {
+			s.Owner = &Owner{Name: o.Identity, Host: o.Host, PID: int32(o.OSPid), BackendPID: int32(o.BackendPID), Addr: o.Addr,
+				Since: o.Since, Epoch: o.Epoch, LeaseLeft: o.LeaseLeft}
 		}
-		timed, parked, err := c.eng.RetryCount(ctx, c.pool, sub)
-		if err != nil {
-			return GroupStatus{}, err
-		}
-		s.SetAside = timed + parked
-		if parked > 0 {
-			heads, err := c.eng.RetryHeads(ctx, c.pool, sub, nil)
-			if err != nil {
-				return GroupStatus{}, err
-			}
-			s.BlockedKeys = len(heads)
-		}
+		rc := counts[sub]
+		s.SetAside, s.BlockedKeys = rc.Timed+rc.Parked, rc.ParkedKeys
 	}
 	if gs.DeadLetters, err = c.countDeadLetters(ctx, queue, group); err != nil {
 		return GroupStatus{}, err
 	}
 	return gs, nil
+}
+
+// owners reads the recorded owner of every slot of a group (none when
+// partitionq's schema is not installed yet).
+func (c *Client) owners(ctx context.Context, queue, group string) (map[int]lease.Owner, error) {
+	ok, err := store.Installed(ctx, c.pool)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return lease.Owners(ctx, c.pool, queue, group)
 }

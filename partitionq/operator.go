@@ -2,7 +2,6 @@ package partitionq
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/partitionq/partitionq/partitionq/internal/engine"
+	"github.com/partitionq/partitionq/partitionq/internal/parked"
 	"github.com/partitionq/partitionq/partitionq/internal/store"
 )
 
@@ -39,23 +39,29 @@ type BlockedKey struct {
 	// Flagged is set when a worker with WorkerConfig.MaxBlocked found the
 	// key blocked for longer than that (and did not dead-letter it).
 	Flagged bool
+	// Draining is set when the key's head never failed: the failed head
+	// before it was resolved (handled, skipped, dead-lettered) and a worker
+	// runs the waiting events next. Operator actions refuse a draining
+	// key's head unless the action names it (Action.HeadID).
+	Draining bool
 }
 
 // BlockedKeys lists the blocked keys of a group, oldest block first. The
 // list is derived from the engine's retry queue (the slot consumers' parked
-// events); partitionq keeps no table of blocked keys. ctx governs the queries.
+// events); partitionq keeps no table of blocked keys. It costs two queries
+// whatever the number of slots. ctx governs the queries.
 func (c *Client) BlockedKeys(ctx context.Context, queue, group string) ([]BlockedKey, error) {
 	g, err := c.Group(ctx, queue, group)
 	if err != nil {
 		return nil, err
 	}
-	var out []BlockedKey
-	for s := range g.Slots {
-		bk, err := c.blockedInSlot(ctx, g, s, nil)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, bk...)
+	heads, err := parked.Heads(ctx, c.pool, c.eng, c.slots(g), nil)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]BlockedKey, len(heads))
+	for i, h := range heads {
+		out[i] = blockedKey(h)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].BlockedSince.Before(out[j].BlockedSince) })
 	return out, nil
@@ -67,14 +73,27 @@ func (c *Client) BlockedKey(ctx context.Context, queue, group, key string) (Bloc
 	if err != nil {
 		return BlockedKey{}, err
 	}
-	bk, err := c.blockedInSlot(ctx, g, s, &key)
+	heads, err := parked.Heads(ctx, c.pool, c.eng, c.slots(g)[s:s+1], &key)
 	if err != nil {
 		return BlockedKey{}, err
 	}
-	if len(bk) == 0 {
+	if len(heads) == 0 {
 		return BlockedKey{}, notBlocked(key)
 	}
-	return bk[0], nil
+	return blockedKey(heads[0]), nil
+}
+
+func blockedKey(h parked.Head) BlockedKey {
+	bk := BlockedKey{Key: h.Key, Slot: h.Slot, Waiting: h.Waiting, BlockedSince: h.Time, Draining: h.Draining(),
+		Head: HeadEvent{ID: h.ID, Type: h.Type, Payload: []byte(h.Data), Time: h.Time, Attempts: int(h.Retry)}}
+	if !h.Parked() {
+		bk.Head.NextAttempt = h.After // a timed engine retry (skip policy)
+	}
+	if f := h.Failure; f != nil {
+		bk.Head.Attempts, bk.Head.LastError, bk.Head.NextAttempt, bk.BlockedSince = f.Attempts, f.LastError, f.NextAttemptAt, f.FirstFailedAt
+		bk.Flagged = f.FlaggedAt != nil
+	}
+	return bk
 }
 
 func notBlocked(key string) error {
@@ -91,43 +110,6 @@ func (c *Client) groupAndSlot(ctx context.Context, queue, group, key string) (Gr
 	}
 	s, err := engine.SlotOf(ctx, c.pool, key, g.Slots)
 	return g, s, err
-}
-
-func (c *Client) blockedInSlot(ctx context.Context, g Group, s int, key *string) ([]BlockedKey, error) {
-	heads, err := c.eng.RetryHeads(ctx, c.pool, g.subIDs[s], key)
-	if err != nil || len(heads) == 0 {
-		return nil, err
-	}
-	ids := make([]int64, len(heads))
-	for i, h := range heads {
-		ids[i] = h.ID
-	}
-	fails, err := c.failures(ctx, g.Queue, g.Consumers[s], ids)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]BlockedKey, 0, len(heads))
-	for _, h := range heads {
-		bk := BlockedKey{Key: h.Key, Slot: s, Waiting: h.Waiting, BlockedSince: h.Time,
-			Head: HeadEvent{ID: h.ID, Type: h.Type, Payload: []byte(h.Data), Time: h.Time, Attempts: int(h.Retry)}}
-		if h.After.Before(engine.Far) {
-			bk.Head.NextAttempt = h.After // a timed engine retry (skip policy)
-		}
-		if f, ok := fails[h.ID]; ok {
-			bk.Head.Attempts, bk.Head.LastError, bk.Head.NextAttempt, bk.BlockedSince = f.Attempts, f.LastError, f.NextAttemptAt, f.FirstFailedAt
-			bk.Flagged = f.FlaggedAt != nil
-		}
-		out = append(out, bk)
-	}
-	return out, nil
-}
-
-func (c *Client) failures(ctx context.Context, queue, consumer string, ids []int64) (map[int64]store.Failure, error) {
-	ok, err := store.Installed(ctx, c.pool)
-	if err != nil || !ok {
-		return map[int64]store.Failure{}, err
-	}
-	return store.Failures(ctx, c.pool, queue, consumer, ids)
 }
 
 // PreviewEvent is an event of a blocked key, in the order it will run.
@@ -151,7 +133,7 @@ func (c *Client) Preview(ctx context.Context, queue, group, key string, limit in
 	if limit < 1 {
 		limit = 10
 	}
-	evs, err := c.eng.RetryEvents(ctx, c.pool, g.subIDs[s], key, limit+1)
+	evs, err := parked.Events(ctx, c.pool, c.eng, c.slots(g)[s], key, limit+1)
 	if err != nil {
 		return nil, err
 	}
@@ -216,76 +198,31 @@ type ActionResult struct {
 // for the outcome (up to OperatorLockTimeout, then ErrHeadBusy); an event is
 // never both handled successfully and skipped. Calling it again for the same
 // HeadID returns OutcomeAlreadyResolved. ErrNotBlocked when HeadID is zero
-// and the key is not blocked.
+// and the key is not blocked; ErrNeverFailed when HeadID is zero and the
+// key's head never failed (the key is draining).
 func (c *Client) Skip(ctx context.Context, a Action) (ActionResult, error) {
-	return c.onHead(ctx, a, "skip", func(tx pgx.Tx, g Group, s int, head engine.Event, res *ActionResult) error {
-		f, err := store.Failures(ctx, tx, g.Queue, g.Consumers[s], []int64{head.ID})
-		if err != nil {
-			return err
-		}
-		dl := c.deadLetterOf(g, s, head, f[head.ID], "skip", a)
-		if err := c.removeParked(ctx, tx, g, s, []engine.Event{head}, []store.DeadLetter{dl}); err != nil {
-			return err
-		}
-		next, err := c.eng.RetryEvents(ctx, tx, g.subIDs[s], a.Key, 10)
-		if err != nil {
-			return err
-		}
-		for _, ev := range next {
-			res.NextIDs = append(res.NextIDs, ev.ID)
-		}
-		res.Outcome, res.Count = OutcomeSkipped, 1
-		return nil
-	})
+	return c.act(ctx, a, parked.Skip)
 }
 
 // RetryNow brings the next attempt of a blocked key's head forward to now;
 // a running worker tries it within its HeadScanInterval.
 func (c *Client) RetryNow(ctx context.Context, a Action) (ActionResult, error) {
-	return c.onHead(ctx, a, "retry", func(tx pgx.Tx, g Group, s int, head engine.Event, res *ActionResult) error {
-		if _, err := store.RetryNow(ctx, tx, g.Queue, g.Consumers[s], head.ID); err != nil {
-			return err
-		}
-		res.Outcome, res.Count = OutcomeRetryScheduled, 1
-		return nil
-	})
+	return c.act(ctx, a, parked.RetryNow)
 }
 
 // Quarantine moves the blocked head of a key and every event waiting behind
 // it to the dead letters in one transaction (for a tenant being deleted, or
 // a key known to be broken). Events of the key still in the stream are
-// handled as usual when they arrive. The key need not be blocked for its
-// parked events to be quarantined; ErrNotBlocked when it has none.
+// handled as usual when they arrive. ErrNotBlocked when the key has no
+// parked events; a draining key (its head never failed) only when HeadID
+// names its head.
 func (c *Client) Quarantine(ctx context.Context, a Action) (ActionResult, error) {
-	return c.onHead(ctx, a, "quarantine", func(tx pgx.Tx, g Group, s int, head engine.Event, res *ActionResult) error {
-		evs, err := c.eng.LockKeyRetries(ctx, tx, g.subIDs[s], a.Key)
-		if err != nil {
-			return err
-		}
-		ids := make([]int64, len(evs))
-		for i, ev := range evs {
-			ids[i] = ev.ID
-		}
-		fails, err := store.Failures(ctx, tx, g.Queue, g.Consumers[s], ids)
-		if err != nil {
-			return err
-		}
-		dls := make([]store.DeadLetter, len(evs))
-		for i, ev := range evs {
-			dls[i] = c.deadLetterOf(g, s, ev, fails[ev.ID], "quarantine", a)
-		}
-		if err := c.removeParked(ctx, tx, g, s, evs, dls); err != nil {
-			return err
-		}
-		res.Outcome, res.Count = OutcomeQuarantined, len(evs)
-		return nil
-	})
+	return c.act(ctx, a, parked.Quarantine)
 }
 
-// onHead runs fn on the locked head of a key in one transaction that also
-// writes the audit entry.
-func (c *Client) onHead(ctx context.Context, a Action, action string,
-	fn func(tx pgx.Tx, g Group, s int, head engine.Event, res *ActionResult) error) (ActionResult, error) {
+// act runs an operator action on the head of a key, with its audit entry
+// in the same transaction.
+func (c *Client) act(ctx context.Context, a Action, kind parked.Kind) (ActionResult, error) {
 	g, s, err := c.groupAndSlot(ctx, a.Queue, a.Group, a.Key)
 	if err != nil {
 		return ActionResult{}, err
@@ -293,83 +230,19 @@ func (c *Client) onHead(ctx context.Context, a Action, action string,
 	if err := store.Migrate(ctx, c.pool); err != nil {
 		return ActionResult{}, err
 	}
-	res := ActionResult{Key: a.Key, Slot: s, EventID: a.HeadID}
-	sub := g.subIDs[s]
-	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, fmt.Sprintf("set local lock_timeout = %d", OperatorLockTimeout.Milliseconds())); err != nil {
-			return err
-		}
-		// Serialize with the engine's retry mover (H4).
-		if err := c.eng.LockRetryQueue(ctx, tx); err != nil {
-			return err
-		}
-		heads, err := c.eng.RetryHeads(ctx, tx, sub, &a.Key)
-		if err != nil {
-			return err
-		}
-		if len(heads) == 0 && a.HeadID == 0 {
-			return notBlocked(a.Key)
-		}
-		if len(heads) == 0 || (a.HeadID != 0 && heads[0].ID != a.HeadID) {
-			res.Outcome = OutcomeAlreadyResolved
-			return c.audit(ctx, tx, a, action, res)
-		}
-		head := heads[0].Event
-		res.EventID = head.ID
-		if !heads[0].After.Before(engine.Far) {
-			// A parked head: wait for a worker handling it to finish with it.
-			// (A timed engine retry is held by the table lock above.)
-			_, ok, err := c.eng.LockRetry(ctx, tx, sub, head.ID, true)
-			if errors.Is(err, engine.ErrLocked) {
-				return fmt.Errorf("%w (key %q, event %d): try again in a moment", ErrHeadBusy, a.Key, head.ID)
-			}
-			if err != nil {
-				return err
-			}
-			if !ok { // resolved while we waited: never act on the next event
-				res.Outcome = OutcomeAlreadyResolved
-				return c.audit(ctx, tx, a, action, res)
-			}
-		}
-		res.EventID = head.ID
-		if err := fn(tx, g, s, head, &res); err != nil {
-			return err
-		}
-		return c.audit(ctx, tx, a, action, res)
-	})
+	actor := c.actor(a.Actor)
+	pr, err := parked.Act(ctx, c.pool, c.eng, c.slots(g)[s],
+		parked.Action{Kind: kind, Key: a.Key, HeadID: a.HeadID, Reason: a.Reason, Actor: actor, LockTimeout: OperatorLockTimeout},
+		func(ctx context.Context, tx pgx.Tx, pr parked.ActionResult) error {
+			return c.audit(ctx, tx, a, string(kind), pr.EventID, Outcome(pr.Outcome))
+		})
 	if err != nil {
 		return ActionResult{}, err
 	}
-	c.log.InfoContext(ctx, "partitionq: operator action", "action", action, "queue", a.Queue, "group", a.Group,
-		"key", a.Key, "event_id", res.EventID, "outcome", string(res.Outcome), "actor", c.actor(a.Actor))
+	res := ActionResult{Outcome: Outcome(pr.Outcome), Key: a.Key, Slot: s, EventID: pr.EventID, Count: pr.Count, NextIDs: pr.NextIDs}
+	c.log.InfoContext(ctx, "partitionq: operator action", "action", string(kind), "queue", a.Queue, "group", a.Group,
+		"key", a.Key, "event_id", res.EventID, "outcome", string(res.Outcome), "actor", actor)
 	return res, nil
-}
-
-// removeParked deletes events from a slot's retry queue, with their failure
-// records, and stores their dead letters; in tx, under the retry-queue lock.
-func (c *Client) removeParked(ctx context.Context, tx pgx.Tx, g Group, s int, evs []engine.Event, dls []store.DeadLetter) error {
-	for _, ev := range evs {
-		if _, err := c.eng.DeleteRetry(ctx, tx, g.subIDs[s], ev.ID); err != nil {
-			return err
-		}
-		if err := store.DeleteFailure(ctx, tx, g.Queue, g.Consumers[s], ev.ID); err != nil {
-			return err
-		}
-	}
-	return store.AddDeadLetters(ctx, tx, dls)
-}
-
-func (c *Client) deadLetterOf(g Group, s int, ev engine.Event, f store.Failure, reason string, a Action) store.DeadLetter {
-	attempts := int(ev.Retry)
-	if f.Attempts > attempts {
-		attempts = f.Attempts
-	}
-	r := reason
-	if a.Reason != "" {
-		r = reason + ": " + a.Reason
-	}
-	return store.DeadLetter{Queue: g.Queue, Group: g.Group, Slot: s, EvID: ev.ID, EvTime: ev.Time, Type: ev.Type,
-		Data: ev.Data, Key: ev.Key, Attempts: attempts, LastError: f.LastError, Reason: r, Actor: c.actor(a.Actor)}
 }
 
 func (c *Client) actor(a string) string {
@@ -379,13 +252,12 @@ func (c *Client) actor(a string) string {
 	return c.cfg.Actor
 }
 
-func (c *Client) audit(ctx context.Context, tx pgx.Tx, a Action, action string, res ActionResult) error {
+func (c *Client) audit(ctx context.Context, tx pgx.Tx, a Action, action string, evID int64, outcome Outcome) error {
 	key := a.Key
 	var ev *int64
-	if res.EventID != 0 {
-		id := res.EventID
-		ev = &id
+	if evID != 0 {
+		ev = &evID
 	}
 	return store.Audit(ctx, tx, store.AuditEntry{Actor: c.actor(a.Actor), Action: action, Queue: a.Queue, Group: a.Group,
-		Key: &key, EvID: ev, Reason: a.Reason, Outcome: string(res.Outcome)})
+		Key: &key, EvID: ev, Reason: a.Reason, Outcome: string(outcome)})
 }

@@ -12,9 +12,23 @@ import (
 
 // Stop takes no new event, gives running handlers ShutdownTimeout, leaves a
 // batch not fully handled open (the next worker gets it again: nothing is
-// lost) and releases the slots.
+// lost) and releases the slots. With progress recorded (the default) the
+// next worker runs only the events not done; without, the whole batch.
 func TestGracefulShutdownLeavesBatchOpen(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		disable bool
+		want    []string
+	}{{"progress", false, []string{"2", "3"}}, {"no progress", true, []string{"1", "2", "3"}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			testGracefulShutdown(t, tc.disable, tc.want)
+		})
+	}
+}
+
+func testGracefulShutdown(t *testing.T, disableProgress bool, want []string) {
 	b := setup(t)
 	b.group(t, 1)
 	inside := make(chan struct{}, 10)
@@ -27,7 +41,7 @@ func TestGracefulShutdownLeavesBatchOpen(t *testing.T) {
 		return nil
 	}}
 	w1, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: l1, Concurrency: 1,
-		RunTicker: true, TickInterval: 10 * time.Millisecond, PollInterval: 10 * time.Millisecond, ShutdownTimeout: 200 * time.Millisecond})
+		DisableProgress: disableProgress, RunTicker: true, TickInterval: 10 * time.Millisecond, PollInterval: 10 * time.Millisecond, ShutdownTimeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,12 +84,13 @@ func TestGracefulShutdownLeavesBatchOpen(t *testing.T) {
 	if s := st.SlotStatus[0]; s.Owner != nil || !s.InBatch {
 		t.Fatalf("after stop: owner %+v, open batch %v; want no owner and the batch left open", s.Owner, s.InBatch)
 	}
-	// The next worker gets the same batch: 1 is delivered again, nothing is lost.
+	// The next worker gets the same batch: nothing is lost, and only what
+	// was not done runs again (all of it without progress).
 	l2 := &handlingLog{decide: func(context.Context, *partitionq.Event) error { return nil }}
-	b.worker(t, partitionq.WorkerConfig{Handler: l2})
-	l2.waitOK(t, "k", 3)
-	if got := l2.okSeq("k"); !reflect.DeepEqual(got, []string{"1", "2", "3"}) {
-		t.Fatalf("after restart k handled %v, want 1 2 3", got)
+	b.worker(t, partitionq.WorkerConfig{Handler: l2, DisableProgress: disableProgress})
+	l2.waitOK(t, "k", len(want))
+	if got := l2.okSeq("k"); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after restart k handled %v, want %v", got, want)
 	}
 	pgtest.WaitFor(t, 10*time.Second, "batch finished", func() (bool, error) {
 		st, err := b.client.Status(b.ctx, "q", "g")

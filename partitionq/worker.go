@@ -13,8 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/partitionq/partitionq/partitionq/internal/engine"
-	"github.com/partitionq/partitionq/partitionq/internal/slot"
+	"github.com/partitionq/partitionq/partitionq/internal/runner"
+	"github.com/partitionq/partitionq/partitionq/internal/store"
 	"github.com/partitionq/partitionq/partitionq/internal/ticker"
 )
 
@@ -41,8 +41,11 @@ const (
 	MaxAttemptsSkipDefault  = 10
 	HandlerTimeoutDefault   = time.Minute
 	ShutdownTimeoutDefault  = 30 * time.Second
-	PollIntervalDefault     = 100 * time.Millisecond
+	PollIntervalDefault     = 500 * time.Millisecond
 	StandbyPollDefault      = time.Second
+	LeaseDurationDefault    = 5 * time.Second
+	DrainConcurrencyDefault = 8
+	BatchMinEventsDefault   = 5000
 	HeadScanIntervalDefault = time.Second
 	TickIntervalDefault     = 100 * time.Millisecond
 	MaintIntervalDefault    = 30 * time.Second
@@ -71,6 +74,14 @@ type WorkerConfig struct {
 	// time. Defaults to ConcurrencyDefault (16).
 	Concurrency int
 
+	// TxHandler, when set in place of Handler, handles each event inside a
+	// transaction the worker opens on the client's pool: the handler's
+	// writes, the check that this worker still owns the slot (the fencing
+	// token) and the record that the event is done commit together or not
+	// at all, so a crash at any point neither loses nor repeats them
+	// (exactly-once effects in the same database; see docs/guarantees.md).
+	TxHandler TxHandler
+
 	// Policy is the failure policy. Defaults to PolicyPause.
 	Policy Policy
 
@@ -93,24 +104,48 @@ type WorkerConfig struct {
 	// cancelling their contexts. Defaults to 30s.
 	ShutdownTimeout time.Duration
 
-	// PollInterval is the wait between two empty batch polls of a slot.
-	// Defaults to 100ms.
+	// PollInterval is the longest wait between two looks for new events
+	// (one cheap read for all of the worker's slots). partitionq's ticker
+	// (RunTicker, partitionq tick) and PgQue's own ticker announce every
+	// tick, which wakes the worker at once; with another ticker (pgqd), or
+	// through a connection pooler (which does not pass notifications on),
+	// this is the latency. Defaults to 500ms.
 	PollInterval time.Duration
 
 	// StandbyPoll is how often a standby tries to take a slot whose owner
-	// may have died. Defaults to 1s.
+	// may have died (a graceful stop hands its slots over at once). Defaults
+	// to 1s.
 	StandbyPoll time.Duration
+
+	// LeaseDuration is how long a slot stays its owner's without a renewal
+	// of the owner's lease (renewed every LeaseDuration/5). A worker that
+	// cannot renew stops every handler of its slots LeaseDuration/5 before
+	// the lease can run out, so before another worker may take its slots;
+	// a standby takes the slots of a worker that died within about
+	// LeaseDuration + StandbyPoll. Defaults to 5s.
+	LeaseDuration time.Duration
+
+	// DisableProgress turns off the recording of progress inside open
+	// batches: after a fault, the slot's whole open batch runs again rather
+	// than only its unfinished events. Defaults to false (progress recorded).
+	DisableProgress bool
+
+	// BatchMinEvents lets a slot that is behind take several ticks as one
+	// batch of about this many events or more (fewer, larger batches while
+	// it catches up); a slot that is level takes one tick at a time.
+	// Defaults to 5000; -1 takes one tick per batch always.
+	BatchMinEvents int
 
 	// HeadScanInterval (pause policy) is the longest wait between two looks
 	// at a slot's blocked keys, which is how soon an operator's "retry now"
 	// takes effect. Defaults to 1s.
 	HeadScanInterval time.Duration
 
-	// DrainConcurrency (PolicyPause) is how many blocked keys of one slot
-	// are retried and drained at once; each holds one of the worker's own
-	// connections while its head is handled (so that an operator's skip
-	// waits on its row lock; see PoolConns). Raise it when many keys block
-	// at once (a skewed load with failures). Defaults to min(Concurrency, 4).
+	// DrainConcurrency (PolicyPause) is how many blocked keys the worker
+	// retries and drains at once, across all its slots; each holds one of
+	// the worker's own connections while its head is handled (so that an
+	// operator's skip waits on its row lock; see PoolConns). Raise it when
+	// many keys block at once (a skewed load with failures). Defaults to 8.
 	DrainConcurrency int
 
 	// MaxBlocked bounds the pause (PolicyPause only): a key whose head first
@@ -131,8 +166,8 @@ type WorkerConfig struct {
 	// TickInterval is how often the in-process ticker runs. Defaults to 100ms.
 	TickInterval time.Duration
 
-	// Identity names this worker in status output (the application_name of
-	// its slot sessions). Defaults to "partitionq:<host>:<pid>".
+	// Identity names this worker in status output (and is the
+	// application_name of its sessions). Defaults to "partitionq:<host>:<pid>".
 	Identity string
 }
 
@@ -171,7 +206,13 @@ func (cfg WorkerConfig) withDefaults() WorkerConfig {
 		cfg.TickInterval = TickIntervalDefault
 	}
 	if cfg.DrainConcurrency == 0 {
-		cfg.DrainConcurrency = slot.DrainConcurrency(cfg.Concurrency)
+		cfg.DrainConcurrency = DrainConcurrencyDefault
+	}
+	if cfg.LeaseDuration == 0 {
+		cfg.LeaseDuration = LeaseDurationDefault
+	}
+	if cfg.BatchMinEvents == 0 {
+		cfg.BatchMinEvents = BatchMinEventsDefault
 	}
 	if cfg.Identity == "" {
 		host, _ := os.Hostname()
@@ -191,8 +232,10 @@ func (cfg WorkerConfig) validate() error {
 		return &ValidationError{Field: "WorkerConfig." + field, Value: value, Problem: problem, Fix: fix}
 	}
 	switch {
-	case cfg.Handler == nil:
-		return bad("Handler", "nil", "it is required", "pass a Handler or HandlerFunc")
+	case cfg.Handler == nil && cfg.TxHandler == nil:
+		return bad("Handler", "nil", "it is required", "pass a Handler or HandlerFunc (or a TxHandler)")
+	case cfg.Handler != nil && cfg.TxHandler != nil:
+		return bad("TxHandler", "set", "Handler is set too", "pass one of Handler and TxHandler")
 	case cfg.Concurrency < 1 || cfg.Concurrency > 4096:
 		return bad("Concurrency", strconv.Itoa(cfg.Concurrency), "it must be between 1 and 4096", "use 0 for the default (16)")
 	case cfg.Policy != PolicyPause && cfg.Policy != PolicySkip:
@@ -201,8 +244,12 @@ func (cfg WorkerConfig) validate() error {
 		return bad("MaxAttempts", strconv.Itoa(cfg.MaxAttempts), "it is negative", "use 0 for the default, -1 for unlimited")
 	case cfg.BackoffMin < 0 || cfg.BackoffMax < cfg.BackoffMin:
 		return bad("BackoffMin/BackoffMax", cfg.BackoffMin.String()+"/"+cfg.BackoffMax.String(), "they must be positive with min <= max", "use 0 for the defaults (1s, 5m)")
-	case cfg.DrainConcurrency < 1 || cfg.DrainConcurrency > cfg.Concurrency:
-		return bad("DrainConcurrency", strconv.Itoa(cfg.DrainConcurrency), "it must be between 1 and Concurrency", "use 0 for the default (min(Concurrency, 4))")
+	case cfg.DrainConcurrency < 1 || cfg.DrainConcurrency > 256:
+		return bad("DrainConcurrency", strconv.Itoa(cfg.DrainConcurrency), "it must be between 1 and 256", "use 0 for the default (8)")
+	case cfg.LeaseDuration < 500*time.Millisecond:
+		return bad("LeaseDuration", cfg.LeaseDuration.String(), "it must be at least 500ms", "use 0 for the default (5s)")
+	case cfg.BatchMinEvents < -1:
+		return bad("BatchMinEvents", strconv.Itoa(cfg.BatchMinEvents), "it is negative", "use 0 for the default (5000), -1 for one tick per batch")
 	case cfg.HandlerTimeout < -1:
 		return bad("HandlerTimeout", cfg.HandlerTimeout.String(), "it is negative", "use 0 for the default (1m), -1 for none")
 	}
@@ -232,7 +279,7 @@ type Worker struct {
 	cfg   WorkerConfig
 	group Group
 	slots []int
-	stats []*slot.Stats // by position in slots
+	stats map[int]*runner.Stats
 	log   *slog.Logger
 
 	mu           sync.Mutex
@@ -241,6 +288,9 @@ type Worker struct {
 	stopSoft     context.CancelFunc
 	stopHard     context.CancelFunc
 	done         chan struct{}
+
+	errMu sync.Mutex
+	err   error // why the worker stopped on its own (set before done closes)
 }
 
 // NewWorker validates cfg and reads the group from the engine. ctx governs
@@ -262,36 +312,39 @@ func (c *Client) NewWorker(ctx context.Context, cfg WorkerConfig) (*Worker, erro
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{c: c, cfg: cfg, group: g, slots: slots, done: make(chan struct{}),
+	w := &Worker{c: c, cfg: cfg, group: g, slots: slots, done: make(chan struct{}), stats: map[int]*runner.Stats{},
 		log: c.log.With(slog.String("queue", cfg.Queue), slog.String("group", cfg.Group))}
-	for range slots {
-		w.stats = append(w.stats, &slot.Stats{})
+	for _, s := range slots {
+		w.stats[s] = &runner.Stats{}
 	}
 	return w, nil
 }
 
-// PoolConns is the most connections a worker running slots slots with the
-// given in-slot concurrency (and the default DrainConcurrency) opens of its
-// own: one held per owned slot, one per concurrent drain of blocked keys of
-// each slot, and two for the ticker and short reads. With another
-// DrainConcurrency d it is slots*(1+d)+2. Count them, with the client's
-// pool, against the server's max_connections.
+// Connections a worker opens of its own, beside the client's pool: the
+// lease session, the readers of open batches, one to open and finish
+// batches and record progress, the drains of blocked keys, and one for the
+// ticker.
+const (
+	workerReaders = 2
+	workerFixed   = 1 + workerReaders + 2 + 1
+)
+
+// PoolConns is the most connections a worker opens of its own with the
+// default DrainConcurrency: a few for its lease, reads, finishes and ticker
+// (6), plus one per blocked key it drains at once (8). It does not depend on
+// the number of slots or the in-slot concurrency (both parameters are kept
+// for compatibility and ignored): a worker with 256 slots needs no more. With
+// another DrainConcurrency d it is 6+d. Count them, with the client's pool,
+// against the server's max_connections.
 //
 // A worker keeps these connections in a pool of its own (made from the
-// client's pool's configuration), never in the client's pool: they are
-// held while handlers run, and a handler that queries the database through
-// the client's pool must never wait for a connection that only its own
-// return would free.
-func PoolConns(slots, concurrency int) int {
-	if concurrency <= 0 {
-		concurrency = ConcurrencyDefault
-	}
-	return workerConns(slots, slot.DrainConcurrency(concurrency))
-}
+// client's pool's configuration), never in the client's pool: drains hold
+// theirs while handlers run, and a handler that queries the database
+// through the client's pool must never wait for a connection that only its
+// own return would free.
+func PoolConns(slots, concurrency int) int { return workerConns(DrainConcurrencyDefault) }
 
-// workerConns is the size of a worker's own pool: one connection per slot,
-// one per concurrent drain of each slot, two for the ticker and short reads.
-func workerConns(slots, drains int) int { return slots*(1+drains) + 2 }
+func workerConns(drains int) int { return workerFixed + drains }
 
 func pickSlots(want []int, n int) ([]int, error) {
 	if len(want) == 0 {
@@ -318,9 +371,12 @@ func pickSlots(want []int, n int) ([]int, error) {
 }
 
 // Start starts the worker's slots (and its ticker when RunTicker is set)
-// and returns at once: each slot runs when this worker owns it, or waits as
-// its standby. ctx is the worker's lifetime: cancelling it is the same as
-// Stop. Start fails if the worker was started before.
+// and returns once the worker holds its lease: each slot runs when this
+// worker owns it, or waits as its standby. ctx is the worker's lifetime:
+// cancelling it is the same as Stop. Start fails if the worker was started
+// before, and when it cannot register its lease (for example a role without
+// the rights of sql/roles.sql's worker role, or partitionq's schema missing:
+// run Setup).
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -330,18 +386,45 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.stoppedEarly {
 		return errors.New("partitionq: worker was stopped before it started: make a new one")
 	}
+	if err := store.Migrate(ctx, w.c.pool); err != nil {
+		return err
+	}
 	// The worker's own connections (see PoolConns): none is opened before
-	// a slot, a drain or the ticker needs it.
+	// it is needed.
 	pcfg := w.c.pool.Config()
-	pcfg.MaxConns = int32(workerConns(len(w.slots), w.cfg.DrainConcurrency))
+	pcfg.MaxConns = int32(workerConns(w.cfg.DrainConcurrency))
 	pcfg.MinConns, pcfg.MinIdleConns = 0, 0
+	if pcfg.ConnConfig.RuntimeParams == nil {
+		pcfg.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	pcfg.ConnConfig.RuntimeParams["application_name"] = w.cfg.Identity
 	pool, err := pgxpool.NewWithConfig(context.WithoutCancel(ctx), pcfg)
 	if err != nil {
 		return fmt.Errorf("partitionq: the worker's connection pool: %w", err)
 	}
-	w.started = true
 	soft, stopSoft := context.WithCancel(ctx)
 	hard, stopHard := context.WithCancel(context.WithoutCancel(ctx))
+	r := w.newRunner(pool)
+	registered := make(chan error, 1)
+	go func() {
+		err := r.Run(soft, hard, func() { registered <- nil })
+		if err != nil {
+			select {
+			case registered <- err:
+			default:
+			}
+		}
+		w.finish(err)
+	}()
+	if err := <-registered; err != nil {
+		stopSoft()
+		<-w.done
+		stopHard()
+		pool.Close()
+		w.stoppedEarly = true // done is closed: Start again needs a new worker
+		return err
+	}
+	w.started = true
 	w.stopSoft, w.stopHard = stopSoft, stopHard
 
 	var wg sync.WaitGroup
@@ -353,60 +436,79 @@ func (w *Worker) Start(ctx context.Context) error {
 				Interval: w.cfg.TickInterval, MaintInterval: MaintIntervalDefault})
 		}()
 	}
-	maxAttempts := w.cfg.MaxAttempts
-	if maxAttempts < 0 {
-		maxAttempts = 0
-	}
-	policy := slot.Pause
-	if w.cfg.Policy == PolicySkip {
-		policy = slot.Skip
-	}
-	hto := w.cfg.HandlerTimeout
-	if hto < 0 {
-		hto = 0
-	}
-	for i, s := range w.slots {
-		scfg := slot.Config{
-			Eng: w.c.eng, Pool: pool, Log: w.log,
-			Queue: w.cfg.Queue, Group: w.cfg.Group, Consumer: w.group.Consumers[s],
-			Slot: s, N: w.group.Slots, SubID: w.group.subIDs[s],
-			Concurrency: w.cfg.Concurrency, Policy: policy, MaxAttempts: maxAttempts,
-			Backoff:        func(n int) time.Duration { return backoff(w.cfg.BackoffMin, w.cfg.BackoffMax, n) },
-			HandlerTimeout: hto, Handle: w.handleFunc(s),
-			PollInterval: w.cfg.PollInterval, StandbyPoll: w.cfg.StandbyPoll, HeadScanInterval: w.cfg.HeadScanInterval,
-			MaxBlocked: w.cfg.MaxBlocked, MaxBlockedDeadLetter: w.cfg.MaxBlockedDeadLetter, DrainConcurrency: w.cfg.DrainConcurrency,
-			ChunkSize: ChunkSizeDefault, AppName: w.cfg.Identity, Stats: w.stats[i],
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			slot.Run(soft, hard, scfg)
-		}()
-	}
 	go func() {
 		<-soft.Done()
 		t := time.AfterFunc(w.cfg.ShutdownTimeout, stopHard)
+		<-w.done
 		wg.Wait()
 		t.Stop()
 		stopHard()
 		pool.Close()
-		close(w.done)
 	}()
 	w.log.Info("partitionq: worker started", slog.Any("slots", w.slots), slog.String("policy", string(w.cfg.Policy)),
 		slog.Int("concurrency", w.cfg.Concurrency))
 	return nil
 }
 
-func (w *Worker) handleFunc(s int) slot.Handler {
-	return func(ctx context.Context, ev engine.Event, attempt int) slot.Result {
-		err := w.cfg.Handler.Handle(ctx, &Event{ID: ev.ID, Queue: w.cfg.Queue, Group: w.cfg.Group, Slot: s, Key: ev.Key,
-			Type: ev.Type, Payload: []byte(ev.Data), Time: ev.Time, Attempt: attempt})
-		if err == nil {
-			return slot.Result{}
-		}
-		dl, after := classify(err)
-		return slot.Result{Err: err, DeadLetter: dl, RetryAfter: after}
+func (w *Worker) finish(err error) {
+	w.errMu.Lock()
+	w.err = err
+	w.errMu.Unlock()
+	close(w.done)
+}
+
+func (w *Worker) newRunner(pool *pgxpool.Pool) *runner.Runner {
+	maxAttempts := max(w.cfg.MaxAttempts, 0)
+	policy := runner.Pause
+	if w.cfg.Policy == PolicySkip {
+		policy = runner.Skip
 	}
+	hto := max(w.cfg.HandlerTimeout, 0)
+	minEvents := max(w.cfg.BatchMinEvents, 0)
+	lease := w.cfg.LeaseDuration
+	return runner.New(runner.Config{
+		Eng: w.c.eng, Pool: pool, Log: w.log, Queue: w.cfg.Queue, Group: w.cfg.Group, N: w.group.Slots,
+		Slots: w.slots, Consumers: w.group.Consumers, SubIDs: w.group.subIDs, Stats: w.stats, Identity: w.cfg.Identity,
+		Concurrency: w.cfg.Concurrency, DrainConcurrency: w.cfg.DrainConcurrency, Policy: policy, MaxAttempts: maxAttempts,
+		Backoff:        func(n int) time.Duration { return backoff(w.cfg.BackoffMin, w.cfg.BackoffMax, n) },
+		HandlerTimeout: hto, Handle: w.handleFunc(),
+		PollInterval: w.cfg.PollInterval, StandbyPoll: w.cfg.StandbyPoll, HeadScanInterval: w.cfg.HeadScanInterval,
+		MaxBlocked: w.cfg.MaxBlocked, MaxBlockedDeadLetter: w.cfg.MaxBlockedDeadLetter,
+		ChunkSize: ChunkSizeDefault, BatchMinEvents: minEvents, MaxReaders: workerReaders,
+		Progress: !w.cfg.DisableProgress, ProgressMax: progressMax, FlushInterval: flushInterval,
+		LeaseTTL: lease, LeaseRenew: lease / 5, LeaseMargin: lease / 5,
+	})
+}
+
+// Progress recording limits: at most progressMax resolved ids above a
+// slot's watermark are recorded (a few KiB), and flushes are at least
+// flushInterval apart (each carries everything since the last).
+const (
+	progressMax   = 4096
+	flushInterval = 5 * time.Millisecond
+)
+
+func (w *Worker) handleFunc() runner.Handler {
+	if w.cfg.TxHandler != nil {
+		return w.txHandleFunc()
+	}
+	return func(ctx context.Context, c runner.Call) runner.Result {
+		return result(w.cfg.Handler.Handle(ctx, w.event(c)))
+	}
+}
+
+func (w *Worker) event(c runner.Call) *Event {
+	ev := c.Event
+	return &Event{ID: ev.ID, Queue: w.cfg.Queue, Group: w.cfg.Group, Slot: c.Slot, Key: ev.Key,
+		Type: ev.Type, Payload: []byte(ev.Data), Time: ev.Time, Attempt: c.Attempt, Epoch: c.Epoch, batch: c.Batch}
+}
+
+func result(err error) runner.Result {
+	if err == nil {
+		return runner.Result{}
+	}
+	dl, after := classify(err)
+	return runner.Result{Err: err, DeadLetter: dl, RetryAfter: after}
 }
 
 // Stop stops the worker gracefully: no new batch or event is taken,
@@ -425,6 +527,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		w.mu.Unlock()
 		return nil
 	}
+	// started: w.done closes when the runner has stopped
 	w.mu.Unlock()
 	w.stopSoft()
 	select {
@@ -438,6 +541,14 @@ func (w *Worker) Stop(ctx context.Context) error {
 
 // Done is closed when the worker has stopped.
 func (w *Worker) Done() <-chan struct{} { return w.done }
+
+// Err returns why the worker stopped on its own (nil while it runs, and
+// after a Stop).
+func (w *Worker) Err() error {
+	w.errMu.Lock()
+	defer w.errMu.Unlock()
+	return w.err
+}
 
 // Run starts the worker and blocks until ctx is cancelled, then stops it
 // gracefully (see Stop) and returns.
@@ -458,16 +569,19 @@ type SlotStats struct {
 	SetAside     int64 // events set aside behind a blocked key (pause)
 	DeadLettered int64
 	Batches      int64
-	LastBatch    time.Time // when this worker last finished a batch of the slot
+	// Skipped counts events of batches left open by a previous owner that
+	// its recorded progress showed done: not run again.
+	Skipped   int64
+	LastBatch time.Time // when this worker last finished a batch of the slot
 }
 
 // Stats returns this worker's counters, by slot.
 func (w *Worker) Stats() []SlotStats {
 	out := make([]SlotStats, len(w.slots))
 	for i, s := range w.slots {
-		st := w.stats[i]
+		st := w.stats[s]
 		out[i] = SlotStats{Slot: s, Owned: st.Owned.Load(), Processed: st.Processed.Load(), Failed: st.Failed.Load(),
-			SetAside: st.Parked.Load(), DeadLettered: st.DeadLettered.Load(), Batches: st.Batches.Load()}
+			SetAside: st.Parked.Load(), DeadLettered: st.DeadLettered.Load(), Batches: st.Batches.Load(), Skipped: st.Skipped.Load()}
 		if ns := st.LastBatch.Load(); ns != 0 {
 			out[i].LastBatch = time.Unix(0, ns)
 		}

@@ -64,7 +64,8 @@ grant pgq_writer to partitionq_producer;
 grant usage on schema pgq to partitionq_viewer;
 grant select on pgq.retry_queue to partitionq_viewer;
 grant usage on schema partitionq to partitionq_viewer;
-grant select on partitionq.schema_version, partitionq.failure, partitionq.dead_letter, partitionq.audit to partitionq_viewer;
+grant select on partitionq.schema_version, partitionq.failure, partitionq.dead_letter, partitionq.audit,
+                partitionq.worker, partitionq.slot, partitionq.slot_progress to partitionq_viewer;
 
 -- ------------------------------------------------------------------ worker
 -- Consume: batches through pgq_reader; park, drain and resolve a blocked
@@ -75,7 +76,17 @@ grant execute on function pgq.event_retry_raw(text, text, timestamptz, bigint, t
 grant select, delete on pgq.retry_queue to partitionq_worker;
 grant update (ev_retry) on pgq.retry_queue to partitionq_worker;
 grant usage on schema partitionq to partitionq_worker;
+grant select on partitionq.schema_version to partitionq_worker;
 grant select, insert, update, delete on partitionq.failure to partitionq_worker;
+-- Ownership: the worker's lease row, the slots' owners and epochs, the
+-- progress inside open batches, exactly-once completions.
+grant select, insert, update, delete on partitionq.worker to partitionq_worker;
+grant usage on sequence partitionq.worker_id_seq to partitionq_worker;
+grant select, insert, update on partitionq.slot to partitionq_worker;
+grant select, insert, update on partitionq.slot_progress to partitionq_worker;
+grant select, insert, delete on partitionq.slot_done to partitionq_worker;
+grant execute on function partitionq.check_owner(text, text, int, bigint),
+                          partitionq.record_done(text, text, int, bigint, bigint, bigint) to partitionq_worker;
 grant select, insert on partitionq.dead_letter to partitionq_worker;
 grant usage on sequence partitionq.dead_letter_id_seq to partitionq_worker;
 
@@ -91,6 +102,7 @@ grant pgq_writer to partitionq_operator;
 grant delete on pgq.retry_queue to partitionq_operator;
 grant update (ev_retry) on pgq.retry_queue to partitionq_operator;
 grant update (next_attempt_at), delete on partitionq.failure to partitionq_operator;
+grant select, delete on partitionq.slot_done to partitionq_operator;
 grant insert, update (replayed_at, replay_ev_id) on partitionq.dead_letter to partitionq_operator;
 grant usage on sequence partitionq.dead_letter_id_seq to partitionq_operator;
 grant insert on partitionq.audit to partitionq_operator;

@@ -40,7 +40,7 @@ func (h *execHandler) Handle(ctx context.Context, ev *partitionq.Event) error {
 	cmd.Stderr = &teeWriter{keep: tail, copy: h.stderr}
 	ownProcessGroup(cmd)
 	cmd.WaitDelay = execWaitDelay
-	err := cmd.Run()
+	err := runGuarded(cmd)
 	if err == nil || (errors.Is(err, exec.ErrWaitDelay) && cmd.ProcessState != nil && cmd.ProcessState.Success()) {
 		return nil
 	}

@@ -8,7 +8,9 @@ import (
 )
 
 // ownProcessGroup: without Unix process groups, cancelling kills the shell
-// only (exec's default).
+// only (exec's default), and nothing kills a command when its worker dies.
 func ownProcessGroup(*exec.Cmd) {}
+
+func runGuarded(cmd *exec.Cmd) error { return cmd.Run() }
 
 func exitSignal(*exec.ExitError) (syscall.Signal, bool) { return 0, false }

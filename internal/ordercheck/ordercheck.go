@@ -1,6 +1,8 @@
 // Package ordercheck judges a run of a keyed consumer after the fact: from
 // what was sent per key and the log of every handling, it counts lost
-// events, per-key order violations and repeated deliveries. The crash and
+// events, per-key order violations and repeated deliveries; from the start
+// and end of every handler run (runs.go), the overlaps: two runs of one key
+// at the same instant. The crash and
 // chaos tests and the benchmarks share it, so every system is measured by
 // the same rules.
 package ordercheck
@@ -25,15 +27,22 @@ type Report struct {
 	// event of its key was still unresolved (not yet handled successfully
 	// nor dead-lettered).
 	Violations int
-	Examples   []string // a few violations or losses, for the failure message
+	// Runs and Overlaps are set by WithRuns: the handler runs judged, and
+	// how many started while another run of the same key was running.
+	Runs, Overlaps int
+	Examples       []string // a few violations, losses or overlaps, for the failure message
 }
 
-// OK reports a clean run: nothing lost, no order violation.
-func (r Report) OK() bool { return r.Lost == 0 && r.Violations == 0 }
+// OK reports a clean run: nothing lost, no order violation, no overlap.
+func (r Report) OK() bool { return r.Lost == 0 && r.Violations == 0 && r.Overlaps == 0 }
 
 func (r Report) String() string {
-	return fmt.Sprintf("sent %d, handled %d, dead %d, lost %d, repeats %d, order violations %d",
+	s := fmt.Sprintf("sent %d, handled %d, dead %d, lost %d, repeats %d, order violations %d",
 		r.Sent, r.Handled, r.Dead, r.Lost, r.Repeats, r.Violations)
+	if r.Runs > 0 {
+		s += fmt.Sprintf(", overlaps %d (in %d handler runs)", r.Overlaps, r.Runs)
+	}
+	return s
 }
 
 // Check judges a run. sent gives each key's number of events (seqs 0..n-1);

@@ -1,6 +1,12 @@
 package ordercheck
 
-import "testing"
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
 
 func TestCheck(t *testing.T) {
 	h := func(k string, s int, ok bool) Handling { return Handling{Key: k, Seq: s, OK: ok} }
@@ -31,5 +37,60 @@ func TestCheck(t *testing.T) {
 		if r.Violations != c.violations || r.Lost != c.lost || r.Repeats != c.repeats || r.Dead != c.deadN {
 			t.Errorf("%s: %s; want violations %d lost %d repeats %d dead %d", c.name, r, c.violations, c.lost, c.repeats, c.deadN)
 		}
+	}
+}
+
+func TestOverlaps(t *testing.T) {
+	at := func(ms int) time.Time { return time.Unix(0, int64(ms)*int64(time.Millisecond)) }
+	run := func(k string, s, from, to int) Run {
+		r := Run{Key: k, Seq: s, Worker: "w", Start: at(from)}
+		if to >= 0 {
+			r.End = at(to)
+		}
+		return r
+	}
+	cases := []struct {
+		name string
+		runs []Run
+		want int
+	}{
+		{"one after another", []Run{run("a", 0, 0, 10), run("a", 1, 10, 20), run("a", 2, 25, 30)}, 0},
+		{"keys in parallel", []Run{run("a", 0, 0, 10), run("b", 0, 5, 15)}, 0},
+		{"a replay inside a run", []Run{run("a", 0, 0, 100), run("a", 0, 50, 60)}, 1},
+		{"a long run covers two later ones", []Run{run("a", 0, 0, 100), run("a", 1, 10, 20), run("a", 2, 30, 40)}, 2},
+		{"a run that never ended", []Run{run("a", 0, 0, -1), run("a", 1, 1000, 1010)}, 1},
+	}
+	for _, c := range cases {
+		if n, ex := Overlaps(c.runs); n != c.want {
+			t.Errorf("%s: %d overlaps (%v), want %d", c.name, n, ex, c.want)
+		}
+	}
+}
+
+func TestRunLogRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "runs")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := RunLog{W: f}
+	t0 := time.Now()
+	l.Start("multi\nline key", 3, "pid1", t0)
+	l.End("multi\nline key", 3, "pid1", t0.Add(time.Second))
+	l.Start("k", 0, "pid2", t0)   // killed before it ended
+	fmt.Fprint(f, "S \"k\" 1 pi") // a line cut short by the kill
+	f.Close()
+	runs, err := ReadRunLogs([]string{p, filepath.Join(dir, "missing")}, map[string]time.Time{"pid2": t0.Add(2 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 2 || runs[0].Key != "multi\nline key" || !runs[0].End.Equal(t0.Add(time.Second).Truncate(0)) ||
+		!runs[1].End.Equal(t0.Add(2*time.Second).Truncate(0)) {
+		t.Fatalf("runs %+v", runs)
+	}
+	r := Report{}.WithRuns(runs)
+	if r.Runs != 2 || r.Overlaps != 0 || !r.OK() {
+		t.Fatalf("report %s", r)
 	}
 }

@@ -45,6 +45,19 @@ func TestOwnershipTakeover(t *testing.T) {
 	if others != 0 {
 		t.Fatalf("the standby handled %d events while A owned every slot", others)
 	}
+	// Every batch of the 200 finished (not only handled): nothing may repeat.
+	pgtest.WaitFor(t, 10*time.Second, "A to finish its batches", func() (bool, error) {
+		st, err := e.client.Status(e.ctx, "q", "g")
+		if err != nil {
+			return false, err
+		}
+		for _, s := range st.SlotStatus {
+			if s.InBatch || s.QueuePending > 0 {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
 	killedAt := time.Now()
 	a.kill()
 	pgtest.WaitFor(t, 15*time.Second, "B to take over all 4 slots", func() (bool, error) {

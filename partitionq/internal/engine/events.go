@@ -360,7 +360,7 @@ func (e *Engine) RetryHeads(ctx context.Context, db DB, subID int32, key *string
 func (e *Engine) RetryEvents(ctx context.Context, db DB, subID int32, key string, limit int) ([]Event, error) {
 	rows, err := db.Query(ctx, e.f(`
 		select `+eventCols+` from pgq.retry_queue
-		 where ev_owner = $1 and ev_extra1 = $2
+		 where ev_owner = $1 and coalesce(ev_extra1, '') = $2
 		 order by ev_id limit $3`), subID, key, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read retry queue: %w", err)
@@ -407,7 +407,7 @@ func (e *Engine) lockEvents(ctx context.Context, tx pgx.Tx, sql string, args ...
 func (e *Engine) HasOlderRetry(ctx context.Context, db DB, subID int32, key string, evID int64) (bool, error) {
 	var ok bool
 	err := db.QueryRow(ctx, e.f(`select exists (select 1 from pgq.retry_queue
-		where ev_owner = $1 and ev_extra1 = $2 and ev_id < $3)`), subID, key, evID).Scan(&ok)
+		where ev_owner = $1 and coalesce(ev_extra1, '') = $2 and ev_id < $3)`), subID, key, evID).Scan(&ok)
 	return ok, err
 }
 
@@ -450,7 +450,7 @@ func (e *Engine) RetryCount(ctx context.Context, db DB, subID int32) (timed, par
 func (e *Engine) NextRetry(ctx context.Context, db DB, subID int32, key string, afterID int64) (Event, bool, error) {
 	rows, err := db.Query(ctx, e.f(`
 		select `+eventCols+` from pgq.retry_queue
-		 where ev_owner = $1 and ev_id > $3 and ev_extra1 = $2
+		 where ev_owner = $1 and ev_id > $3 and coalesce(ev_extra1, '') = $2
 		 order by ev_id limit 1`), subID, key, afterID)
 	if err != nil {
 		return Event{}, false, err
@@ -474,7 +474,7 @@ func (e *Engine) LockRetryQueue(ctx context.Context, tx pgx.Tx) error {
 // tx (waiting up to lock_timeout, then ErrLocked) and returns them in ev_id order.
 func (e *Engine) LockKeyRetries(ctx context.Context, tx pgx.Tx, subID int32, key string) ([]Event, error) {
 	return e.lockEvents(ctx, tx, `select `+eventCols+` from pgq.retry_queue
-		where ev_owner = $1 and ev_extra1 = $2 order by ev_id for update`, subID, key)
+		where ev_owner = $1 and coalesce(ev_extra1, '') = $2 order by ev_id for update`, subID, key)
 }
 
 // LockParkedRun locks up to limit parked rows (at Far) of key of subID, in
@@ -482,7 +482,7 @@ func (e *Engine) LockKeyRetries(ctx context.Context, tx pgx.Tx, subID int32, key
 // of them is locked by another transaction it fails with ErrLocked.
 func (e *Engine) LockParkedRun(ctx context.Context, tx pgx.Tx, subID int32, key string, fromID int64, limit int) ([]Event, error) {
 	return e.lockEvents(ctx, tx, `select `+eventCols+` from pgq.retry_queue
-		where ev_owner = $1 and ev_extra1 = $2 and ev_id >= $3 and ev_retry_after >= $4
+		where ev_owner = $1 and coalesce(ev_extra1, '') = $2 and ev_id >= $3 and ev_retry_after >= $4
 		order by ev_id limit $5 for update nowait`, subID, key, fromID, Far, limit)
 }
 

@@ -1,7 +1,9 @@
-// Package store keeps partitionq's own records in the schema "partitionq":
-// failure details of retried events (last error, next attempt time), dead
-// letters, and the audit trail of operator actions. None of it decides
-// whether a key is blocked: that is derived from the engine's retry queue.
+// Package store owns partitionq's own schema "partitionq" (its tables and
+// their migration) and keeps the dead letters and the audit trail of
+// operator actions. Failure records of parked heads are package parked's,
+// the ownership and progress tables packages lease and runner's. None of it
+// decides whether a key is blocked: that is derived from the engine's retry
+// queue.
 //
 // The functions are safe for concurrent use; each runs on the DB it is given.
 package store
@@ -14,6 +16,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/partitionq/partitionq/internal/pglock"
 )
 
 // DB is what the store needs from a connection, pool or transaction.
@@ -24,7 +28,7 @@ type DB interface {
 }
 
 // Version is the schema version this package writes.
-const Version = 2 // 2: failure.flagged_at
+const Version = 3 // 2: failure.flagged_at; 3: worker leases, slot ownership and progress, ticker turns
 
 const ddl = `
 create schema if not exists partitionq;
@@ -76,6 +80,96 @@ create table if not exists partitionq.audit (
 );
 create index if not exists audit_group on partitionq.audit (queue, grp, id);
 alter table partitionq.failure add column if not exists flagged_at timestamptz;
+
+-- Slot ownership (docs/architecture.md, "Slot ownership"). A worker holds
+-- a lease it renews about once a second; a slot is owned by the worker its
+-- row names, at its epoch, while that worker's lease lasts. Every write that
+-- ends work on a slot checks the epoch in its own transaction.
+create table if not exists partitionq.worker (
+    id            bigserial   primary key,
+    identity      text        not null,
+    host          text        not null default '',
+    os_pid        int         not null default 0,
+    db_role       text        not null default session_user,
+    -- the lease session: while it lives, the lease is not taken over (null
+    -- behind a connection pooler, where sessions are not the worker's)
+    backend_pid   int,
+    backend_start timestamptz,
+    started_at    timestamptz not null default clock_timestamp(),
+    renewed_at    timestamptz not null default clock_timestamp(),
+    lease_until   timestamptz not null
+);
+create table if not exists partitionq.slot (
+    queue     text        not null,
+    grp       text        not null,
+    slot      int         not null,
+    n         int         not null,
+    worker_id bigint,
+    epoch     bigint      not null default 0,
+    since     timestamptz,
+    primary key (queue, grp, slot)
+);
+create index if not exists slot_worker on partitionq.slot (worker_id);
+-- Progress inside a slot's open batch (docs/guarantees.md, "What repeats
+-- after a crash"): every event of the batch's share at or below done_below,
+-- and those listed in done (delta-encoded ids above it), are resolved.
+create table if not exists partitionq.slot_progress (
+    queue      text        not null,
+    grp        text        not null,
+    slot       int         not null,
+    batch_id   bigint,
+    done_below bigint      not null default 0,
+    done       bytea       not null default '',
+    handled    bigint      not null default 0,
+    failed     bigint      not null default 0,
+    updated_at timestamptz not null default clock_timestamp(),
+    primary key (queue, grp, slot)
+);
+-- Events whose exactly-once handler committed in the open batch (TxHandler).
+create table if not exists partitionq.slot_done (
+    queue    text   not null,
+    grp      text   not null,
+    slot     int    not null,
+    batch_id bigint not null,
+    ev_id    bigint not null,
+    primary key (queue, grp, slot, ev_id)
+);
+-- Whose turn a ticker round is: a row lock (tick, retry) or a lease (maint),
+-- which only the roles granted update on this table can take.
+create table if not exists partitionq.ticker_turn (
+    name   text        primary key,
+    holder text,
+    until  timestamptz
+);
+insert into partitionq.ticker_turn (name) values ('tick'), ('retry'), ('maint') on conflict do nothing;
+
+-- The fencing token, for handlers' own transactions: is the slot still
+-- owned at this epoch? The row stays locked for share until the caller's
+-- transaction ends, so a takeover waits for it.
+create or replace function partitionq.check_owner(p_queue text, p_grp text, p_slot int, p_epoch bigint)
+returns boolean language plpgsql security definer set search_path = pg_catalog, pg_temp as $f$
+begin
+    perform 1 from partitionq.slot
+     where queue = p_queue and grp = p_grp and slot = p_slot and epoch = p_epoch and worker_id is not null
+       for share;
+    return found;
+end
+$f$;
+-- An exactly-once handler's completion: recorded in the handler's own
+-- transaction, after the ownership check (SQLSTATE PQ001 when not owned).
+create or replace function partitionq.record_done(p_queue text, p_grp text, p_slot int, p_epoch bigint, p_batch bigint, p_ev_id bigint)
+returns void language plpgsql security definer set search_path = pg_catalog, pg_temp as $f$
+begin
+    if not partitionq.check_owner(p_queue, p_grp, p_slot, p_epoch) then
+        raise exception 'slot % of group % on queue % is not owned at epoch %', p_slot, p_grp, p_queue, p_epoch
+              using errcode = 'PQ001';
+    end if;
+    insert into partitionq.slot_done (queue, grp, slot, batch_id, ev_id)
+    values (p_queue, p_grp, p_slot, p_batch, p_ev_id) on conflict do nothing;
+end
+$f$;
+revoke all on function partitionq.check_owner(text, text, int, bigint) from public;
+revoke all on function partitionq.record_done(text, text, int, bigint, bigint, bigint) from public;
 `
 
 // Migrate creates the schema and tables when missing. Concurrent callers
@@ -104,7 +198,7 @@ func Migrate(ctx context.Context, db interface {
 		return err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
-	if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(28753, -1)`); err != nil {
+	if err := pglock.Xact(ctx, tx, pglock.Migrate); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, ddl); err != nil {
@@ -126,106 +220,22 @@ func Installed(ctx context.Context, db DB) (bool, error) {
 	return ok, err
 }
 
-// ---------------------------------------------------------------- failures
-
-// Failure is what partitionq remembers of a failed, retried event.
-type Failure struct {
-	EvID          int64
-	Attempts      int
-	LastError     string
-	FirstFailedAt time.Time
-	LastFailedAt  time.Time
-	NextAttemptAt time.Time
-	// Set by Failures from the server's clock: whether the next attempt is
-	// due, and if not, how long until it is.
-	Due  bool
-	Wait time.Duration
-	// Age is how long ago the event first failed (server clock).
-	Age time.Duration
-	// FlaggedAt is set when a worker flagged the event as blocked too long.
-	FlaggedAt *time.Time
+// AddSlots records the ownership rows of a group's n slots (free).
+func AddSlots(ctx context.Context, db DB, queue, group string, n int) error {
+	_, err := db.Exec(ctx, `insert into partitionq.slot (queue, grp, slot, n) select $1, $2, s, $3 from generate_series(0, $3 - 1) s
+		on conflict (queue, grp, slot) do update set n = excluded.n where partitionq.slot.n <> excluded.n`, queue, group, n)
+	return err
 }
 
-// PutFailure records (or updates) the failure of one event; the next
-// attempt is due `after` from now by the server's clock.
-func PutFailure(ctx context.Context, db DB, queue, consumer string, f Failure, after time.Duration) error {
-	_, err := db.Exec(ctx, `
-		insert into partitionq.failure (queue, consumer, ev_id, attempts, last_error, next_attempt_at)
-		values ($1, $2, $3, $4, $5, now() + $6::interval)
-		on conflict (queue, consumer, ev_id) do update
-		   set attempts = excluded.attempts, last_error = excluded.last_error,
-		       last_failed_at = now(), next_attempt_at = excluded.next_attempt_at`,
-		queue, consumer, f.EvID, f.Attempts, f.LastError, after)
-	if err != nil {
-		return fmt.Errorf("record failure of event %d: %w", f.EvID, err)
+// DropGroupState removes the ownership and progress rows of a dropped
+// group (its dead letters and audit entries stay).
+func DropGroupState(ctx context.Context, db DB, queue, group string) error {
+	for _, t := range []string{"slot", "slot_progress", "slot_done"} {
+		if _, err := db.Exec(ctx, `delete from partitionq.`+t+` where queue = $1 and grp = $2`, queue, group); err != nil {
+			return err
+		}
 	}
 	return nil
-}
-
-// DeleteFailure forgets the failure of one event.
-func DeleteFailure(ctx context.Context, db DB, queue, consumer string, evID int64) error {
-	_, err := db.Exec(ctx, `delete from partitionq.failure where queue = $1 and consumer = $2 and ev_id = $3`, queue, consumer, evID)
-	return err
-}
-
-// DeleteFailures forgets the failures of events.
-func DeleteFailures(ctx context.Context, db DB, queue, consumer string, ids []int64) error {
-	_, err := db.Exec(ctx, `delete from partitionq.failure where queue = $1 and consumer = $2 and ev_id = any($3::int8[])`, queue, consumer, ids)
-	return err
-}
-
-// Failures returns the failure records of the given events, by event id.
-func Failures(ctx context.Context, db DB, queue, consumer string, ids []int64) (map[int64]Failure, error) {
-	out := map[int64]Failure{}
-	if len(ids) == 0 {
-		return out, nil
-	}
-	rows, err := db.Query(ctx, `
-		select ev_id, attempts, last_error, first_failed_at, last_failed_at, next_attempt_at,
-		       next_attempt_at <= now(), greatest(next_attempt_at - now(), '0'::interval),
-		       now() - first_failed_at, flagged_at
-		  from partitionq.failure where queue = $1 and consumer = $2 and ev_id = any($3::int8[])`, queue, consumer, ids)
-	if err != nil {
-		return nil, fmt.Errorf("read failures: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var f Failure
-		if err := rows.Scan(&f.EvID, &f.Attempts, &f.LastError, &f.FirstFailedAt, &f.LastFailedAt, &f.NextAttemptAt, &f.Due, &f.Wait, &f.Age, &f.FlaggedAt); err != nil {
-			return nil, err
-		}
-		out[f.EvID] = f
-	}
-	return out, rows.Err()
-}
-
-// Flag marks an event as blocked for too long; it reports whether the
-// flag is new.
-func Flag(ctx context.Context, db DB, queue, consumer string, evID int64) (bool, error) {
-	tag, err := db.Exec(ctx, `update partitionq.failure set flagged_at = now()
-		where queue = $1 and consumer = $2 and ev_id = $3 and flagged_at is null`, queue, consumer, evID)
-	if err != nil {
-		return false, err
-	}
-	return tag.RowsAffected() == 1, nil
-}
-
-// RetryNow brings the next attempt of one event forward to now; it reports
-// whether a failure record was there.
-func RetryNow(ctx context.Context, db DB, queue, consumer string, evID int64) (bool, error) {
-	tag, err := db.Exec(ctx, `update partitionq.failure set next_attempt_at = now()
-		where queue = $1 and consumer = $2 and ev_id = $3`, queue, consumer, evID)
-	if err != nil {
-		return false, err
-	}
-	return tag.RowsAffected() == 1, nil
-}
-
-// PurgeFailures deletes the failure records of a consumer, except those of
-// the events in keep (nil: all of them).
-func PurgeFailures(ctx context.Context, db DB, queue, consumer string, keep []int64) error {
-	_, err := db.Exec(ctx, `delete from partitionq.failure where queue = $1 and consumer = $2 and ($3::int8[] is null or not (ev_id = any($3::int8[])))`, queue, consumer, keep)
-	return err
 }
 
 // ------------------------------------------------------------ dead letters

@@ -1,12 +1,18 @@
 // Package ticker makes the engine's ticks and runs its maintenance from
-// inside a Go process, in place of the pgqd daemon. Several tickers may run
-// at once (one per worker process): each round takes a transaction-level
-// advisory lock without waiting, so one of them does the round and the
-// others skip it.
+// inside a Go process, in place of the pgqd daemon, and announces every tick
+// it makes (engine.TickAndAnnounce) so that waiting workers wake at once.
+// Several tickers may run at once (one per worker process): each round
+// takes its turn, a row of partitionq.ticker_turn, without waiting, so one
+// of them does the round and the others skip it. Only roles granted update
+// on that table can take a turn (an advisory lock could be held by any role
+// that may connect, and would stop every ticker); without partitionq's
+// schema every ticker does every round (harmless: the engine decides whether
+// a queue gets a tick).
 package ticker
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -14,15 +20,35 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partitionq/partitionq/partitionq/internal/engine"
-	"github.com/partitionq/partitionq/partitionq/internal/ownership"
 )
 
-// Lock keys (second key of ownership.LockClass) of the ticker's rounds.
+// The turns of the ticker's rounds (rows of partitionq.ticker_turn).
 const (
-	tickLock  = -2
-	maintLock = -3
-	retryLock = -4
+	tickTurn  = "tick"
+	retryTurn = "retry"
+	maintTurn = "maint"
 )
+
+// maintLease bounds how long a maintenance round keeps its turn if its
+// ticker dies in the middle.
+const maintLease = 5 * time.Minute
+
+// turn takes the turn name for the rest of tx without waiting; it reports
+// whether this ticker has it. Without partitionq's schema every ticker has
+// every turn.
+func turn(ctx context.Context, tx pgx.Tx, name string) (bool, error) {
+	var exists bool
+	if err := tx.QueryRow(ctx, `select to_regclass('partitionq.ticker_turn') is not null`).Scan(&exists); err != nil || !exists {
+		return err == nil, err
+	}
+	rows, err := tx.Query(ctx, `select 1 from partitionq.ticker_turn where name = $1 for update skip locked`, name)
+	if err != nil {
+		return false, err
+	}
+	got := rows.Next()
+	rows.Close()
+	return got, rows.Err()
+}
 
 // Config configures a ticker loop.
 type Config struct {
@@ -64,11 +90,10 @@ func Run(ctx context.Context, cfg Config) {
 // ticker is in its round right now.
 func Tick(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		var got bool
-		if err := tx.QueryRow(ctx, `select pg_try_advisory_xact_lock($1, $2)`, int32(ownership.LockClass), int32(tickLock)).Scan(&got); err != nil || !got {
+		if got, err := turn(ctx, tx, tickTurn); err != nil || !got {
 			return err
 		}
-		_, err := eng.Ticker(ctx, tx)
+		_, err := eng.TickAndAnnounce(ctx, tx)
 		return err
 	})
 }
@@ -81,8 +106,7 @@ func MoveRetries(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) er
 		return err
 	}
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		var got bool
-		if err := tx.QueryRow(ctx, `select pg_try_advisory_xact_lock($1, $2)`, int32(ownership.LockClass), int32(retryLock)).Scan(&got); err != nil || !got {
+		if got, err := turn(ctx, tx, retryTurn); err != nil || !got {
 			return err
 		}
 		for {
@@ -103,11 +127,14 @@ func Maintain(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) error
 		return err
 	}
 	defer conn.Release()
-	var got bool
-	if err := conn.QueryRow(ctx, `select pg_try_advisory_lock($1, $2)`, int32(ownership.LockClass), int32(maintLock)).Scan(&got); err != nil || !got {
+	// The round's steps run in transactions of their own (as pgqd runs
+	// them), so its turn is a lease on the row rather than a row lock.
+	holder := fmt.Sprintf("%d", time.Now().UnixNano())
+	got, err := maintTurnTake(ctx, conn, holder)
+	if err != nil || !got {
 		return err
 	}
-	defer conn.Exec(context.Background(), `select pg_advisory_unlock($1, $2)`, int32(ownership.LockClass), int32(maintLock)) //nolint:errcheck
+	defer conn.Exec(context.Background(), `update partitionq.ticker_turn set holder = null, until = null where name = $1 and holder = $2`, maintTurn, holder) //nolint:errcheck
 	for {
 		n, err := eng.MaintRetryEvents(ctx, conn)
 		if err != nil {
@@ -127,4 +154,19 @@ func Maintain(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) error
 		}
 	}
 	return nil
+}
+
+// maintTurnTake takes the maintenance turn as holder unless another ticker
+// holds it (and its lease has not run out).
+func maintTurnTake(ctx context.Context, conn *pgxpool.Conn, holder string) (bool, error) {
+	var exists bool
+	if err := conn.QueryRow(ctx, `select to_regclass('partitionq.ticker_turn') is not null`).Scan(&exists); err != nil || !exists {
+		return err == nil, err
+	}
+	tag, err := conn.Exec(ctx, `update partitionq.ticker_turn set holder = $2, until = clock_timestamp() + $3::interval
+		where name = $1 and (until is null or until < clock_timestamp())`, maintTurn, holder, maintLease)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
 }

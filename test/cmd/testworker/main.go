@@ -22,11 +22,15 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/partitionq/partitionq/internal/ordercheck"
 	"github.com/partitionq/partitionq/partitionq"
 )
 
@@ -37,17 +41,33 @@ type payload struct {
 	D bool   `json:"d"` // dead-letter the event on attempt f+1
 }
 
+// opts are the flags.
+type opts struct {
+	db, queue, group, slots  string
+	conc, maxAttempts        int
+	jitter, hold, backoffMax time.Duration
+	lease                    time.Duration
+	runlog                   string
+	tx                       bool
+}
+
 func main() {
-	db := flag.String("db", os.Getenv("DATABASE_URL"), "database URL")
-	queue := flag.String("queue", "q", "queue")
-	group := flag.String("group", "g", "group")
-	slots := flag.String("slots", "all", "slots to run: all, or a comma-separated list")
-	conc := flag.Int("concurrency", 8, "in-slot concurrency")
-	maxAttempts := flag.Int("max-attempts", 0, "max attempts (0: default of the policy)")
-	jitter := flag.Duration("jitter", 2*time.Millisecond, "largest random handler delay")
-	backoffMax := flag.Duration("backoff-max", 20*time.Millisecond, "longest retry backoff (BackoffMax); BackoffMin is 5ms")
+	var o opts
+	flag.StringVar(&o.db, "db", os.Getenv("DATABASE_URL"), "database URL")
+	flag.StringVar(&o.queue, "queue", "q", "queue")
+	flag.StringVar(&o.group, "group", "g", "group")
+	flag.StringVar(&o.slots, "slots", "all", "slots to run: all, or a comma-separated list")
+	flag.IntVar(&o.conc, "concurrency", 8, "in-slot concurrency")
+	flag.IntVar(&o.maxAttempts, "max-attempts", 0, "max attempts (0: default of the policy)")
+	flag.DurationVar(&o.jitter, "jitter", 2*time.Millisecond, "largest random handler delay")
+	flag.DurationVar(&o.hold, "hold", 0, "largest random time a handler holds its event after it logged it, honouring its context (so that runs outlive a takeover)")
+	flag.DurationVar(&o.backoffMax, "backoff-max", 20*time.Millisecond, "longest retry backoff (BackoffMax); BackoffMin is 5ms")
+	flag.DurationVar(&o.lease, "lease", time.Second, "the worker's LeaseDuration")
+	flag.StringVar(&o.runlog, "runlog", "", "append the start and end of every handler run to this file (internal/ordercheck's run log)")
+	flag.BoolVar(&o.tx, "tx", false, "handle in the worker's transaction (TxHandler): the pq_run_log row of a success commits with the event's completion")
 	statsEvery := flag.Duration("stats", 0, "when not zero, print a line `stats {json}` with memory and goroutine counts this often")
 	flag.Parse()
+	o.backoffMax = max(o.backoffMax, 5*time.Millisecond)
 	if *statsEvery > 0 {
 		go printStats(*statsEvery)
 	}
@@ -55,14 +75,39 @@ func main() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := run(ctx, log, *db, *queue, *group, *slots, *conc, *maxAttempts, *jitter, max(*backoffMax, 5*time.Millisecond)); err != nil {
+	if err := run(ctx, log, o); err != nil {
 		fmt.Fprintln(os.Stderr, "testworker:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, log *slog.Logger, db, queue, group, slotList string, conc, maxAttempts int, jitter, backoffMax time.Duration) error {
-	cfg, err := pgxpool.ParseConfig(db)
+// runLog records handler runs, safe for concurrent use.
+type runLog struct {
+	mu  sync.Mutex
+	log ordercheck.RunLog
+	f   *os.File
+}
+
+func (l *runLog) start(key string, seq int, worker string) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.log.Start(key, seq, worker, time.Now()) //nolint:errcheck // a test log: a failed write shows as a missing run
+}
+
+func (l *runLog) end(key string, seq int, worker string) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.log.End(key, seq, worker, time.Now()) //nolint:errcheck
+}
+
+func run(ctx context.Context, log *slog.Logger, o opts) error {
+	cfg, err := pgxpool.ParseConfig(o.db)
 	if err != nil {
 		return err
 	}
@@ -79,8 +124,8 @@ func run(ctx context.Context, log *slog.Logger, db, queue, group, slotList strin
 		return err
 	}
 	var slots []int
-	if slotList != "all" {
-		for _, s := range strings.Split(slotList, ",") {
+	if o.slots != "all" {
+		for _, s := range strings.Split(o.slots, ",") {
 			n, err := strconv.Atoi(s)
 			if err != nil {
 				return err
@@ -88,19 +133,42 @@ func run(ctx context.Context, log *slog.Logger, db, queue, group, slotList strin
 			slots = append(slots, n)
 		}
 	}
+	var rl *runLog
+	if o.runlog != "" {
+		f, err := os.OpenFile(o.runlog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		rl = &runLog{log: ordercheck.RunLog{W: f}, f: f}
+	}
 	pid := os.Getpid()
-	h := partitionq.HandlerFunc(func(ctx context.Context, ev *partitionq.Event) error {
+	worker := strconv.Itoa(pid)
+	// handle is the handler's work: log the attempt (in db), hold the event
+	// a while, and come to the scripted outcome.
+	handle := func(ctx context.Context, db interface {
+		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	}, ev *partitionq.Event) error {
 		var p payload
 		if err := json.Unmarshal(ev.Payload, &p); err != nil {
 			return partitionq.DeadLetterNow(err)
 		}
-		if jitter > 0 {
-			time.Sleep(rand.N(jitter))
+		rl.start(ev.Key, p.S, worker)
+		defer rl.end(ev.Key, p.S, worker)
+		if o.jitter > 0 {
+			time.Sleep(rand.N(o.jitter))
 		}
 		ok := ev.Attempt > p.F && !p.D
-		if _, err := pool.Exec(ctx, `insert into pq_run_log (key, seq, attempt, ok, pid) values ($1, $2, $3, $4, $5)`,
+		if _, err := db.Exec(ctx, `insert into pq_run_log (key, seq, attempt, ok, pid) values ($1, $2, $3, $4, $5)`,
 			ev.Key, p.S, ev.Attempt, ok, pid); err != nil {
 			return err
+		}
+		if o.hold > 0 {
+			select {
+			case <-time.After(rand.N(o.hold)):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 		if !ok && p.D && ev.Attempt > p.F {
 			return partitionq.DeadLetterNow(errors.New("scripted poison event"))
@@ -109,18 +177,28 @@ func run(ctx context.Context, log *slog.Logger, db, queue, group, slotList strin
 			return errors.New("scripted failure")
 		}
 		return nil
-	})
-	w, err := client.NewWorker(ctx, partitionq.WorkerConfig{
-		Queue: queue, Group: group, Slots: slots, Handler: h, Concurrency: conc, MaxAttempts: maxAttempts,
-		BackoffMin: 5 * time.Millisecond, BackoffMax: backoffMax,
+	}
+	wc := partitionq.WorkerConfig{
+		Queue: o.queue, Group: o.group, Slots: slots, Concurrency: o.conc, MaxAttempts: o.maxAttempts,
+		BackoffMin: 5 * time.Millisecond, BackoffMax: o.backoffMax,
 		PollInterval: 10 * time.Millisecond, StandbyPoll: 100 * time.Millisecond, HeadScanInterval: 50 * time.Millisecond,
-		RunTicker: true, TickInterval: 10 * time.Millisecond, Identity: fmt.Sprintf("testworker:%d", pid),
-	})
+		RunTicker: true, TickInterval: 10 * time.Millisecond, Identity: fmt.Sprintf("testworker:%d", pid), LeaseDuration: o.lease,
+	}
+	if o.tx {
+		wc.TxHandler = partitionq.TxHandlerFunc(func(ctx context.Context, tx pgx.Tx, ev *partitionq.Event) error { return handle(ctx, tx, ev) })
+	} else {
+		wc.Handler = partitionq.HandlerFunc(func(ctx context.Context, ev *partitionq.Event) error { return handle(ctx, pool, ev) })
+	}
+	w, err := client.NewWorker(ctx, wc)
 	if err != nil {
 		return err
 	}
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
 	fmt.Println("ready")
-	return w.Run(ctx)
+	<-ctx.Done()
+	return w.Stop(context.Background())
 }
 
 // stats is one line of -stats output.

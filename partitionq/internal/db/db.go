@@ -1,0 +1,58 @@
+// Package db is what every layer of partitionq needs from PostgreSQL: the
+// one interface a pool, a connection or a transaction satisfies, and the
+// tests of SQLSTATE codes that the layers classify errors by (never by the
+// text of a message).
+package db
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DB is a pool, a connection or a transaction.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// TxStarter is a DB that can also begin a transaction (a pool or a connection).
+type TxStarter interface {
+	DB
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// SQLSTATE codes partitionq tests for.
+const (
+	CodeLockNotAvailable   = "55P03"
+	CodeUniqueViolation    = "23505"
+	CodeUndefinedTable     = "42P01"
+	CodeUndefinedFunction  = "42883"
+	CodeInsufficientPriv   = "42501"
+	CodeQueryCanceled      = "57014"
+	CodeAdminShutdown      = "57P01"
+	CodeRaiseException     = "P0001"
+	CodeObjectInUse        = "55006"
+	CodeSerialization      = "40001"
+	CodeDeadlock           = "40P01"
+	CodeFeatureUnsupported = "0A000"
+)
+
+// Code returns the SQLSTATE of err, or "" when err is not a server error.
+func Code(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// IsLockNotAvailable reports SQLSTATE 55P03: a lock wait failed (NOWAIT, or
+// lock_timeout passed).
+func IsLockNotAvailable(err error) bool { return Code(err) == CodeLockNotAvailable }
+
+// IsInsufficientPrivilege reports SQLSTATE 42501.
+func IsInsufficientPrivilege(err error) bool { return Code(err) == CodeInsufficientPriv }

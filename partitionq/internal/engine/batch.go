@@ -1,0 +1,248 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// BatchInfo is the open batch of one slot consumer.
+type BatchInfo struct {
+	Consumer string
+	// ID is the batch id; 0 when the consumer has no new tick to read.
+	ID int64
+	// PrevTick and CurTick bound the batch: the events committed between
+	// the two ticks. Consumers whose batches have the same bounds read the
+	// same events (each keeps its own share).
+	PrevTick, CurTick int64
+	// PrevSeq and CurSeq are the queue's event sequence at the two ticks:
+	// CurSeq - PrevSeq bounds the number of events in the batch (all slots).
+	PrevSeq, CurSeq int64
+}
+
+// NextBatches opens the next batch of every consumer (or returns the one
+// that is open), in two statements for all of them. With minEvents > 0 a
+// consumer that is behind takes several ticks at once, up to a batch of
+// about minEvents events or more (the engine's next_batch_custom); a consumer
+// that is level takes the next tick. Consumers with equal starting ticks get
+// equal batches, so they can be read together (OpenRead).
+func (e *Engine) NextBatches(ctx context.Context, tx pgx.Tx, queue string, consumers []string, minEvents int) ([]BatchInfo, error) {
+	if len(consumers) == 0 {
+		return nil, nil
+	}
+	if minEvents > 0 {
+		if _, err := tx.Exec(ctx, e.f(`select count(pgq.next_batch_custom($1, c, null, $3, null)) from unnest($2::text[]) c`),
+			queue, consumers, minEvents); err != nil {
+			return nil, fmt.Errorf("open batches: %w", err)
+		}
+	}
+	// next_batch_info returns the batch opened above, or opens the next tick.
+	rows, err := tx.Query(ctx, e.f(`
+		select c, coalesce(i.batch_id, 0), coalesce(i.prev_tick_id, 0), coalesce(i.cur_tick_id, 0),
+		       coalesce(i.prev_tick_event_seq, 0), coalesce(i.cur_tick_event_seq, 0)
+		  from unnest($2::text[]) with ordinality u(c, o), lateral pgq.next_batch_info($1, u.c) i
+		 order by u.o`), queue, consumers)
+	if err != nil {
+		return nil, fmt.Errorf("open batches: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (BatchInfo, error) {
+		var b BatchInfo
+		err := r.Scan(&b.Consumer, &b.ID, &b.PrevTick, &b.CurTick, &b.PrevSeq, &b.CurSeq)
+		return b, err
+	})
+}
+
+// FinishBatches closes batches in one statement; it returns how many were open.
+func (e *Engine) FinishBatches(ctx context.Context, db DB, batches []int64) (int, error) {
+	if len(batches) == 0 {
+		return 0, nil
+	}
+	var n int
+	err := db.QueryRow(ctx, e.f(`select coalesce(sum(pgq.finish_batch(b)), 0) from unnest($1::int8[]) b`), batches).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("finish %d batches: %w", len(batches), err)
+	}
+	return n, nil
+}
+
+// OpenBatches reports which of the batches are still open (a finish whose
+// commit was not confirmed is known to have committed when its batch is gone).
+func (e *Engine) OpenBatches(ctx context.Context, db DB, batches []int64) (map[int64]bool, error) {
+	rows, err := db.Query(ctx, e.f(`select sub_batch from pgq.subscription where sub_batch = any($1::int8[])`), batches)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int64]bool{}
+	for rows.Next() {
+		var b int64
+		if err := rows.Scan(&b); err != nil {
+			return nil, err
+		}
+		out[b] = true
+	}
+	return out, rows.Err()
+}
+
+// LastTick returns the queue's newest tick id (0 when it has none).
+func (e *Engine) LastTick(ctx context.Context, db DB, queue string) (int64, error) {
+	var t int64
+	err := db.QueryRow(ctx, e.f(`select coalesce(max(t.tick_id), 0) from pgq.tick t join pgq.queue q on q.queue_id = t.tick_queue
+		where q.queue_name = $1`), queue).Scan(&t)
+	return t, err
+}
+
+// TickChannels are the notification channels on which a tick of queue is
+// announced: partitionq's ticker announces on PgQ (payload: the queue's
+// name), and PgQue's own ticker announces every tick (whoever calls it).
+func (e *Engine) TickChannels(queue string) []string {
+	if e.schema == SchemaPgQue {
+		return []string{"pgque_" + queue}
+	}
+	return []string{TickChannel}
+}
+
+// IsTickNotice reports whether a notification announces a tick of queue.
+func (e *Engine) IsTickNotice(queue, channel, payload string) bool {
+	if e.schema == SchemaPgQue {
+		return channel == "pgque_"+queue
+	}
+	return channel == TickChannel && payload == queue
+}
+
+// TickChannel is the channel partitionq's ticker announces ticks on.
+const TickChannel = "partitionq_tick"
+
+// ReadSpec says what OpenRead reads: the events of one tick range that
+// belong to some slots of a group.
+type ReadSpec struct {
+	// Batch is the open batch of one of the slots; every slot read must
+	// have a batch with the same ticks.
+	Batch int64
+	// Sub is the subscription of Batch's consumer; Subs are the
+	// subscriptions of all the slots read (their own retried events belong
+	// in the read).
+	Sub  int32
+	Subs []int32
+	// Slots are the slots read, of N. Nil (or all N) reads every slot.
+	Slots []int
+	N     int
+	// AfterID, when not zero, resumes a read after an interrupted one.
+	AfterID int64
+}
+
+// SlotEvent is an event with the slot of its key.
+type SlotEvent struct {
+	Event
+	Slot int
+}
+
+// ErrBatchSQL reports a batch query whose shape this package does not know,
+// so it cannot be read for several slots at once (read each slot alone).
+var ErrBatchSQL = errors.New("the engine's batch query has an unexpected shape")
+
+// Cursor streams the events of an open read in ev_id order. It lives in the
+// transaction it was opened in.
+type Cursor struct {
+	tx   pgx.Tx
+	done bool
+}
+
+const readCursor = "partitionq_read"
+
+// OpenRead declares a cursor over the events of spec, built from the
+// engine's own batch query (batch_event_sql): one scan of the batch's event
+// tables for every slot read, each event with its slot computed by the
+// server. It returns the first chunk of at most limit events. Only
+// integers are pasted into the statement around the engine's query.
+func (e *Engine) OpenRead(ctx context.Context, tx pgx.Tx, spec ReadSpec, limit int) (*Cursor, []SlotEvent, error) {
+	var sql string
+	if err := tx.QueryRow(ctx, e.f(`select pgq.batch_event_sql($1)`), spec.Batch).Scan(&sql); err != nil {
+		return nil, nil, fmt.Errorf("read batch %d: %w", spec.Batch, err)
+	}
+	if len(spec.Subs) > 1 {
+		// The engine's query keeps the retried events of its own consumer;
+		// a read for several slots keeps those of every slot read.
+		own := " and (ev_owner is null or ev_owner = " + strconv.Itoa(int(spec.Sub)) + ")"
+		if !strings.Contains(sql, own) {
+			return nil, nil, ErrBatchSQL
+		}
+		subs := make([]string, len(spec.Subs))
+		for i, s := range spec.Subs {
+			subs[i] = strconv.Itoa(int(s))
+		}
+		sql = strings.ReplaceAll(sql, own, " and (ev_owner is null or ev_owner in ("+strings.Join(subs, ",")+"))")
+	}
+	slotCol := "0"
+	var where []string
+	if spec.N > 1 {
+		slotCol = SlotExpr("ev_extra1", spec.N)
+		if len(spec.Slots) > 0 && len(spec.Slots) < spec.N {
+			ss := make([]string, len(spec.Slots))
+			for i, s := range spec.Slots {
+				ss[i] = strconv.Itoa(s)
+			}
+			where = append(where, slotCol+" in ("+strings.Join(ss, ",")+")")
+		}
+	}
+	if spec.AfterID > 0 {
+		where = append(where, "ev_id > "+strconv.FormatInt(spec.AfterID, 10))
+	}
+	q := "declare " + readCursor + " no scroll cursor for select " + slotCol + ", ev_id, ev_time, coalesce(ev_retry, 0), coalesce(ev_type, ''), coalesce(ev_data, ''), coalesce(ev_extra1, ''), ev_extra2, ev_extra3, ev_extra4 from (" + sql + ") _evs"
+	if len(where) > 0 {
+		q += " where " + strings.Join(where, " and ")
+	}
+	q += " order by 2"
+	if _, err := tx.Exec(ctx, q); err != nil {
+		return nil, nil, fmt.Errorf("read batch %d: %w", spec.Batch, err)
+	}
+	c := &Cursor{tx: tx}
+	evs, err := c.Next(ctx, limit)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read batch %d: %w", spec.Batch, err)
+	}
+	return c, evs, nil
+}
+
+// Next returns the next chunk of at most limit events; an empty chunk means
+// the read is done.
+func (c *Cursor) Next(ctx context.Context, limit int) ([]SlotEvent, error) {
+	if c.done {
+		return nil, nil
+	}
+	rows, err := c.tx.Query(ctx, "fetch "+strconv.Itoa(limit)+" from "+readCursor)
+	if err != nil {
+		return nil, err
+	}
+	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SlotEvent, error) {
+		var ev SlotEvent
+		err := r.Scan(&ev.Slot, &ev.ID, &ev.Time, &ev.Retry, &ev.Type, &ev.Data, &ev.Key, &ev.Extra2, &ev.Extra3, &ev.Extra4)
+		return ev, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.done = len(evs) < limit
+	return evs, nil
+}
+
+// TickAndAnnounce runs the engine's ticker for every queue, as ticker()
+// does, and announces each tick made on the queue's tick channel
+// (TickChannels), so that workers waiting for events wake at once instead of
+// polling. PgQue's ticker announces its ticks itself. It returns how many
+// queues got a tick.
+func (e *Engine) TickAndAnnounce(ctx context.Context, db DB) (int64, error) {
+	if e.schema == SchemaPgQue {
+		return e.Ticker(ctx, db)
+	}
+	var n int64
+	err := db.QueryRow(ctx, e.f(`
+		with t as materialized (
+		    select queue_name as q, pgq.ticker(queue_name) as id from pgq.queue
+		     where not queue_external_ticker and not queue_ticker_paused order by queue_name)
+		select count(pg_notify($1, q)) from t where id is not null`), TickChannel).Scan(&n)
+	return n, err
+}

@@ -1,0 +1,205 @@
+package parked
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/partitionq/partitionq/partitionq/internal/db"
+	"github.com/partitionq/partitionq/partitionq/internal/engine"
+	"github.com/partitionq/partitionq/partitionq/internal/store"
+)
+
+// Errors of the operator actions.
+var (
+	// ErrNotBlocked: the key has no parked events in its slot.
+	ErrNotBlocked = errors.New("key is not blocked")
+	// ErrHeadBusy: a worker is handling the head right now.
+	ErrHeadBusy = errors.New("the blocked head is being handled by a worker right now")
+	// ErrNeverFailed: the key's head never failed (the key is draining: its
+	// failed head was resolved and its waiting events run next), and the
+	// action did not name it.
+	ErrNeverFailed = errors.New("the key's next event has not failed: the key is draining")
+)
+
+// Kind is an operator action on a key's head.
+type Kind string
+
+// The actions.
+const (
+	Skip       Kind = "skip"       // dead-letter the head; the waiting events run next
+	RetryNow   Kind = "retry"      // bring the head's next attempt forward to now
+	Quarantine Kind = "quarantine" // dead-letter the head and every waiting event
+)
+
+// Outcomes of an action.
+const (
+	OutcomeSkipped         = "skipped"
+	OutcomeAlreadyResolved = "already_resolved"
+	OutcomeRetryScheduled  = "retry_scheduled"
+	OutcomeQuarantined     = "quarantined"
+)
+
+// Action is one operator action.
+type Action struct {
+	Kind Kind
+	Key  string
+	// HeadID, when not zero, is the head the operator saw: the action
+	// applies only while it is the key's head. It also allows acting on a
+	// head that never failed.
+	HeadID      int64
+	Reason      string // recorded with the dead letters ("skip: <reason>")
+	Actor       string
+	LockTimeout time.Duration // how long to wait for a worker handling the head
+}
+
+// ActionResult is what an action did.
+type ActionResult struct {
+	Outcome string
+	EventID int64   // the head acted on (or named)
+	Count   int     // events affected
+	NextIDs []int64 // skip: the key's waiting events, next to run (up to 10)
+}
+
+// Act runs an operator action on the head of a.Key in slot s, in one
+// transaction that also runs audit (which records it). It takes the engine
+// mover's table lock (H4), then the head's row lock, waiting up to
+// a.LockTimeout for a worker handling the head (then ErrHeadBusy); a head
+// resolved meanwhile is never acted on (OutcomeAlreadyResolved, the action
+// does not move on to the next event). A head that never failed is acted on
+// only when a.HeadID names it (else ErrNeverFailed).
+func Act(ctx context.Context, pool db.TxStarter, eng *engine.Engine, s Slot, a Action,
+	audit func(ctx context.Context, tx pgx.Tx, res ActionResult) error) (ActionResult, error) {
+	res := ActionResult{EventID: a.HeadID}
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, fmt.Sprintf("set local lock_timeout = %d", a.LockTimeout.Milliseconds())); err != nil {
+			return err
+		}
+		if err := eng.LockRetryQueue(ctx, tx); err != nil {
+			return err
+		}
+		heads, err := Heads(ctx, tx, eng, []Slot{s}, &a.Key)
+		if err != nil {
+			return err
+		}
+		if len(heads) == 0 && a.HeadID == 0 {
+			return fmt.Errorf("%w: key %q has no unresolved head in its slot", ErrNotBlocked, a.Key)
+		}
+		if len(heads) == 0 || (a.HeadID != 0 && heads[0].ID != a.HeadID) {
+			res.Outcome = OutcomeAlreadyResolved
+			return audit(ctx, tx, res)
+		}
+		head := heads[0]
+		if head.Draining() && a.HeadID == 0 {
+			return fmt.Errorf("%w (key %q, next event %d): a worker runs it soon; to act on it anyway, name it (--event %d)",
+				ErrNeverFailed, a.Key, head.ID, head.ID)
+		}
+		res.EventID = head.ID
+		if head.Parked() {
+			// Wait for a worker handling it to finish with it. (A timed
+			// engine retry is held by the table lock above.)
+			_, ok, err := eng.LockRetry(ctx, tx, s.SubID, head.ID, true)
+			if errors.Is(err, engine.ErrLocked) {
+				return fmt.Errorf("%w (key %q, event %d): try again in a moment", ErrHeadBusy, a.Key, head.ID)
+			}
+			if err != nil {
+				return err
+			}
+			if !ok { // resolved while we waited: never act on the next event
+				res.Outcome = OutcomeAlreadyResolved
+				return audit(ctx, tx, res)
+			}
+		}
+		if err := act(ctx, tx, eng, s, a, head, &res); err != nil {
+			return err
+		}
+		return audit(ctx, tx, res)
+	})
+	if err != nil {
+		return ActionResult{}, err
+	}
+	return res, nil
+}
+
+func act(ctx context.Context, tx pgx.Tx, eng *engine.Engine, s Slot, a Action, head Head, res *ActionResult) error {
+	reason := string(a.Kind)
+	if a.Reason != "" {
+		reason += ": " + a.Reason
+	}
+	switch a.Kind {
+	case Skip:
+		dl := DeadLetter(s, head.Event, failedAttempts(head), lastError(head), reason, a.Actor)
+		if err := resolve(ctx, tx, eng, s, []int64{head.ID}, []store.DeadLetter{dl}); err != nil {
+			return err
+		}
+		next, err := eng.RetryEvents(ctx, tx, s.SubID, a.Key, 10)
+		if err != nil {
+			return err
+		}
+		for _, ev := range next {
+			res.NextIDs = append(res.NextIDs, ev.ID)
+		}
+		res.Outcome, res.Count = OutcomeSkipped, 1
+	case RetryNow:
+		if _, err := tx.Exec(ctx, `update partitionq.failure set next_attempt_at = now()
+			where queue = $1 and consumer = $2 and ev_id = $3`, s.Queue, s.Consumer, head.ID); err != nil {
+			return err
+		}
+		res.Outcome, res.Count = OutcomeRetryScheduled, 1
+	case Quarantine:
+		evs, err := eng.LockKeyRetries(ctx, tx, s.SubID, a.Key)
+		if err != nil {
+			return err
+		}
+		ids := make([]int64, len(evs))
+		for i, ev := range evs {
+			ids[i] = ev.ID
+		}
+		fails, err := failures(ctx, tx, s, ids)
+		if err != nil {
+			return err
+		}
+		dls := make([]store.DeadLetter, len(evs))
+		for i, ev := range evs {
+			f := fails[ev.ID]
+			dls[i] = DeadLetter(s, ev, f.Attempts, f.LastError, reason, a.Actor)
+		}
+		if err := resolve(ctx, tx, eng, s, ids, dls); err != nil {
+			return err
+		}
+		res.Outcome, res.Count = OutcomeQuarantined, len(evs)
+	default:
+		return fmt.Errorf("unknown action %q", a.Kind)
+	}
+	return nil
+}
+
+func failedAttempts(h Head) int {
+	if h.Failure != nil {
+		return h.Failure.Attempts
+	}
+	return 0
+}
+
+func lastError(h Head) string {
+	if h.Failure != nil {
+		return h.Failure.LastError
+	}
+	return ""
+}
+
+// Drop removes everything parked of the slots of a dropped group (their
+// engine rows go with the consumers); in tx.
+func Drop(ctx context.Context, tx pgx.Tx, slots []Slot) error {
+	if len(slots) == 0 {
+		return nil
+	}
+	consumers := make([]string, len(slots))
+	for i, s := range slots {
+		consumers[i] = s.Consumer
+	}
+	return Forget(ctx, tx, slots[0].Queue, consumers)
+}

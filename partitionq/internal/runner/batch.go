@@ -1,0 +1,658 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/partitionq/partitionq/partitionq/internal/engine"
+	"github.com/partitionq/partitionq/partitionq/internal/lanes"
+	"github.com/partitionq/partitionq/partitionq/internal/parked"
+	"github.com/partitionq/partitionq/partitionq/internal/progress"
+)
+
+// batchRun is one slot's open engine batch.
+type batchRun struct {
+	s     *slotRun
+	info  engine.BatchInfo
+	skip  progress.Set      // events a previous owner resolved: not run again
+	track *progress.Tracker // nil without progress
+	out   *parked.Outcome
+	lanes *lanes.Dispatcher[item]
+	keys  map[string]*keyState // only the reader touches it
+
+	lastID     atomic.Int64 // the last event handed to the lanes (or skipped)
+	pending    atomic.Int64 // handed to the lanes, not done
+	reader     atomic.Int64 // the read that hands out the batch's events (0: none)
+	readDone   atomic.Bool
+	incomplete atomic.Bool // some event was not resolved (the slot was lost, or the worker stops)
+	ending     atomic.Bool
+	done       chan struct{}
+}
+
+// batchLoop opens batches for the idle owned slots when new ticks may be
+// there, until stop.
+func (r *Runner) batchLoop() {
+	poll := time.NewTicker(r.cfg.PollInterval)
+	defer poll.Stop()
+	look := true
+	for r.stop.Err() == nil {
+		if look {
+			look = r.openBatches()
+			if look {
+				continue
+			}
+		}
+		select {
+		case <-r.stop.Done():
+		case <-r.wake:
+			look = true
+		case <-poll.C:
+			look = r.newTicks()
+		}
+	}
+}
+
+// idleSlots returns the owned slots without an open batch.
+func (r *Runner) idleSlots() []*slotRun {
+	var out []*slotRun
+	for _, s := range r.ownedSlots() {
+		s.mu.Lock()
+		idle := s.batch == nil
+		s.mu.Unlock()
+		if idle && s.active() {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// newTicks reports whether an idle slot may have a new tick to read: one
+// cheap read for all of them.
+func (r *Runner) newTicks() bool {
+	idle := r.idleSlots()
+	if len(idle) == 0 {
+		return false
+	}
+	last, err := r.cfg.Eng.LastTick(r.stop, r.cfg.Pool, r.cfg.Queue)
+	if err != nil {
+		if r.stop.Err() == nil {
+			r.log.Warn("partitionq: looking for new ticks failed", slog.Any("error", err))
+		}
+		return false
+	}
+	for _, s := range idle {
+		s.mu.Lock()
+		behind := s.lastTick == 0 || s.lastTick < last
+		s.mu.Unlock()
+		if behind {
+			return true
+		}
+	}
+	return false
+}
+
+// openBatches opens the next batch of every idle slot in one transaction,
+// and starts reading them: one read for each set of batches that cover the
+// same ticks. It reports whether to look again at once.
+func (r *Runner) openBatches() bool {
+	idle := r.idleSlots()
+	if len(idle) == 0 {
+		return false
+	}
+	if err := r.load(idle); err != nil {
+		if r.stop.Err() == nil {
+			r.log.Warn("partitionq: reading the state of new slots failed", slog.Any("error", err))
+			sleep(r.stop, 200*time.Millisecond)
+		}
+		return r.stop.Err() == nil
+	}
+	consumers := make([]string, len(idle))
+	for i, s := range idle {
+		consumers[i] = s.info.Consumer
+	}
+	var infos []engine.BatchInfo
+	err := pgx.BeginFunc(r.stop, r.cfg.Pool, func(tx pgx.Tx) error {
+		var err error
+		infos, err = r.cfg.Eng.NextBatches(r.stop, tx, r.cfg.Queue, consumers, r.cfg.BatchMinEvents)
+		return err
+	})
+	if err != nil {
+		if r.stop.Err() == nil {
+			r.log.Warn("partitionq: opening batches failed; retrying", slog.Any("error", err))
+			sleep(r.stop, 200*time.Millisecond)
+		}
+		return r.stop.Err() == nil
+	}
+	var opened []*batchRun
+	for i, info := range infos {
+		s := idle[i]
+		if info.ID == 0 {
+			s.mu.Lock()
+			if s.lastTick == 0 {
+				s.lastTick = -1 // known to be level with the newest tick; the next poll compares
+			}
+			s.mu.Unlock()
+			continue
+		}
+		opened = append(opened, r.newBatch(s, info))
+	}
+	if len(opened) == 0 {
+		return false
+	}
+	if r.cfg.Progress {
+		if err := r.loadProgress(opened); err != nil && r.stop.Err() == nil {
+			r.log.Warn("partitionq: reading recorded progress failed; the batches run whole", slog.Any("error", err))
+		}
+	}
+	for _, b := range opened { // published once complete: the flusher and the finisher read them
+		b.s.mu.Lock()
+		b.s.batch = b
+		b.s.finished = b.done
+		b.s.mu.Unlock()
+	}
+	// One read for the batches of each tick range.
+	type span struct{ prev, cur int64 }
+	groups := map[span][]*batchRun{}
+	var order []span
+	for _, b := range opened {
+		k := span{b.info.PrevTick, b.info.CurTick}
+		if groups[k] == nil {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], b)
+	}
+	for _, k := range order {
+		g := groups[k]
+		r.wg.Add(1)
+		go func() { defer r.wg.Done(); r.read(g, 0) }()
+	}
+	return false
+}
+
+func (r *Runner) newBatch(s *slotRun, info engine.BatchInfo) *batchRun {
+	b := &batchRun{s: s, info: info, out: parked.NewOutcome(s.info), keys: map[string]*keyState{}, done: make(chan struct{})}
+	b.lanes = lanes.New(r.cfg.Concurrency, func(_ string, it item) { r.handleInBatch(b, it) })
+	return b
+}
+
+// load reads, for slots taken since the last look, what the engine says of
+// their blocked keys (one query for all of them).
+func (r *Runner) load(slots []*slotRun) error {
+	var fresh []*slotRun
+	var infos []parked.Slot
+	for _, s := range slots {
+		s.mu.Lock()
+		if !s.loaded {
+			fresh = append(fresh, s)
+			infos = append(infos, s.info)
+		}
+		s.mu.Unlock()
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	for _, s := range fresh {
+		s.waitPrev()
+	}
+	var keys map[int]map[string]bool
+	if r.cfg.Policy == Pause {
+		var err error
+		if keys, err = parked.ParkedKeys(r.stop, r.cfg.Pool, r.cfg.Eng, infos); err != nil {
+			return err
+		}
+	}
+	anyBlocked := false
+	for _, s := range fresh {
+		var ks []string
+		for k := range keys[s.slot] {
+			ks = append(ks, k)
+		}
+		s.markBlocked(ks)
+		anyBlocked = anyBlocked || len(ks) > 0
+		s.mu.Lock()
+		s.loaded = true
+		s.mu.Unlock()
+	}
+	if anyBlocked {
+		signal(r.headWake)
+	}
+	return nil
+}
+
+// read reads the events of batches that cover the same ticks, with one
+// scan, and hands each to its slot's lanes. A slot that cannot keep up
+// leaves the shared read and reads the rest alone (a read of its own takes
+// the batch over); a read cut short by a lost connection resumes after the
+// last event it handed out. A batch whose events could not all be handed
+// out (the slot was lost, the worker stops) is marked incomplete: it is not
+// finished.
+func (r *Runner) read(group []*batchRun, after int64) {
+	id := r.readSeq.Add(1)
+	for _, b := range group {
+		b.reader.Store(id)
+	}
+	mine := func(b *batchRun) bool { return b.reader.Load() == id }
+	complete := false
+	defer func() {
+		for _, b := range group {
+			if mine(b) {
+				if !complete {
+					b.incomplete.Store(true)
+				}
+				b.readDone.Store(true)
+				r.maybeEnd(b)
+			}
+		}
+	}()
+	backoff := 100 * time.Millisecond
+	for r.stop.Err() == nil {
+		live := group[:0:0]
+		for _, b := range group {
+			if b.s.active() && mine(b) {
+				live = append(live, b)
+			}
+		}
+		if len(live) == 0 {
+			return
+		}
+		done, err := r.readOnce(id, live, after)
+		if err == nil {
+			complete = done
+			return
+		}
+		if errors.Is(err, engine.ErrBatchSQL) && len(live) > 1 {
+			r.log.Warn("partitionq: the engine's batch query has an unknown shape: reading each slot alone", slog.Any("error", err))
+			for _, b := range live {
+				r.detach(b)
+			}
+			return
+		}
+		if r.stop.Err() != nil {
+			return
+		}
+		r.log.Warn("partitionq: reading a batch failed; resuming", slog.Int64("batch", live[0].info.ID), slog.Any("error", err))
+		sleep(r.stop, backoff)
+		backoff = min(2*backoff, 5*time.Second)
+		for _, b := range live {
+			after = max(after, b.lastID.Load())
+		}
+	}
+}
+
+// detach moves a batch out of a shared read into a read of its own, from
+// its last event on.
+func (r *Runner) detach(b *batchRun) {
+	b.reader.Store(0)
+	r.wg.Add(1)
+	go func() { defer r.wg.Done(); r.read([]*batchRun{b}, b.lastID.Load()) }()
+}
+
+// readOnce runs one read transaction over group, from after on; done
+// reports that every event was handed out.
+func (r *Runner) readOnce(id int64, group []*batchRun, after int64) (done bool, err error) {
+	select {
+	case r.readerSem <- struct{}{}:
+	case <-r.stop.Done():
+		return false, nil
+	}
+	defer func() { <-r.readerSem }()
+	ctx := r.stop
+	tx, err := r.cfg.Pool.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // read only
+	spec := engine.ReadSpec{Batch: group[0].info.ID, Sub: group[0].s.info.SubID, N: r.cfg.N, AfterID: after}
+	bySlot := make(map[int]*batchRun, len(group))
+	for _, b := range group {
+		spec.Subs = append(spec.Subs, b.s.info.SubID)
+		spec.Slots = append(spec.Slots, b.s.slot)
+		bySlot[b.s.slot] = b
+	}
+	cur, evs, err := r.cfg.Eng.OpenRead(ctx, tx, spec, r.cfg.ChunkSize)
+	if err != nil {
+		return false, err
+	}
+	limit := int64(2 * r.cfg.ChunkSize)
+	for len(evs) > 0 {
+		for _, ev := range evs {
+			if b := bySlot[ev.Slot]; b != nil && b.reader.Load() == id {
+				b.add(ev)
+			}
+		}
+		if r.stop.Err() != nil {
+			return false, nil
+		}
+		// Flow control: wait for the lanes to make room. In a shared read a
+		// slot that does not make room soon leaves it (its events are read
+		// again by a read of its own, after its last one).
+		for _, b := range group {
+			if b.reader.Load() != id || b.pending.Load() < limit {
+				continue
+			}
+			if waited := b.waitBelow(r.stop, limit, len(group) > 1); !waited {
+				r.detach(b)
+			}
+		}
+		if evs, err = cur.Next(ctx, r.cfg.ChunkSize); err != nil {
+			return false, err
+		}
+	}
+	return true, tx.Commit(ctx)
+}
+
+// waitBelow waits until fewer than limit events of the batch are pending;
+// with short, it gives up after a moment and reports false.
+func (b *batchRun) waitBelow(ctx context.Context, limit int64, short bool) bool {
+	deadline := time.Now().Add(50 * time.Millisecond)
+	for b.pending.Load() >= limit {
+		if ctx.Err() != nil || !b.s.active() {
+			return true
+		}
+		if short && time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return true
+}
+
+// add hands one event of the batch to its key's lane (or skips it, when a
+// previous owner resolved it).
+func (b *batchRun) add(ev engine.SlotEvent) {
+	b.lastID.Store(ev.ID)
+	if b.skip.Has(ev.ID) {
+		if b.track != nil {
+			b.track.Add(ev.ID, true)
+		}
+		b.s.stats.Skipped.Add(1)
+		return
+	}
+	if b.track != nil {
+		b.track.Add(ev.ID, false)
+	}
+	ks := b.keys[ev.Key]
+	if ks == nil {
+		ks = &keyState{blocked: b.s.r.cfg.Policy == Pause && b.s.isBlocked(ev.Key)}
+		b.keys[ev.Key] = ks
+	}
+	b.pending.Add(1)
+	b.lanes.Add(ev.Key, item{ev: ev, ks: ks})
+}
+
+// handleInBatch handles one event of a batch, or parks it behind its key's
+// blocked head.
+func (r *Runner) handleInBatch(b *batchRun, it item) {
+	defer func() {
+		if b.pending.Add(-1) == 0 {
+			r.maybeEnd(b)
+		}
+	}()
+	ev := it.ev
+	if it.ks.blocked {
+		// A waiting event is not a failure: its ev_retry is kept (H1).
+		b.s.stats.Parked.Add(1)
+		b.out.Wait(ev.Event)
+		return
+	}
+	if r.stop.Err() != nil || !b.s.active() {
+		b.incomplete.Store(true)
+		return
+	}
+	attempt := int(ev.Retry) + 1
+	res, aborted := b.s.call(Call{Event: ev.Event, Slot: b.s.slot, Epoch: b.s.epoch, Batch: b.info.ID, Attempt: attempt})
+	if aborted {
+		b.incomplete.Store(true)
+		return
+	}
+	if res.Err == nil {
+		b.s.handled.Add(1)
+		if b.track != nil {
+			b.track.Resolve(ev.ID)
+			signal(r.flushWake)
+		}
+		return
+	}
+	b.s.failed.Add(1)
+	if dead, reason := r.exhausted(res, attempt); dead {
+		r.log.Warn("partitionq: event dead-lettered", slog.Int("slot", b.s.slot), slog.String("key", ev.Key),
+			slog.Int64("event_id", ev.ID), slog.Int("attempt", attempt), slog.String("reason", reason))
+		b.out.Dead(parked.DeadLetter(b.s.info, ev.Event, attempt, errText(res.Err), reason, "worker"))
+		if r.cfg.Policy == Pause {
+			// The key's later events of this batch wait (parked) until the
+			// dead letter is committed with the batch: were the batch lost,
+			// the event would be tried again after its successors.
+			it.ks.blocked = true
+		}
+		return
+	}
+	delay := r.retryDelay(res, attempt)
+	switch r.cfg.Policy {
+	case Pause:
+		it.ks.blocked = true
+		b.out.Fail(ev.Event, attempt, errText(res.Err), delay)
+	case Skip:
+		b.out.RetryAt(ev.Event, attempt, time.Now().Add(delay))
+	}
+}
+
+// maybeEnd ends a batch whose events are all handed out and done: it is
+// finished, or (a lost slot, a stopping worker) left open for the next owner.
+func (r *Runner) maybeEnd(b *batchRun) {
+	if !b.readDone.Load() || b.pending.Load() != 0 || b.ending.Swap(true) {
+		return
+	}
+	if b.incomplete.Load() || !b.s.active() {
+		r.abandon(b)
+		return
+	}
+	select {
+	case r.finishQ <- b:
+	default:
+		// The queue is full only when very many slots end at once: finish
+		// this one on its own.
+		r.wg.Add(1)
+		go func() { defer r.wg.Done(); r.finish([]*batchRun{b}) }()
+	}
+}
+
+// abandon leaves a batch open: the slot's next owner (maybe this worker,
+// later) gets it again and skips what the recorded progress says is done.
+// It may be called from a lane of the batch, so it waits for the lanes on a
+// goroutine of its own.
+func (r *Runner) abandon(b *batchRun) {
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		b.lanes.Wait()
+		if b.s.active() && r.stop.Err() == nil {
+			r.log.Info("partitionq: batch left open for the next owner", slog.Int("slot", b.s.slot), slog.Int64("batch", b.info.ID))
+		}
+		r.endBatch(b)
+	}()
+}
+
+// endBatch makes the slot idle.
+func (r *Runner) endBatch(b *batchRun) {
+	s := b.s
+	s.mu.Lock()
+	if s.batch == b {
+		s.batch = nil
+	}
+	s.mu.Unlock()
+	close(b.done)
+	signal(r.wake)
+}
+
+// finishLoop finishes the batches that are done, many slots in one
+// transaction.
+func (r *Runner) finishLoop() {
+	for b := range r.finishQ {
+		bs := []*batchRun{b}
+	more:
+		for len(bs) < 256 {
+			select {
+			case b, ok := <-r.finishQ:
+				if !ok {
+					break more
+				}
+				bs = append(bs, b)
+			default:
+				break more
+			}
+		}
+		r.finish(bs)
+	}
+}
+
+// finish writes what the batches leave (parked events, failures, timed
+// retries, dead letters), finishes them in the engine and resets their
+// progress, in one transaction that first checks each slot is still owned
+// at its epoch (a slot taken over meanwhile is left out, and stops here).
+func (r *Runner) finish(bs []*batchRun) {
+	for attempt := 0; len(bs) > 0; attempt++ {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.stop), 30*time.Second)
+		counts := make([]counts, len(bs))
+		for i, b := range bs {
+			counts[i] = b.s.takeCounts()
+		}
+		done, lost, err := r.finishTx(ctx, bs, counts)
+		cancel()
+		for i, b := range bs {
+			if !contains(done, b) {
+				b.s.putCounts(counts[i])
+			}
+		}
+		for _, b := range lost {
+			r.lose(b.s.slot, "another worker took the slot over")
+			r.endBatch(b)
+		}
+		for _, b := range done {
+			r.finished(b)
+		}
+		if err == nil {
+			return
+		}
+		// Not committed, or not known to be: the batches still open are
+		// finished again (the outcome is kept), the others did commit.
+		left := bs[:0:0]
+		for _, b := range bs {
+			if !contains(done, b) && !contains(lost, b) {
+				left = append(left, b)
+			}
+		}
+		if open, oerr := r.openOf(left); oerr == nil {
+			still := left[:0:0]
+			for _, b := range left {
+				if open[b.info.ID] {
+					still = append(still, b)
+				} else {
+					r.finished(b)
+				}
+			}
+			left = still
+		}
+		bs = left[:0:0]
+		for _, b := range left {
+			if b.s.active() {
+				bs = append(bs, b)
+			} else {
+				r.endBatch(b)
+			}
+		}
+		if len(bs) > 0 {
+			r.log.Warn("partitionq: finishing batches failed; retrying", slog.Int("batches", len(bs)), slog.Any("error", err))
+			sleep(r.hard, min(time.Duration(attempt+1)*200*time.Millisecond, 5*time.Second))
+			if r.hard.Err() != nil {
+				for _, b := range bs {
+					r.endBatch(b)
+				}
+				return
+			}
+		}
+	}
+}
+
+func contains(bs []*batchRun, b *batchRun) bool {
+	for _, x := range bs {
+		if x == b {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *Runner) openOf(bs []*batchRun) (map[int64]bool, error) {
+	ids := make([]int64, len(bs))
+	for i, b := range bs {
+		ids[i] = b.info.ID
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.stop), 10*time.Second)
+	defer cancel()
+	return r.cfg.Eng.OpenBatches(ctx, r.cfg.Pool, ids)
+}
+
+func (r *Runner) finishTx(ctx context.Context, bs []*batchRun, cs []counts) (done, lost []*batchRun, err error) {
+	slots := make([]int, len(bs))
+	epochs := make([]int64, len(bs))
+	for i, b := range bs {
+		slots[i], epochs[i] = b.s.slot, b.s.epoch
+	}
+	var handled, failed []int64
+	err = pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
+		owned, err := leaseOwned(ctx, tx, r.cfg.Queue, r.cfg.Group, slots, epochs)
+		if err != nil {
+			return err
+		}
+		var ids []int64
+		var ps []int32
+		done, lost = nil, nil
+		for i, b := range bs {
+			if !owned[b.s.slot] {
+				lost = append(lost, b)
+				continue
+			}
+			if err := b.out.Write(ctx, tx, r.cfg.Eng); err != nil {
+				return err
+			}
+			ids = append(ids, b.info.ID)
+			ps = append(ps, int32(b.s.slot))
+			handled = append(handled, cs[i].handled)
+			failed = append(failed, cs[i].failed)
+			done = append(done, b)
+		}
+		if _, err := r.cfg.Eng.FinishBatches(ctx, tx, ids); err != nil {
+			return err
+		}
+		return resetProgress(ctx, tx, r.cfg.Queue, r.cfg.Group, ps, ids, handled, failed)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return done, lost, nil
+}
+
+// finished records a committed finish.
+func (r *Runner) finished(b *batchRun) {
+	s := b.s
+	retry, dead := b.out.Counts()
+	if r.cfg.Policy == Pause {
+		s.markBlocked(b.out.ParkedKeys())
+	}
+	s.stats.Batches.Add(1)
+	s.stats.LastBatch.Store(time.Now().UnixNano())
+	s.stats.DeadLettered.Add(int64(dead))
+	s.mu.Lock()
+	s.lastTick = b.info.CurTick
+	s.mu.Unlock()
+	b.lanes.Wait()
+	if r.cfg.Policy == Pause && retry > 0 {
+		signal(r.headWake) // new parked events: failed heads to schedule, or waiting events due now
+	}
+	r.endBatch(b)
+}

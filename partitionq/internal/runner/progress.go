@@ -1,0 +1,214 @@
+package runner
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/partitionq/partitionq/partitionq/internal/db"
+	"github.com/partitionq/partitionq/partitionq/internal/lease"
+	"github.com/partitionq/partitionq/partitionq/internal/progress"
+)
+
+// Progress inside open batches lives in partitionq.slot_progress, one row
+// per slot: the batch, a watermark and the resolved ids above it. A flush
+// writes every slot's news since the last flush in one transaction (group
+// commit), which first checks that each slot is still owned at its epoch;
+// it commits without waiting for the WAL to reach disk (a server crash may
+// lose the last flushes: those events run again, nothing is lost).
+
+func leaseOwned(ctx context.Context, tx db.DB, queue, group string, slots []int, epochs []int64) (map[int]bool, error) {
+	return lease.Owned(ctx, tx, queue, group, slots, epochs)
+}
+
+// loadProgress reads what previous owners recorded of the batches just
+// opened: their progress rows, and the events whose exactly-once handler
+// committed (partitionq.slot_done).
+func (r *Runner) loadProgress(bs []*batchRun) error {
+	slots := make([]int32, len(bs))
+	ids := make([]int64, len(bs))
+	for i, b := range bs {
+		slots[i], ids[i] = int32(b.s.slot), b.info.ID
+	}
+	sets := map[int]progress.Set{}
+	err := pgx.BeginFunc(r.stop, r.cfg.Pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(r.stop, `select p.slot, p.done_below, p.done from partitionq.slot_progress p
+			join unnest($3::int4[], $4::int8[]) u(slot, batch) on u.slot = p.slot and u.batch = p.batch_id
+			where p.queue = $1 and p.grp = $2`, r.cfg.Queue, r.cfg.Group, slots, ids)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var s int
+			var below int64
+			var enc []byte
+			if err := rows.Scan(&s, &below, &enc); err != nil {
+				return err
+			}
+			set, err := progress.Decode(below, enc)
+			if err != nil {
+				r.log.Warn("partitionq: recorded progress of a batch is unreadable; running the batch whole", slog.Int("slot", s))
+				continue
+			}
+			sets[s] = set
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		drows, err := tx.Query(r.stop, `select d.slot, d.ev_id from partitionq.slot_done d
+			join unnest($3::int4[], $4::int8[]) u(slot, batch) on u.slot = d.slot and u.batch = d.batch_id
+			where d.queue = $1 and d.grp = $2 order by 1, 2`, r.cfg.Queue, r.cfg.Group, slots, ids)
+		if err != nil {
+			return err
+		}
+		for drows.Next() {
+			var s int
+			var id int64
+			if err := drows.Scan(&s, &id); err != nil {
+				return err
+			}
+			set := sets[s]
+			if !set.Has(id) {
+				set.Above = insertSorted(set.Above, id)
+				sets[s] = set
+			}
+		}
+		return drows.Err()
+	})
+	for _, b := range bs {
+		b.skip = sets[b.s.slot]
+		b.track = progress.NewTracker(b.skip, r.cfg.ProgressMax)
+		if n := b.skip.Len(); n > 0 || b.skip.Below > 0 {
+			r.log.Info("partitionq: resuming a batch a previous owner left open", slog.Int("slot", b.s.slot),
+				slog.Int64("batch", b.info.ID), slog.Int64("done_below", b.skip.Below), slog.Int("done_above", n))
+		}
+	}
+	return err
+}
+
+func insertSorted(xs []int64, x int64) []int64 {
+	i := len(xs)
+	for i > 0 && xs[i-1] > x {
+		i--
+	}
+	xs = append(xs, 0)
+	copy(xs[i+1:], xs[i:])
+	xs[i] = x
+	return xs
+}
+
+// resetProgress clears the progress of finished batches (in their finishing
+// transaction) and adds their last counts to the slots' counters.
+func resetProgress(ctx context.Context, tx pgx.Tx, queue, group string, slots []int32, batches, handled, failed []int64) error {
+	if len(slots) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `
+		insert into partitionq.slot_progress as p (queue, grp, slot, batch_id, done_below, done, handled, failed, updated_at)
+		select $1, $2, u.slot, null, 0, '', u.h, u.f, clock_timestamp() from unnest($3::int4[], $4::int8[], $5::int8[]) u(slot, h, f)
+		on conflict (queue, grp, slot) do update
+		   set batch_id = null, done_below = 0, done = '', handled = p.handled + excluded.handled,
+		       failed = p.failed + excluded.failed, updated_at = excluded.updated_at`, queue, group, slots, handled, failed); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, `delete from partitionq.slot_done d using unnest($3::int4[], $4::int8[]) u(slot, batch)
+		where d.queue = $1 and d.grp = $2 and d.slot = u.slot and d.batch_id = u.batch`, queue, group, slots, batches)
+	return err
+}
+
+// flushLoop flushes progress whenever there is news, at most once per
+// FlushInterval, until stop.
+func (r *Runner) flushLoop() {
+	for {
+		select {
+		case <-r.stop.Done():
+			return
+		case <-r.flushWake:
+		}
+		r.flush(r.stop)
+		sleep(r.stop, r.cfg.FlushInterval)
+	}
+}
+
+// flush records the progress of every owned slot's open batch that changed,
+// and the slots' new counts, in one transaction.
+func (r *Runner) flush(ctx context.Context) {
+	type row struct {
+		s     *slotRun
+		b     *batchRun
+		set   progress.Set
+		batch int64
+		c     counts
+	}
+	var rows []row
+	for _, s := range r.ownedSlots() {
+		s.mu.Lock()
+		b := s.batch
+		s.mu.Unlock()
+		if b == nil || b.track == nil {
+			continue
+		}
+		set, changed := b.track.Snapshot()
+		if !changed {
+			continue
+		}
+		rows = append(rows, row{s: s, b: b, set: set, batch: b.info.ID, c: s.takeCounts()})
+	}
+	if len(rows) == 0 {
+		return
+	}
+	n := len(rows)
+	slots, epochs := make([]int, n), make([]int64, n)
+	ps, batches, belows := make([]int32, n), make([]int64, n), make([]int64, n)
+	dones := make([][]byte, n)
+	hs, fs := make([]int64, n), make([]int64, n)
+	for i, x := range rows {
+		slots[i], epochs[i] = x.s.slot, x.s.epoch
+		ps[i], batches[i], belows[i], dones[i] = int32(x.s.slot), x.batch, x.set.Below, x.set.Encode()
+		hs[i], fs[i] = x.c.handled, x.c.failed
+	}
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	var owned map[int]bool
+	err := pgx.BeginFunc(tctx, r.cfg.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(tctx, `set local synchronous_commit = off`); err != nil {
+			return err
+		}
+		var err error
+		if owned, err = leaseOwned(tctx, tx, r.cfg.Queue, r.cfg.Group, slots, epochs); err != nil {
+			return err
+		}
+		keep := make([]bool, n)
+		for i, s := range slots {
+			keep[i] = owned[s]
+		}
+		_, err = tx.Exec(tctx, `
+			insert into partitionq.slot_progress as p (queue, grp, slot, batch_id, done_below, done, handled, failed, updated_at)
+			select $1, $2, u.slot, u.batch, u.below, u.done, u.h, u.f, clock_timestamp()
+			  from unnest($3::int4[], $4::int8[], $5::int8[], $6::bytea[], $7::int8[], $8::int8[], $9::bool[]) u(slot, batch, below, done, h, f, keep)
+			 where u.keep
+			on conflict (queue, grp, slot) do update
+			   set batch_id = excluded.batch_id, done_below = excluded.done_below, done = excluded.done,
+			       handled = p.handled + excluded.handled, failed = p.failed + excluded.failed, updated_at = excluded.updated_at`,
+			r.cfg.Queue, r.cfg.Group, ps, batches, belows, dones, hs, fs, keep)
+		return err
+	})
+	if err != nil {
+		for _, x := range rows {
+			x.s.putCounts(x.c)
+			x.b.track.Touch()
+		}
+		if ctx.Err() == nil {
+			r.log.Warn("partitionq: recording progress failed", slog.Any("error", err))
+		}
+		signal(r.flushWake) // try again
+		return
+	}
+	for _, x := range rows {
+		if !owned[x.s.slot] {
+			r.lose(x.s.slot, "another worker took the slot over")
+		}
+	}
+}

@@ -1,0 +1,324 @@
+// Package runner runs one worker's slots of a consumer group: it holds the
+// worker's lease (package lease), opens the owned slots' engine batches
+// together, reads the batches that cover the same ticks with one scan
+// (engine.OpenRead) and hands each event to its slot, runs the handler one
+// key at a time and many keys at once (package lanes), records progress
+// inside the open batches (package progress), applies the failure policy and
+// finishes the batches (package parked holds what a failure leaves), and,
+// under the pause policy, drains blocked keys.
+//
+// Its cost does not grow with the number of slots at rest: one lease
+// renewal a second, one cheap look for new ticks per PollInterval (and a
+// wake-up on the ticker's notification), and no query at all for blocked
+// keys while none is blocked. Its connections are a handful: the lease
+// session, a reader per tick range being read (usually one), a finisher,
+// and the drains of blocked keys.
+//
+// The invariants, and why they hold, are in docs/architecture.md and
+// docs/failure-policy.md.
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/partitionq/partitionq/partitionq/internal/engine"
+	"github.com/partitionq/partitionq/partitionq/internal/lease"
+	"github.com/partitionq/partitionq/partitionq/internal/parked"
+)
+
+// Policy says what a handler failure does to the rest of its key.
+type Policy int
+
+const (
+	// Pause blocks the key until the failed event is resolved.
+	Pause Policy = iota
+	// Skip retries the failed event later and lets the key go on.
+	Skip
+)
+
+// Result is what a handler call came to.
+type Result struct {
+	Err        error         // nil: done
+	DeadLetter bool          // do not retry: dead-letter it now
+	RetryAfter time.Duration // when > 0, overrides the backoff
+}
+
+// Call is one handler call: the event, where it belongs, and its attempt.
+type Call struct {
+	Event   engine.Event
+	Slot    int
+	Epoch   int64 // the slot's ownership epoch: the fencing token
+	Batch   int64 // the engine batch, 0 for an event drained from the retry queue
+	Attempt int   // from 1
+}
+
+// Handler handles one event.
+type Handler func(ctx context.Context, c Call) Result
+
+// Stats are counters of one slot in this process; safe for concurrent use.
+type Stats struct {
+	Processed    atomic.Int64 // handled successfully
+	Failed       atomic.Int64 // handler failures
+	Parked       atomic.Int64 // events set aside behind a blocked head
+	DeadLettered atomic.Int64
+	Batches      atomic.Int64
+	Skipped      atomic.Int64 // events a previous owner had resolved, not run again
+	Owned        atomic.Bool
+	LastBatch    atomic.Int64 // unix nanoseconds of the last finished batch
+}
+
+// Config configures a Runner. All fields are required unless they say
+// otherwise; the public package fills defaults.
+type Config struct {
+	Eng          *engine.Engine
+	Pool         *pgxpool.Pool // the worker's own pool
+	Log          *slog.Logger
+	Queue, Group string
+	N            int
+	Slots        []int    // the slots to run
+	Consumers    []string // engine consumer of every slot of the group, by slot
+	SubIDs       []int32  // subscription of every slot of the group, by slot
+	Stats        map[int]*Stats
+	Identity     string
+
+	Concurrency      int    // handler calls at once per slot
+	DrainConcurrency int    // blocked keys drained at once (each holds a connection)
+	Policy           Policy //
+	MaxAttempts      int    // 0: no limit
+	Backoff          func(attempt int) time.Duration
+	HandlerTimeout   time.Duration // <= 0: none
+	Handle           Handler
+
+	PollInterval     time.Duration // between looks for new ticks (a notification wakes at once)
+	StandbyPoll      time.Duration // between tries to take wanted slots owned by others
+	HeadScanInterval time.Duration // longest wait between looks at blocked keys (while there are some)
+	// MaxBlocked (pause): a head that first failed longer ago than this is
+	// dead-lettered (MaxBlockedDeadLetter) or only flagged. 0: no bound.
+	MaxBlocked           time.Duration
+	MaxBlockedDeadLetter bool
+
+	ChunkSize      int // events fetched at a time
+	BatchMinEvents int // a slot behind takes several ticks at once, up to about this many events (0: one tick a batch)
+	MaxReaders     int // tick ranges read at once
+
+	// Progress records, as it goes, which events of an open batch are
+	// resolved, so that after a fault only the rest runs again.
+	Progress      bool
+	ProgressMax   int           // most ids recorded above the watermark
+	FlushInterval time.Duration // the least time between two progress flushes
+
+	LeaseTTL, LeaseRenew, LeaseMargin time.Duration
+}
+
+// Runner runs the slots. Make it with New, then Run it once.
+type Runner struct {
+	cfg   Config
+	log   *slog.Logger
+	lease *lease.Holder
+
+	stop, hard context.Context
+
+	wake      chan struct{} // a look for new batches is due
+	headWake  chan struct{} // a look at blocked keys is due
+	flushWake chan struct{} // progress to flush
+	finishQ   chan *batchRun
+
+	readerSem chan struct{}
+	drainSem  chan struct{}
+
+	mu      sync.Mutex
+	slots   map[int]*slotRun // owned slots
+	retired map[int]*slotRun // slots lost, whose handlers may still be returning
+	wg      sync.WaitGroup   // every goroutine but Run's own
+
+	readSeq atomic.Int64 // numbers the reads
+}
+
+// New returns a Runner.
+func New(cfg Config) *Runner {
+	r := &Runner{cfg: cfg, log: cfg.Log,
+		wake: make(chan struct{}, 1), headWake: make(chan struct{}, 1), flushWake: make(chan struct{}, 1),
+		finishQ:   make(chan *batchRun, 1024),
+		readerSem: make(chan struct{}, max(1, cfg.MaxReaders)), drainSem: make(chan struct{}, max(1, cfg.DrainConcurrency)),
+		slots: map[int]*slotRun{}, retired: map[int]*slotRun{}}
+	r.lease = lease.New(lease.Config{
+		Pool: cfg.Pool, Log: cfg.Log, Queue: cfg.Queue, Group: cfg.Group, N: cfg.N, Slots: cfg.Slots, Identity: cfg.Identity,
+		TTL: cfg.LeaseTTL, Renew: cfg.LeaseRenew, Margin: cfg.LeaseMargin, Poll: cfg.StandbyPoll,
+		Channels: cfg.Eng.TickChannels(cfg.Queue),
+		OnNotify: func(ch, payload string) {
+			if cfg.Eng.IsTickNotice(cfg.Queue, ch, payload) {
+				signal(r.wake)
+			}
+		},
+		OnGain: r.gain,
+		OnLose: r.lose,
+	})
+	return r
+}
+
+// Lease is the runner's lease holder.
+func (r *Runner) Lease() *lease.Holder { return r.lease }
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// Run runs the slots until stop is done, then stops gracefully: no new
+// batch or event is taken, running handlers finish (they get contexts
+// derived from hard, which the caller cancels when its shutdown timeout
+// passes), the progress of open batches is recorded, and the slots are
+// released for their standbys. It fails at once when the worker cannot
+// register its lease (the error says why); afterwards errors are logged and
+// retried. ready is called once the lease is registered.
+func (r *Runner) Run(stop, hard context.Context, ready func()) error {
+	r.stop, r.hard = stop, hard
+	leaseCtx, stopLease := context.WithCancel(context.WithoutCancel(stop))
+	defer stopLease()
+	leaseDone, err := r.lease.Run(leaseCtx)
+	if err != nil {
+		return fmt.Errorf("partitionq: %w", err)
+	}
+	ready()
+	if r.cfg.Progress {
+		r.wg.Add(1)
+		go func() { defer r.wg.Done(); r.flushLoop() }()
+	}
+	r.wg.Add(1)
+	go func() { defer r.wg.Done(); r.finishLoop() }()
+	if r.cfg.Policy == Pause {
+		r.wg.Add(1)
+		go func() { defer r.wg.Done(); r.headLoop() }()
+	}
+	r.batchLoop()
+
+	// Stopping: every batch stops taking events; wait for what runs.
+	r.mu.Lock()
+	owned := make([]*slotRun, 0, len(r.slots))
+	for _, s := range r.slots {
+		owned = append(owned, s)
+	}
+	r.mu.Unlock()
+	for _, s := range owned {
+		s.waitIdle()
+	}
+	close(r.finishQ)
+	r.wg.Wait()
+	if r.cfg.Progress {
+		r.flush(context.WithoutCancel(stop)) // the last progress of the batches left open
+	}
+	bg, cancel := context.WithTimeout(context.WithoutCancel(stop), 10*time.Second)
+	defer cancel()
+	var slots []int
+	r.mu.Lock()
+	for n := range r.slots {
+		slots = append(slots, n)
+	}
+	r.mu.Unlock()
+	sort.Ints(slots)
+	if err := r.lease.Release(bg, slots); err != nil {
+		r.log.Warn("partitionq: releasing the slots failed; standbys take them when the lease expires", slog.Any("error", err))
+	}
+	for _, n := range slots {
+		r.log.Info("partitionq: slot released", slog.Int("slot", n))
+		r.cfg.Stats[n].Owned.Store(false)
+	}
+	stopLease()
+	<-leaseDone
+	return r.lease.Close(bg)
+}
+
+// gain is the lease's OnGain: the worker owns slot n at epoch now. It runs
+// under the lease's lock, so it only records the slot and wakes the loop.
+func (r *Runner) gain(n int, epoch int64) {
+	s := newSlotRun(r, n, epoch)
+	r.mu.Lock()
+	if old := r.retired[n]; old != nil {
+		s.prev = old // its handlers must all have returned before this run starts one
+		delete(r.retired, n)
+	}
+	r.slots[n] = s
+	r.mu.Unlock()
+	r.cfg.Stats[n].Owned.Store(true)
+	r.log.Info("partitionq: slot owned", slog.Int("slot", n), slog.Int64("epoch", epoch), slog.String("consumer", r.cfg.Consumers[n]))
+	signal(r.wake)
+}
+
+// lose is the lease's OnLose: the worker can no longer prove it owns slot n.
+// Everything of the slot stops now: its handlers' contexts are cancelled
+// (which kills the process group of a --exec command) and nothing more of
+// it is committed.
+func (r *Runner) lose(n int, why string) {
+	r.mu.Lock()
+	s := r.slots[n]
+	delete(r.slots, n)
+	if s != nil {
+		r.retired[n] = s
+	}
+	r.mu.Unlock()
+	if s == nil {
+		return
+	}
+	s.kill(fmt.Errorf("%w: %s", errLost, why))
+	r.cfg.Stats[n].Owned.Store(false)
+	if r.stop.Err() == nil {
+		r.log.Warn("partitionq: slot lost: its handlers are cancelled and nothing more of it is committed", slog.Int("slot", n),
+			slog.Int64("epoch", s.epoch), slog.String("reason", why))
+	}
+}
+
+var errLost = errors.New("the slot is no longer owned")
+
+// owned returns the slot run of n if the worker owns it now.
+func (r *Runner) owned(n int) *slotRun {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.slots[n]
+}
+
+// ownedSlots returns the owned slot runs, by slot.
+func (r *Runner) ownedSlots() []*slotRun {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*slotRun, 0, len(r.slots))
+	for _, s := range r.slots {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].slot < out[j].slot })
+	return out
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	s := err.Error()
+	if len(s) > 8000 {
+		s = s[:8000] + "..."
+	}
+	return s
+}
+
+func (r *Runner) slotInfo(n int) parked.Slot {
+	return parked.Slot{Queue: r.cfg.Queue, Group: r.cfg.Group, Consumer: r.cfg.Consumers[n], Slot: n, SubID: r.cfg.SubIDs[n]}
+}

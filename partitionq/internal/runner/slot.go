@@ -1,0 +1,242 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/partitionq/partitionq/partitionq/internal/engine"
+	"github.com/partitionq/partitionq/partitionq/internal/parked"
+)
+
+// slotRun is one owned slot, from the moment the worker took it (at epoch)
+// until it released or lost it. A slot taken again later is a new slotRun.
+type slotRun struct {
+	r     *Runner
+	slot  int
+	epoch int64
+	info  parked.Slot
+	stats *Stats
+
+	// ctx is the parent of every handler call of the slot: cancelled when
+	// the slot is lost, and when the worker's shutdown timeout passes.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	lost   atomic.Bool
+
+	prev     *slotRun      // the previous run of this slot in this process, lost
+	sem      chan struct{} // handler calls at once
+	inflight sync.WaitGroup
+
+	mu       sync.Mutex
+	loaded   bool              // the blocked keys and progress were read from the database
+	batch    *batchRun         // the open batch, nil when idle
+	finished chan struct{}     // closed when batch ends
+	blocked  map[string]uint64 // keys with parked events (a superset), with the generation of their last mark
+	gen      uint64
+	draining map[string]bool
+	lastTick int64 // the tick the slot's last finished batch ended at (0: unknown)
+
+	// handled and failed count handler outcomes not yet added to the slot's
+	// counters in the database (partitionq.slot_progress).
+	handled, failed atomic.Int64
+}
+
+type counts struct{ handled, failed int64 }
+
+func (s *slotRun) takeCounts() counts {
+	return counts{handled: s.handled.Swap(0), failed: s.failed.Swap(0)}
+}
+
+func (s *slotRun) putCounts(c counts) {
+	s.handled.Add(c.handled)
+	s.failed.Add(c.failed)
+}
+
+func newSlotRun(r *Runner, n int, epoch int64) *slotRun {
+	ctx, cancel := context.WithCancelCause(r.hard)
+	return &slotRun{r: r, slot: n, epoch: epoch, info: r.slotInfo(n), stats: r.cfg.Stats[n], ctx: ctx, cancel: cancel,
+		sem: make(chan struct{}, r.cfg.Concurrency), blocked: map[string]uint64{}, draining: map[string]bool{}}
+}
+
+// kill stops everything of the slot at once.
+func (s *slotRun) kill(cause error) {
+	s.lost.Store(true)
+	s.cancel(cause)
+}
+
+// active reports whether the slot may still run handlers and commit.
+func (s *slotRun) active() bool { return !s.lost.Load() && s.r.lease.Valid() }
+
+// waitPrev waits until every handler call of the slot's previous run in
+// this process has returned, so that two runs of one key never overlap here.
+func (s *slotRun) waitPrev() {
+	p := s.prev
+	if p == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() { p.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		s.r.log.Warn("partitionq: waiting for handlers of a lost slot to return before running it again", slog.Int("slot", s.slot))
+		<-done
+	}
+	s.prev = nil
+}
+
+// waitIdle waits until the slot's open batch (if any) stopped.
+func (s *slotRun) waitIdle() {
+	s.mu.Lock()
+	ch := s.finished
+	s.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
+// call runs the handler for one event with the slot's limits. aborted
+// reports a call that did not run or was cut short by the slot's loss or
+// the worker's shutdown: not the event's fault, and nothing of it is kept.
+func (s *slotRun) call(c Call) (res Result, aborted bool) {
+	if !s.active() {
+		return Result{Err: errLost}, true
+	}
+	select {
+	case s.sem <- struct{}{}:
+	case <-s.ctx.Done():
+		return Result{Err: context.Cause(s.ctx)}, true
+	}
+	defer func() { <-s.sem }()
+	if !s.active() { // the lease may have lapsed while we waited for room
+		return Result{Err: errLost}, true
+	}
+	s.inflight.Add(1)
+	defer s.inflight.Done()
+	ctx := s.ctx
+	var cancel context.CancelFunc
+	if t := s.r.cfg.HandlerTimeout; t > 0 {
+		ctx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	res = safeCall(ctx, s.r.cfg.Handle, c)
+	if s.ctx.Err() != nil {
+		return res, true
+	}
+	if res.Err == nil {
+		s.stats.Processed.Add(1)
+		return res, false
+	}
+	s.stats.Failed.Add(1)
+	if ctx.Err() == context.DeadlineExceeded {
+		res.Err = fmt.Errorf("handler timed out after %s: %w", s.r.cfg.HandlerTimeout, res.Err)
+	}
+	s.r.log.Warn("partitionq: handler failed", slog.Int("slot", s.slot), slog.String("key", c.Event.Key),
+		slog.Int64("event_id", c.Event.ID), slog.Int("attempt", c.Attempt), slog.Any("error", res.Err))
+	return res, false
+}
+
+func safeCall(ctx context.Context, h Handler, c Call) (res Result) {
+	defer func() {
+		if p := recover(); p != nil {
+			res = Result{Err: fmt.Errorf("handler panicked: %v", p)}
+		}
+	}()
+	return h(ctx, c)
+}
+
+// retryDelay is how long to wait before the next attempt after attempt failed.
+func (r *Runner) retryDelay(res Result, attempt int) time.Duration {
+	if res.RetryAfter > 0 {
+		return res.RetryAfter
+	}
+	return r.cfg.Backoff(attempt)
+}
+
+// exhausted reports whether a failure of attempt ends the event's tries,
+// and why.
+func (r *Runner) exhausted(res Result, attempt int) (bool, string) {
+	if res.DeadLetter {
+		return true, "handler"
+	}
+	if r.cfg.MaxAttempts > 0 && attempt >= r.cfg.MaxAttempts {
+		return true, "max_attempts"
+	}
+	return false, ""
+}
+
+// ---------------------------------------------------------------- blocked keys
+
+// The slot keeps the set of its keys with parked events in memory: read
+// from the engine's retry queue when the slot is taken, grown when a batch
+// parks events (after its commit), shrunk when a drain finds a key empty. It
+// is a superset of the truth: a key is removed only when no park of it
+// happened since the drain (or scan) that found it empty began (its
+// generation is unchanged), so a key with parked events is never missing,
+// and an event of a blocked key is never handled before its head. (A key
+// in the set that is no longer blocked, after an operator's skip, only
+// makes its next events wait one drain.)
+
+func (s *slotRun) isBlocked(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.blocked[key]
+	return ok
+}
+
+func (s *slotRun) markBlocked(keys []string) {
+	if len(keys) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range keys {
+		s.gen++
+		s.blocked[k] = s.gen
+	}
+}
+
+// generation returns the key's generation (0: not in the set).
+func (s *slotRun) generation(key string) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.blocked[key]
+}
+
+// unblock removes key if it was not marked since generation gen was read.
+func (s *slotRun) unblock(key string, gen uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g, ok := s.blocked[key]; ok && g == gen {
+		delete(s.blocked, key)
+	}
+}
+
+func (s *slotRun) blockedKeys() (map[string]uint64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.blocked) == 0 {
+		return nil, false
+	}
+	out := make(map[string]uint64, len(s.blocked))
+	for k, g := range s.blocked {
+		out[k] = g
+	}
+	return out, true
+}
+
+// item is one event of a batch in its key's lane.
+type item struct {
+	ev engine.SlotEvent
+	ks *keyState
+}
+
+// keyState is what one batch knows of a key. Only the key's lane touches it
+// once dispatched (the lanes dispatcher runs one item of a key at a time).
+type keyState struct {
+	blocked bool // pause: the key has an unresolved head; its events are parked
+}
