@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/partitionq/partitionq/internal/connstr"
 	"github.com/partitionq/partitionq/partitionq/internal/engine"
 	"github.com/partitionq/partitionq/partitionq/internal/slot"
 	"github.com/partitionq/partitionq/partitionq/internal/ticker"
@@ -281,7 +282,9 @@ func (c *Client) NewWorker(ctx context.Context, cfg WorkerConfig) (*Worker, erro
 // client's pool's configuration), never in the client's pool: they are
 // held while handlers run, and a handler that queries the database through
 // the client's pool must never wait for a connection that only its own
-// return would free.
+// return would free. Its connection attempts time out after the client's
+// pool's connect_timeout, or 5s when that sets none: a slot must not wait
+// forever on a server it cannot reach.
 func PoolConns(slots, concurrency int) int {
 	if concurrency <= 0 {
 		concurrency = ConcurrencyDefault
@@ -335,6 +338,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	pcfg := w.c.pool.Config()
 	pcfg.MaxConns = int32(workerConns(len(w.slots), w.cfg.DrainConcurrency))
 	pcfg.MinConns, pcfg.MinIdleConns = 0, 0
+	if pcfg.ConnConfig.ConnectTimeout == 0 {
+		pcfg.ConnConfig.ConnectTimeout = connstr.ConnectTimeoutDefault
+	}
 	pool, err := pgxpool.NewWithConfig(context.WithoutCancel(ctx), pcfg)
 	if err != nil {
 		return fmt.Errorf("partitionq: the worker's connection pool: %w", err)

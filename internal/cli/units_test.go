@@ -103,22 +103,6 @@ func TestTailBuffer(t *testing.T) {
 	}
 }
 
-func TestSetsPoolMaxConns(t *testing.T) {
-	for in, want := range map[string]bool{
-		"postgres://u@h/db":                        false,
-		"postgres://u@h/db?sslmode=disable":        false,
-		"postgres://u@h/db?pool_max_conns=3":       true,
-		"postgresql://u@h/db?a=b&pool_max_conns=3": true,
-		"host=h dbname=db":                         false,
-		"host=h pool_max_conns=3 dbname=db":        true,
-		"pool_max_conns = 3":                       true,
-	} {
-		if got := setsPoolMaxConns(in); got != want {
-			t.Errorf("setsPoolMaxConns(%q) = %v", in, got)
-		}
-	}
-}
-
 func TestExitCode(t *testing.T) {
 	inv := &partitionq.ValidationError{Field: "key"}
 	for _, c := range []struct {
