@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -29,6 +30,10 @@ type Server struct {
 	Statements bool
 	statsDB    string // database holding the pg_stat_statements view
 
+	// TLS is true when the connection to AdminURL uses TLS (sslmode=prefer
+	// falls back to none on a server without it).
+	TLS bool
+
 	// postmaster is the server's main process when it runs on this machine
 	// and /proc shows it: server CPU is then the CPU time of it and all its
 	// children (the whole cluster).
@@ -45,6 +50,7 @@ func connectServer(ctx context.Context, adminURL string) (*Server, error) {
 	}
 	defer conn.Close(ctx)
 	s := &Server{AdminURL: adminURL, Settings: map[string]string{}, clkTck: 100}
+	_, s.TLS = conn.PgConn().Conn().(*tls.Conn)
 	if err := conn.QueryRow(ctx, `select current_setting('server_version'),
 		coalesce((select default_version from pg_available_extensions where name = 'pgq'), '')`).Scan(&s.Version, &s.PgQ); err != nil {
 		return nil, err
@@ -241,11 +247,16 @@ func replaceDB(connStr, db string) string {
 	return s
 }
 
-// peerURL is replaceDB as a URL: the peers (Node.js) read only that form.
-func peerURL(connStr, db string) string {
+// peerURL is replaceDB as a URL, for the peers (Node.js), which read only
+// that form, and which know no fallback from TLS: when the Go side's
+// connection does not use TLS (useTLS false), neither do theirs.
+func peerURL(connStr, db string, useTLS bool) string {
 	c, err := connstr.Parse(replaceDB(connStr, db))
 	if err != nil {
 		panic(fmt.Sprintf("pqbench: the admin connection string does not parse: %v", err))
+	}
+	if !useTLS {
+		c.Set("sslmode", "disable")
 	}
 	return c.URL()
 }
