@@ -103,6 +103,21 @@ func TestTailBuffer(t *testing.T) {
 	}
 }
 
+// The demo's closing hints name its database in the user's own connection
+// string, password hidden, quoted for the shell when it must be.
+func TestDemoHintDB(t *testing.T) {
+	for in, want := range map[string]string{
+		"postgres://postgres@localhost:5432/postgres":                   "postgres://postgres@localhost:5432/partitionq_demo",
+		"postgres://app:s3cret@127.0.0.1:5432/postgres?sslmode=disable": "'postgres://app:xxxxx@127.0.0.1:5432/partitionq_demo?sslmode=disable'",
+		"host=localhost user=postgres dbname=postgres":                  "'host=localhost user=postgres dbname=partitionq_demo'",
+		`host=localhost password='it\'s' dbname=postgres`:               "'host=localhost password=xxxxx dbname=partitionq_demo'",
+	} {
+		if got := demoHintDB(in, "partitionq_demo"); got != want {
+			t.Errorf("demoHintDB(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
 func TestExitCode(t *testing.T) {
 	inv := &partitionq.ValidationError{Field: "key"}
 	for _, c := range []struct {
