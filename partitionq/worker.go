@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/partitionq/partitionq/internal/connstr"
 	"github.com/partitionq/partitionq/partitionq/internal/runner"
 	"github.com/partitionq/partitionq/partitionq/internal/store"
 	"github.com/partitionq/partitionq/partitionq/internal/ticker"
@@ -341,7 +342,9 @@ const (
 // client's pool's configuration), never in the client's pool: drains hold
 // theirs while handlers run, and a handler that queries the database
 // through the client's pool must never wait for a connection that only its
-// own return would free.
+// own return would free. Its connection attempts time out after the client's
+// pool's connect_timeout, or 5s when that sets none: a worker must not wait
+// forever on a server it cannot reach.
 func PoolConns(slots, concurrency int) int { return workerConns(DrainConcurrencyDefault) }
 
 func workerConns(drains int) int { return workerFixed + drains }
@@ -398,6 +401,9 @@ func (w *Worker) Start(ctx context.Context) error {
 		pcfg.ConnConfig.RuntimeParams = map[string]string{}
 	}
 	pcfg.ConnConfig.RuntimeParams["application_name"] = w.cfg.Identity
+	if pcfg.ConnConfig.ConnectTimeout == 0 {
+		pcfg.ConnConfig.ConnectTimeout = connstr.ConnectTimeoutDefault
+	}
 	pool, err := pgxpool.NewWithConfig(context.WithoutCancel(ctx), pcfg)
 	if err != nil {
 		return fmt.Errorf("partitionq: the worker's connection pool: %w", err)

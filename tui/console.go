@@ -31,9 +31,12 @@ const (
 	// BackoffMax caps the wait between two refreshes while the database
 	// does not answer.
 	BackoffMax = 15 * time.Second
-	// CallTimeout bounds each refresh and each operator action. An action
-	// on a head a worker is handling waits up to
-	// partitionq.OperatorLockTimeout, which is shorter.
+	// RefreshTimeoutDefault bounds each refresh: one that has not answered
+	// by then counts as failed (DB DOWN) at once, and the next goes ahead.
+	RefreshTimeoutDefault = 2 * time.Second
+	// CallTimeout bounds each operator action. An action on a head a
+	// worker is handling waits up to partitionq.OperatorLockTimeout, which
+	// is shorter.
 	CallTimeout = 10 * time.Second
 )
 
@@ -47,6 +50,13 @@ type Options struct {
 	// database does not answer it backs off, up to BackoffMax. At least
 	// RefreshMin. Defaults to RefreshDefault (1s).
 	Refresh time.Duration
+
+	// RefreshTimeout bounds each refresh. A refresh that has not answered
+	// by then (a refused or frozen connection, a slow TLS fallback) counts
+	// as failed at once: the console shows the database as unreachable, and
+	// the next refresh does not wait for the one that hangs. At least
+	// RefreshMin. Defaults to RefreshTimeoutDefault (2s).
+	RefreshTimeout time.Duration
 
 	// ReadOnly hides every action (skip, retry now, quarantine, replay): the
 	// console only watches. Defaults to false.
@@ -67,6 +77,9 @@ func (o Options) withDefaults() Options {
 	if o.Refresh == 0 {
 		o.Refresh = RefreshDefault
 	}
+	if o.RefreshTimeout == 0 {
+		o.RefreshTimeout = RefreshTimeoutDefault
+	}
 	return o
 }
 
@@ -80,6 +93,10 @@ func (o Options) validate() error {
 	if o.Refresh < RefreshMin {
 		return &partitionq.ValidationError{Field: "Options.Refresh", Value: o.Refresh.String(),
 			Problem: fmt.Sprintf("it is shorter than %s", RefreshMin), Fix: "use 0 for the default (1s), or a longer interval"}
+	}
+	if o.RefreshTimeout < RefreshMin {
+		return &partitionq.ValidationError{Field: "Options.RefreshTimeout", Value: o.RefreshTimeout.String(),
+			Problem: fmt.Sprintf("it is shorter than %s", RefreshMin), Fix: "use 0 for the default (2s), or a longer deadline"}
 	}
 	return nil
 }
@@ -113,7 +130,7 @@ func run(ctx context.Context, c Client, opts Options, in io.Reader, out io.Write
 	m := newModel(ctx, c, opts, logger)
 	p := tea.NewProgram(m, tea.WithContext(ctx), tea.WithAltScreen(), tea.WithInput(in), tea.WithOutput(out))
 	logger.Info("console started", slog.String("queue", opts.Queue), slog.String("group", opts.Group),
-		slog.Bool("read_only", opts.ReadOnly), slog.Duration("refresh", opts.Refresh))
+		slog.Bool("read_only", opts.ReadOnly), slog.Duration("refresh", opts.Refresh), slog.Duration("refresh_timeout", opts.RefreshTimeout))
 	_, err = p.Run()
 	if errors.Is(err, tea.ErrProgramKilled) && ctx.Err() != nil {
 		err = nil

@@ -2,8 +2,10 @@ package tui
 
 import (
 	"context"
-	"github.com/partitionq/partitionq/internal/termsafe"
 	"time"
+
+	"github.com/partitionq/partitionq/internal/connstr"
+	"github.com/partitionq/partitionq/internal/termsafe"
 
 	tea "github.com/charmbracelet/bubbletea"
 
@@ -54,38 +56,43 @@ type snapshotMsg struct {
 }
 
 // fetch reads the state the plan asks for, as one command: one refresh is
-// in flight at a time.
+// in flight at a time, and it ends by its deadline (Options.RefreshTimeout)
+// even when a read hangs.
 func fetch(sh *shared, plan fetchPlan) tea.Cmd {
 	return func() tea.Msg {
-		msg := snapshotMsg{plan: plan}
-		msg.err = sh.call(func(ctx context.Context) error {
-			var err error
-			if msg.status, err = sh.client.Status(ctx, sh.queue, sh.group); err != nil {
-				return err
-			}
-			if msg.blocked, err = sh.client.BlockedKeys(ctx, sh.queue, sh.group); err != nil {
-				return err
-			}
-			if plan.deadLetters {
-				q := partitionq.DeadLetterQuery{Queue: sh.queue, Group: sh.group, Limit: deadLetterLimit, Pending: !plan.deadAll}
-				if msg.dead, err = sh.client.DeadLetters(ctx, q); err != nil {
-					return err
-				}
-			}
-			if plan.audit {
-				if msg.audit, err = sh.client.Audit(ctx, sh.queue, sh.group, auditLimit); err != nil {
-					return err
-				}
-			}
-			if plan.previewKey != "" {
-				msg.preview, msg.previewErr = sh.client.Preview(ctx, sh.queue, sh.group, termsafe.Unescape(plan.previewKey), PreviewLimit)
-			}
-			return nil
+		msg, err := bounded(sh.ctx, sh.refreshLimit, func(ctx context.Context) (snapshotMsg, error) {
+			return read(ctx, sh, plan)
 		})
+		msg.plan, msg.err = plan, connstr.ConnectCause(err)
 		escapeSnapshot(&msg)
 		msg.at = sh.now()
 		return msg
 	}
+}
+
+// read reads the state the plan asks for into a snapshot of its own.
+func read(ctx context.Context, sh *shared, plan fetchPlan) (msg snapshotMsg, err error) {
+	if msg.status, err = sh.client.Status(ctx, sh.queue, sh.group); err != nil {
+		return snapshotMsg{}, err
+	}
+	if msg.blocked, err = sh.client.BlockedKeys(ctx, sh.queue, sh.group); err != nil {
+		return snapshotMsg{}, err
+	}
+	if plan.deadLetters {
+		q := partitionq.DeadLetterQuery{Queue: sh.queue, Group: sh.group, Limit: deadLetterLimit, Pending: !plan.deadAll}
+		if msg.dead, err = sh.client.DeadLetters(ctx, q); err != nil {
+			return snapshotMsg{}, err
+		}
+	}
+	if plan.audit {
+		if msg.audit, err = sh.client.Audit(ctx, sh.queue, sh.group, auditLimit); err != nil {
+			return snapshotMsg{}, err
+		}
+	}
+	if plan.previewKey != "" {
+		msg.preview, msg.previewErr = sh.client.Preview(ctx, sh.queue, sh.group, termsafe.Unescape(plan.previewKey), PreviewLimit)
+	}
+	return msg, nil
 }
 
 // escapeSnapshot escapes every text of a snapshot that comes from tenants,

@@ -91,7 +91,7 @@ func NewModel(ctx context.Context, c Client, opts Options) (*Model, error) {
 
 func newModel(ctx context.Context, c Client, opts Options, log *slog.Logger) *Model {
 	sh := &shared{ctx: ctx, client: c, queue: opts.Queue, group: opts.Group, actor: opts.Actor, readOnly: opts.ReadOnly,
-		refresh: opts.Refresh, styles: defaultStyles(), log: log.With(slog.String("queue", opts.Queue), slog.String("group", opts.Group)),
+		refresh: opts.Refresh, refreshLimit: opts.RefreshTimeout, styles: defaultStyles(), log: log.With(slog.String("queue", opts.Queue), slog.String("group", opts.Group)),
 		now: time.Now, after: tick}
 	h := help.New()
 	h.ShortSeparator = " · "

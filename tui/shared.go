@@ -2,6 +2,8 @@ package tui
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -20,6 +22,7 @@ type shared struct {
 	actor        string
 	readOnly     bool
 	refresh      time.Duration
+	refreshLimit time.Duration // Options.RefreshTimeout
 	styles       styles
 	log          *slog.Logger
 	now          func() time.Time
@@ -30,6 +33,35 @@ type shared struct {
 
 func tick(d time.Duration, msg tea.Msg) tea.Cmd {
 	return tea.Tick(d, func(time.Time) tea.Msg { return msg })
+}
+
+// bounded runs fn with a context that ends after d, and returns by then
+// whatever fn does: a call stuck past its deadline (a frozen connection)
+// is left to end by itself, and its result to nobody, so fn must write to
+// nothing outside the value it returns. Its error then says the deadline
+// passed.
+func bounded[T any](ctx context.Context, d time.Duration, fn func(ctx context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, d, fmt.Errorf("no answer within %s (the refresh deadline, --refresh-timeout): %w", d, context.DeadlineExceeded))
+	defer cancel()
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := fn(ctx)
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			r.err = fmt.Errorf("%w: %w", context.Cause(ctx), r.err)
+		}
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, context.Cause(ctx)
+	}
 }
 
 // call runs fn with a context bounded by CallTimeout.

@@ -2,15 +2,16 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
-	"regexp"
-	"strings"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/partitionq/partitionq/internal/connstr"
 	"github.com/partitionq/partitionq/partitionq"
 )
 
@@ -34,12 +35,9 @@ func (a *app) openFor(ctx context.Context, t target) (*session, error) {
 // open connects to the database of --db or DATABASE_URL and builds a
 // client. ctx governs the connection and the engine detection.
 func (a *app) open(ctx context.Context) (*session, error) {
-	connStr := a.db
-	if connStr == "" {
-		connStr = a.env.Getenv("DATABASE_URL")
-	}
-	if connStr == "" {
-		return nil, usagef("no database: pass --db URL or set DATABASE_URL (for example postgres://user@localhost:5432/app)")
+	connStr, err := a.connString()
+	if err != nil {
+		return nil, err
 	}
 	switch a.engine {
 	case "", "pgq", "pgque":
@@ -50,12 +48,9 @@ func (a *app) open(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := pgxpool.ParseConfig(connStr)
+	cfg, err := poolConfig(connStr, "partitionq")
 	if err != nil {
-		return nil, usagef("invalid --db or DATABASE_URL: %w", err)
-	}
-	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
-		cfg.ConnConfig.RuntimeParams["application_name"] = "partitionq"
+		return nil, err
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -63,8 +58,7 @@ func (a *app) open(ctx context.Context) (*session, error) {
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("cannot connect to the database %s: %w: check --db or DATABASE_URL and that the server runs",
-			describeDB(cfg), err)
+		return nil, connectFailed(ctx, cfg.ConnConfig, err)
 	}
 	var logOut io.Writer = a.env.Stderr
 	if a.logsOff {
@@ -79,22 +73,75 @@ func (a *app) open(ctx context.Context) (*session, error) {
 	return &session{pool: pool, client: client}, nil
 }
 
-// describeDB names the server and database without the password.
-func describeDB(cfg *pgxpool.Config) string {
-	c := cfg.ConnConfig
-	return fmt.Sprintf("%s@%s:%d/%s", c.User, c.Host, c.Port, c.Database)
+// connString is --db, else DATABASE_URL.
+func (a *app) connString() (string, error) {
+	if a.db != "" {
+		return a.db, nil
+	}
+	if s := a.env.Getenv("DATABASE_URL"); s != "" {
+		return s, nil
+	}
+	return "", usagef("no database: pass --db URL or set DATABASE_URL (for example postgres://user@localhost:5432/app)")
 }
 
-var poolMaxKeyword = regexp.MustCompile(`(^|\s)pool_max_conns\s*=`)
-
-// setsPoolMaxConns reports whether a URL or keyword/value connection string
-// sets pool_max_conns.
-func setsPoolMaxConns(connStr string) bool {
-	if strings.HasPrefix(connStr, "postgres://") || strings.HasPrefix(connStr, "postgresql://") {
-		u, err := url.Parse(connStr)
-		return err == nil && u.Query().Has("pool_max_conns")
+// poolConfig parses a connection string for a pool of partitionq's own: a
+// connection attempt times out after connstr.ConnectTimeoutDefault unless
+// the string (or PGCONNECT_TIMEOUT) sets connect_timeout, and the sessions
+// show as appName unless it sets application_name.
+func poolConfig(connStr, appName string) (*pgxpool.Config, error) {
+	withTimeout, err := connstr.WithConnectTimeout(connStr)
+	if err != nil {
+		return nil, usagef("invalid --db or DATABASE_URL: %w", err)
 	}
-	return poolMaxKeyword.MatchString(connStr)
+	cfg, err := pgxpool.ParseConfig(withTimeout)
+	if err != nil {
+		return nil, usagef("invalid --db or DATABASE_URL: %w", err)
+	}
+	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = appName
+	}
+	return cfg, nil
+}
+
+// connectFailed says why a connection to cfg failed, once (pgx lists every
+// attempt: see connstr.ConnectCause), and what to check.
+func connectFailed(ctx context.Context, cfg *pgx.ConnConfig, err error) error {
+	err = connstr.ConnectCause(err)
+	hint := "check --db or DATABASE_URL and that the server runs"
+	var pe *pgconn.PgError
+	switch {
+	case errors.As(err, &pe) && pe.Code == "28P01": // invalid_password
+		hint = "check the user and password in --db or DATABASE_URL (or PGPASSWORD, ~/.pgpass)"
+	case errors.As(err, &pe) && pe.Code == "3D000": // invalid_catalog_name
+		hint = "check the database name in --db or DATABASE_URL, or create the database"
+	case errors.As(err, &pe) && pe.Code == "28000": // invalid_authorization_specification
+		hint = "check the user in --db or DATABASE_URL, and that the server's pg_hba.conf lets it in"
+	case errors.As(err, &pe):
+		hint = "check --db or DATABASE_URL"
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("cannot connect to the database %s: no answer in time (%w): check that the server runs and that the network reaches it",
+			describeConn(cfg), context.Cause(ctx))
+	case pgconn.Timeout(err):
+		hint = fmt.Sprintf("no answer within connect_timeout (%s per address): check that the server runs and that the network reaches it, or set connect_timeout in --db or DATABASE_URL", cfg.ConnectTimeout)
+	}
+	return fmt.Errorf("cannot connect to the database %s: %w: %s", describeConn(cfg), err, hint)
+}
+
+// deadlinePassed says so when err came after ctx's deadline, unless err
+// already does.
+func deadlinePassed(ctx context.Context, err error) error {
+	cause := context.Cause(ctx)
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, cause) {
+		return err
+	}
+	return fmt.Errorf("no answer in time (%w): %w", cause, err)
+}
+
+// describeDB names the server and database without the password.
+func describeDB(cfg *pgxpool.Config) string { return describeConn(cfg.ConnConfig) }
+
+func describeConn(c *pgx.ConnConfig) string {
+	return fmt.Sprintf("%s@%s:%d/%s", c.User, c.Host, c.Port, c.Database)
 }
 
 func parseLogLevel(s string) (slog.Level, error) {

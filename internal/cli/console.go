@@ -11,10 +11,11 @@ import (
 
 // consoleOptions are the flags of console, handed to package tui.
 type consoleOptions struct {
-	refresh  time.Duration
-	readOnly bool
-	actor    string
-	logFile  string
+	refresh        time.Duration
+	refreshTimeout time.Duration
+	readOnly       bool
+	actor          string
+	logFile        string
 }
 
 func (a *app) consoleCmd() *cobra.Command {
@@ -35,6 +36,9 @@ until you quit with q; its logs go to --log-file only. See docs/console.md.`,
 			if err := t.need(); err != nil {
 				return err
 			}
+			if opts.refreshTimeout < tui.RefreshMin {
+				return usagef("invalid --refresh-timeout %s: give at least %s, such as %s", opts.refreshTimeout, tui.RefreshMin, tui.RefreshTimeoutDefault)
+			}
 			a.logsOff = true // the console owns the terminal
 			s, err := a.open(cmd.Context())
 			if err != nil {
@@ -51,6 +55,7 @@ until you quit with q; its logs go to --log-file only. See docs/console.md.`,
 	f := cmd.Flags()
 	t.bind(f)
 	f.DurationVar(&opts.refresh, "refresh", tui.RefreshDefault, "how often the console reads the group's state")
+	f.DurationVar(&opts.refreshTimeout, "refresh-timeout", tui.RefreshTimeoutDefault, "the longest a refresh may take: one that has not answered by then counts as failed (DB DOWN)")
 	f.BoolVar(&opts.readOnly, "read-only", false, "only watch: hide every action")
 	f.StringVar(&opts.actor, "actor", "", "who is acting, recorded in the audit trail (default $USER)")
 	f.StringVar(&opts.logFile, "log-file", "", "append the console's logs to this file (default: no log)")
@@ -60,5 +65,5 @@ until you quit with q; its logs go to --log-file only. See docs/console.md.`,
 // runConsole hands the terminal to the console until the user quits or ctx ends.
 func runConsole(ctx context.Context, s *session, t target, opts consoleOptions) error {
 	return tui.Run(ctx, s.client, tui.Options{Queue: t.queue, Group: t.group, Refresh: opts.refresh,
-		ReadOnly: opts.readOnly, Actor: opts.actor, LogFile: opts.logFile})
+		RefreshTimeout: opts.refreshTimeout, ReadOnly: opts.readOnly, Actor: opts.actor, LogFile: opts.logFile})
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/partitionq/partitionq/internal/connstr"
 	"github.com/partitionq/partitionq/internal/demo"
 	"github.com/partitionq/partitionq/partitionq"
 	"github.com/partitionq/partitionq/tui"
@@ -147,11 +148,8 @@ type demoRun struct {
 
 func (a *app) demo(cmd *cobra.Command, f demoFlags) error {
 	ctx := cmd.Context()
-	connStr := a.db
-	if connStr == "" {
-		connStr = a.env.Getenv("DATABASE_URL")
-	}
-	if connStr == "" {
+	connStr, err := a.connString()
+	if err != nil {
 		return usagef("no database: pass --db URL or set DATABASE_URL to a PostgreSQL server with PgQ (or run make demo, which brings one up)")
 	}
 	if a.engine == "pgque" && !f.inPlace {
@@ -161,9 +159,9 @@ func (a *app) demo(cmd *cobra.Command, f demoFlags) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := pgxpool.ParseConfig(connStr)
+	cfg, err := poolConfig(connStr, "partitionq-demo")
 	if err != nil {
-		return usagef("invalid --db or DATABASE_URL: %w", err)
+		return err
 	}
 	r := &demoRun{a: a, f: f, out: a.env.Stdout, console: !f.noConsole && a.hasTerminal()}
 	if f.inPlace {
@@ -177,15 +175,14 @@ func (a *app) demo(cmd *cobra.Command, f demoFlags) error {
 		}
 		cfg.ConnConfig.Database = f.demoDB
 		r.where = describeDB(cfg) + " (made for this run, kept afterwards)"
-		r.hintDB = fmt.Sprintf("postgres://%s@%s:%d/%s", cfg.ConnConfig.User, cfg.ConnConfig.Host, cfg.ConnConfig.Port, f.demoDB)
+		r.hintDB = demoHintDB(connStr, f.demoDB)
 	}
 
 	dcfg := f.config()
-	if !setsPoolMaxConns(connStr) {
-		cfg.MaxConns = max(cfg.MaxConns, int32(demo.PoolConns))
-	}
-	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
-		cfg.ConnConfig.RuntimeParams["application_name"] = "partitionq-demo"
+	if c, _ := connstr.Parse(connStr); c != nil {
+		if _, ok := c.Get("pool_max_conns"); !ok {
+			cfg.MaxConns = max(cfg.MaxConns, int32(demo.PoolConns))
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -193,7 +190,7 @@ func (a *app) demo(cmd *cobra.Command, f demoFlags) error {
 	}
 	defer pool.Close()
 	if err := pool.Ping(ctx); err != nil {
-		return fmt.Errorf("cannot connect to the database %s: %w: check --db or DATABASE_URL and that the server runs", describeDB(cfg), err)
+		return connectFailed(ctx, cfg.ConnConfig, err)
 	}
 	// The library logs each handler failure; the demo fails on purpose, so
 	// its logs are shown only when asked for with --log-level (and never
@@ -230,14 +227,29 @@ func (a *app) hasTerminal() bool {
 		term.IsTerminal(os.Stdin.Fd()) && term.IsTerminal(os.Stdout.Fd())
 }
 
+// demoHintDB is the connection string of the demo's database, for the
+// commands the demo suggests at its end: the user's own (its form, sslmode
+// and the rest kept) with the password hidden, shell-quoted when it must be.
+func demoHintDB(connStr, demoDB string) string {
+	c, err := connstr.Parse(connStr)
+	if err != nil {
+		return demoDB
+	}
+	c.Set("dbname", demoDB)
+	s := c.Redacted()
+	if strings.ContainsAny(s, " '\"$&;|<>()*?[]#~`!{}") {
+		s = "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	}
+	return s
+}
+
 // makeDemoDB drops the database name if an earlier demo made it, makes it
 // again, and creates the PgQ extension in it. It never drops a database
 // the demo did not make. ctx governs the whole call.
 func makeDemoDB(ctx context.Context, admin *pgx.ConnConfig, name string) error {
 	conn, err := pgx.ConnectConfig(ctx, admin.Copy())
 	if err != nil {
-		return fmt.Errorf("cannot connect to the database %s@%s:%d/%s: %w: check --db or DATABASE_URL and that the server runs",
-			admin.User, admin.Host, admin.Port, admin.Database, err)
+		return connectFailed(ctx, admin, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	ident := pgx.Identifier{name}.Sanitize()

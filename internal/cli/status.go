@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/partitionq/partitionq/partitionq"
+	"github.com/partitionq/partitionq/tui"
 )
 
 // statusJSON is the --json output of status (docs/cli.md).
@@ -58,8 +60,9 @@ func toStatusJSON(gs partitionq.GroupStatus) statusJSON {
 
 func (a *app) statusCmd() *cobra.Command {
 	var (
-		t      target
-		asJSON bool
+		t       target
+		asJSON  bool
+		timeout time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
@@ -71,18 +74,23 @@ letters not yet replayed.
 
 PENDING (est.) is the queue's pending events divided by the number of
 slots: an estimate of the slot's share, exact only when keys spread evenly.
-Read-only and cheap.`,
+Read-only and cheap. It waits at most --timeout for the database.`,
 		Example: "  partitionq status --queue files --group indexer --json",
 		Args:    cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			s, err := a.openFor(cmd.Context(), t)
+			if timeout <= 0 {
+				return usagef("invalid --timeout %s: give a positive duration, such as %s", timeout, tui.RefreshTimeoutDefault)
+			}
+			ctx, cancel := context.WithTimeoutCause(cmd.Context(), timeout, fmt.Errorf("status waits at most %s: --timeout", timeout))
+			defer cancel()
+			s, err := a.openFor(ctx, t)
 			if err != nil {
 				return err
 			}
 			defer s.close()
-			gs, err := s.client.Status(cmd.Context(), t.queue, t.group)
+			gs, err := s.client.Status(ctx, t.queue, t.group)
 			if err != nil {
-				return err
+				return deadlinePassed(ctx, err)
 			}
 			if asJSON {
 				return writeJSON(cmd.OutOrStdout(), toStatusJSON(gs))
@@ -92,6 +100,7 @@ Read-only and cheap.`,
 	}
 	t.bind(cmd.Flags())
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().DurationVar(&timeout, "timeout", tui.RefreshTimeoutDefault, "the longest status waits for the database (connecting included) before it fails")
 	return cmd
 }
 

@@ -103,18 +103,17 @@ func TestTailBuffer(t *testing.T) {
 	}
 }
 
-func TestSetsPoolMaxConns(t *testing.T) {
-	for in, want := range map[string]bool{
-		"postgres://u@h/db":                        false,
-		"postgres://u@h/db?sslmode=disable":        false,
-		"postgres://u@h/db?pool_max_conns=3":       true,
-		"postgresql://u@h/db?a=b&pool_max_conns=3": true,
-		"host=h dbname=db":                         false,
-		"host=h pool_max_conns=3 dbname=db":        true,
-		"pool_max_conns = 3":                       true,
+// The demo's closing hints name its database in the user's own connection
+// string, password hidden, quoted for the shell when it must be.
+func TestDemoHintDB(t *testing.T) {
+	for in, want := range map[string]string{
+		"postgres://postgres@localhost:5432/postgres":                   "postgres://postgres@localhost:5432/partitionq_demo",
+		"postgres://app:s3cret@127.0.0.1:5432/postgres?sslmode=disable": "'postgres://app:xxxxx@127.0.0.1:5432/partitionq_demo?sslmode=disable'",
+		"host=localhost user=postgres dbname=postgres":                  "'host=localhost user=postgres dbname=partitionq_demo'",
+		`host=localhost password='it\'s' dbname=postgres`:               "'host=localhost password=xxxxx dbname=partitionq_demo'",
 	} {
-		if got := setsPoolMaxConns(in); got != want {
-			t.Errorf("setsPoolMaxConns(%q) = %v", in, got)
+		if got := demoHintDB(in, "partitionq_demo"); got != want {
+			t.Errorf("demoHintDB(%q) = %s, want %s", in, got, want)
 		}
 	}
 }

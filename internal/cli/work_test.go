@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/partitionq/partitionq/internal/cli"
+	"github.com/partitionq/partitionq/internal/connstr"
 )
 
 // script writes a shell script into dir and returns the --exec to run it.
@@ -121,10 +122,12 @@ func TestWorkSlotsAndSmallPool(t *testing.T) {
 
 	// The worker's slots and drains hold connections of the worker's own,
 	// so the pool the connection string sizes can be as small as one.
-	small := &harness{t: t, url: h.url, env: map[string]string{"DATABASE_URL": h.url + "&pool_max_conns=1"}}
-	if !strings.Contains(h.url, "?") {
-		small.env["DATABASE_URL"] = h.url + "?pool_max_conns=1"
+	oneConn, err := connstr.Parse(h.url)
+	if err != nil {
+		t.Fatal(err)
 	}
+	oneConn.Set("pool_max_conns", "1")
+	small := &harness{t: t, url: h.url, env: map[string]string{"DATABASE_URL": oneConn.String()}}
 	sw := small.startWork("--exec", "true")
 	waitFor(t, 30*time.Second, "all 3 slots owned by the worker whose pool has one connection", func() bool {
 		var st statusOut

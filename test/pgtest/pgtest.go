@@ -11,14 +11,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-
+	"fmt"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/partitionq/partitionq/internal/connstr"
 )
 
 // AdminURL returns the URL of the server's maintenance database.
@@ -93,31 +94,15 @@ func New(t testing.TB) DB {
 	return DB{Name: name, URL: url}
 }
 
-// ReplaceDB points a URL or keyword/value connection string at another database.
+// ReplaceDB points a URL or keyword/value connection string at the
+// database to, wherever the string names its database (internal/connstr);
+// from is not needed.
 func ReplaceDB(connStr, from, to string) string {
-	if strings.HasPrefix(connStr, "postgres://") || strings.HasPrefix(connStr, "postgresql://") {
-		rest := connStr[strings.Index(connStr, "://")+3:]
-		hostEnd := strings.IndexAny(rest, "/?")
-		prefix := connStr[:len(connStr)-len(rest)]
-		if hostEnd < 0 {
-			return connStr + "/" + to
-		}
-		host := rest[:hostEnd]
-		tail := rest[hostEnd:]
-		if strings.HasPrefix(tail, "/") {
-			q := strings.Index(tail, "?")
-			if q < 0 {
-				tail = ""
-			} else {
-				tail = tail[q:]
-			}
-		}
-		return prefix + host + "/" + to + tail
+	s, err := connstr.WithDatabase(connStr, to)
+	if err != nil {
+		panic(fmt.Sprintf("pgtest: cannot point the test server's connection string at database %s: %v", to, err))
 	}
-	if from != "" && strings.Contains(connStr, "dbname="+from) {
-		return strings.Replace(connStr, "dbname="+from, "dbname="+to, 1)
-	}
-	return connStr + " dbname=" + to
+	return s
 }
 
 // Pool opens a pool on db with at least maxConns connections, closed at cleanup.

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partitionq/partitionq/internal/cli"
+	"github.com/partitionq/partitionq/internal/connstr"
 	"github.com/partitionq/partitionq/partitionq"
 	"github.com/partitionq/partitionq/test/pgtest"
 )
@@ -123,7 +124,12 @@ func (e *env) dropRoles() {
 
 // url is the test database's URL as the login role of role.
 func (e *env) url(role string) string {
-	return strings.Replace(e.db.URL, "postgres@", e.login(role)+"@", 1)
+	c, err := connstr.Parse(e.db.URL)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	c.Set("user", e.login(role))
+	return c.String()
 }
 
 // pool opens a pool that logs in as role.

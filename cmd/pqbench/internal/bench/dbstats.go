@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/partitionq/partitionq/internal/connstr"
 )
 
 // Server is the PostgreSQL server under test.
@@ -27,6 +30,10 @@ type Server struct {
 	Statements bool
 	statsDB    string // database holding the pg_stat_statements view
 
+	// TLS is true when the connection to AdminURL uses TLS (sslmode=prefer
+	// falls back to none on a server without it).
+	TLS bool
+
 	// postmaster is the server's main process when it runs on this machine
 	// and /proc shows it: server CPU is then the CPU time of it and all its
 	// children (the whole cluster).
@@ -39,10 +46,11 @@ var reportedSettings = []string{"shared_buffers", "max_connections", "fsync", "s
 func connectServer(ctx context.Context, adminURL string) (*Server, error) {
 	conn, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w (start a server with scripts/devdb.sh, or pass -db)", redact(adminURL), err)
+		return nil, fmt.Errorf("connect to %s: %w (start a server with scripts/devdb.sh, or pass -db)", redactConn(adminURL), err)
 	}
 	defer conn.Close(ctx)
 	s := &Server{AdminURL: adminURL, Settings: map[string]string{}, clkTck: 100}
+	_, s.TLS = conn.PgConn().Conn().(*tls.Conn)
 	if err := conn.QueryRow(ctx, `select current_setting('server_version'),
 		coalesce((select default_version from pg_available_extensions where name = 'pgq'), '')`).Scan(&s.Version, &s.PgQ); err != nil {
 		return nil, err
@@ -229,31 +237,40 @@ func (s *Server) clusterCPU() time.Duration {
 
 // ---------------------------------------------------------------- URLs
 
-// replaceDB points a postgres:// URL or a keyword/value string at db.
+// replaceDB points the connection string connStr at the database db
+// (internal/connstr). Run has checked that connStr parses.
 func replaceDB(connStr, db string) string {
-	if strings.HasPrefix(connStr, "postgres://") || strings.HasPrefix(connStr, "postgresql://") {
-		scheme := connStr[:strings.Index(connStr, "://")+3]
-		rest := connStr[len(scheme):]
-		query := ""
-		if q := strings.IndexByte(rest, '?'); q >= 0 {
-			rest, query = rest[:q], rest[q:]
-		}
-		if sl := strings.IndexByte(rest, '/'); sl >= 0 {
-			rest = rest[:sl]
-		}
-		return scheme + rest + "/" + db + query
+	s, err := connstr.WithDatabase(connStr, db)
+	if err != nil {
+		panic(fmt.Sprintf("pqbench: the admin connection string does not parse: %v", err))
 	}
-	fields := strings.Fields(connStr)
-	out := fields[:0]
-	for _, f := range fields {
-		if !strings.HasPrefix(f, "dbname=") {
-			out = append(out, f)
-		}
-	}
-	return strings.Join(append(out, "dbname="+db), " ")
+	return s
 }
 
-// redact hides a password in a URL.
+// peerURL is replaceDB as a URL, for the peers (Node.js), which read only
+// that form, and which know no fallback from TLS: when the Go side's
+// connection does not use TLS (useTLS false), neither do theirs.
+func peerURL(connStr, db string, useTLS bool) string {
+	c, err := connstr.Parse(replaceDB(connStr, db))
+	if err != nil {
+		panic(fmt.Sprintf("pqbench: the admin connection string does not parse: %v", err))
+	}
+	if !useTLS {
+		c.Set("sslmode", "disable")
+	}
+	return c.URL()
+}
+
+// redactConn hides the password of a connection string.
+func redactConn(connStr string) string {
+	c, err := connstr.Parse(connStr)
+	if err != nil {
+		return "(a connection string that does not parse)"
+	}
+	return c.Redacted()
+}
+
+// redact hides a password in a URL written in a command line.
 func redact(u string) string {
 	i := strings.Index(u, "://")
 	at := strings.LastIndexByte(u, '@')

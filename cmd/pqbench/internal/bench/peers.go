@@ -189,7 +189,7 @@ func (b *bench) runPeer(ctx context.Context, r peerRun) []*Result {
 	logFile := b.tmpFile(fmt.Sprintf("%s-%s-%d.log", r.system, r.wl.Name, time.Now().UnixNano()))
 	timeoutS := int((b.cfg.RunTimeout + time.Duration(len(r.wl.Events))*10*time.Millisecond).Seconds())
 	pc := map[string]any{
-		"system": r.system, "mode": r.mode, "db": replaceDB(b.cfg.AdminURL, db), "workload": r.wlFile, "log": logFile,
+		"system": r.system, "mode": r.mode, "db": peerURL(b.cfg.AdminURL, db, b.srv.TLS), "workload": r.wlFile, "log": logFile,
 		"queue": strings.ToLower(r.wl.Name), "handlerMs": float64(r.wl.Handler) / float64(time.Millisecond),
 		"produce": r.produce, "sendConcurrency": 16, "timeoutS": timeoutS, "retryDelayS": r.retryS,
 		"rate": b.cfg.LatRate, "notify": r.notify,

@@ -40,7 +40,7 @@ type WorkloadInfo struct {
 func newReport(cfg Config, srv *Server) *Report {
 	args := append([]string{"pqbench"}, os.Args[1:]...)
 	r := &Report{Date: time.Now(), Command: redact(strings.Join(args, " ")), Config: cfg, Machine: machineInfo(), Server: map[string]string{
-		"version": srv.Version, "pgq": srv.PgQ, "url": redact(srv.AdminURL),
+		"version": srv.Version, "pgq": srv.PgQ, "url": redactConn(srv.AdminURL),
 		"pg_stat_statements": fmt.Sprint(srv.Statements), "server_cpu_from_proc": fmt.Sprint(srv.ServerCPUMeasured()),
 	}}
 	for k, v := range srv.Settings {

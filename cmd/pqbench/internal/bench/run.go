@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/partitionq/partitionq/internal/connstr"
 )
 
 // Main runs pqbench with args and returns the exit code: 0 when every run
@@ -90,6 +92,9 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	}
 	if cfg.AdminURL == "" {
 		cfg.AdminURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	}
+	if _, err := connstr.Parse(cfg.AdminURL); err != nil {
+		return nil, fmt.Errorf("invalid -db: %w", err)
 	}
 	srv, err := connectServer(ctx, cfg.AdminURL)
 	if err != nil {
