@@ -78,7 +78,7 @@ func (c *Client) BlockedKey(ctx context.Context, queue, group, key string) (Bloc
 }
 
 func notBlocked(key string) error {
-	return fmt.Errorf("%w: key %q has no unresolved head in its slot", ErrNotBlocked, key)
+	return fmt.Errorf("%w: key %s has no unresolved head in its slot", ErrNotBlocked, shorten(key))
 }
 
 func (c *Client) groupAndSlot(ctx context.Context, queue, group, key string) (Group, int, error) {
@@ -286,6 +286,9 @@ func (c *Client) Quarantine(ctx context.Context, a Action) (ActionResult, error)
 // writes the audit entry.
 func (c *Client) onHead(ctx context.Context, a Action, action string,
 	fn func(tx pgx.Tx, g Group, s int, head engine.Event, res *ActionResult) error) (ActionResult, error) {
+	if err := validateActorReason(a.Actor, a.Reason); err != nil {
+		return ActionResult{}, err
+	}
 	g, s, err := c.groupAndSlot(ctx, a.Queue, a.Group, a.Key)
 	if err != nil {
 		return ActionResult{}, err
@@ -321,7 +324,7 @@ func (c *Client) onHead(ctx context.Context, a Action, action string,
 			// (A timed engine retry is held by the table lock above.)
 			_, ok, err := c.eng.LockRetry(ctx, tx, sub, head.ID, true)
 			if errors.Is(err, engine.ErrLocked) {
-				return fmt.Errorf("%w (key %q, event %d): try again in a moment", ErrHeadBusy, a.Key, head.ID)
+				return fmt.Errorf("%w (key %s, event %d): try again in a moment", ErrHeadBusy, shorten(a.Key), head.ID)
 			}
 			if err != nil {
 				return err

@@ -187,6 +187,9 @@ func (cfg WorkerConfig) validate() error {
 	if err := ValidateGroupName(cfg.Group); err != nil {
 		return err
 	}
+	if err := validateText("WorkerConfig.Identity", cfg.Identity, maxText); err != nil {
+		return err
+	}
 	bad := func(field, value, problem, fix string) error {
 		return &ValidationError{Field: "WorkerConfig." + field, Value: value, Problem: problem, Fix: fix}
 	}
