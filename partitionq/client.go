@@ -51,10 +51,14 @@ type Client struct {
 }
 
 // NewClient returns a Client that uses pool, which the caller owns (the
-// client never closes it). ctx governs the engine detection query only.
+// client never closes it). ctx governs the query that detects the engine,
+// or checks that the one of Config.EngineSchema is installed.
 func NewClient(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	if pool == nil {
 		return nil, errors.New("partitionq.NewClient: pool is nil: pass a *pgxpool.Pool")
+	}
+	if err := validateText("Config.Actor", cfg.Actor, maxText); err != nil {
+		return nil, err
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -69,6 +73,11 @@ func NewClient(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, er
 	eng, err := engine.New(schema)
 	if err != nil {
 		return nil, &ValidationError{Field: "Config.EngineSchema", Value: shorten(schema), Problem: err.Error(), Fix: `use "pgq" or "pgque", or leave it empty to detect`}
+	}
+	if cfg.EngineSchema != "" {
+		if err := eng.CheckInstalled(ctx, pool); err != nil {
+			return nil, err
+		}
 	}
 	return &Client{pool: pool, eng: eng, log: cfg.Logger, cfg: cfg}, nil
 }

@@ -54,6 +54,11 @@ type DeadLetterQuery struct {
 // DeadLetters lists dead letters of a group, oldest first (or newest
 // first with Newest).
 func (c *Client) DeadLetters(ctx context.Context, q DeadLetterQuery) ([]DeadLetter, error) {
+	if q.Key != "" {
+		if err := ValidateKey(q.Key); err != nil {
+			return nil, err
+		}
+	}
 	if _, err := c.Group(ctx, q.Queue, q.Group); err != nil {
 		return nil, err
 	}
@@ -110,6 +115,9 @@ type ReplayResult struct {
 // idempotent: a dead letter is replayed once; later calls return
 // OutcomeAlreadyReplayed and the first replay's event id.
 func (c *Client) Replay(ctx context.Context, queue, group string, id int64, reason, actor string) (ReplayResult, error) {
+	if err := validateActorReason(actor, reason); err != nil {
+		return ReplayResult{}, err
+	}
 	if _, err := c.Group(ctx, queue, group); err != nil {
 		return ReplayResult{}, err
 	}
@@ -155,6 +163,9 @@ type PurgeRequest struct {
 
 // Purge deletes dead letters for good and returns how many.
 func (c *Client) Purge(ctx context.Context, r PurgeRequest) (int64, error) {
+	if err := validateActorReason(r.Actor, r.Reason); err != nil {
+		return 0, err
+	}
 	if _, err := c.Group(ctx, r.Queue, r.Group); err != nil {
 		return 0, err
 	}

@@ -28,6 +28,9 @@ type DropGroupRequest struct {
 // its other groups and the group's dead letters stay. ctx governs the call,
 // which runs in one transaction and is recorded in the audit trail.
 func (c *Client) DropGroup(ctx context.Context, r DropGroupRequest) error {
+	if err := validateActorReason(r.Actor, r.Reason); err != nil {
+		return err
+	}
 	g, err := c.Group(ctx, r.Queue, r.Group)
 	if err != nil {
 		return err

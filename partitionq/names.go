@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/partitionq/partitionq/internal/termsafe"
 )
 
 // Limits on names, keys and the number of slots.
@@ -49,8 +51,8 @@ func ValidateSlots(n int) error {
 	return nil
 }
 
-// ValidateKey checks a partition key: 1 to MaxKeyLen bytes of valid UTF-8
-// without NUL bytes, which is what PostgreSQL text can hold.
+// ValidateKey checks a partition key: 1 to MaxKeyLen bytes of text (see
+// Message for the rule).
 func ValidateKey(k string) error {
 	if k == "" {
 		return &ValidationError{Field: "key", Value: `""`, Problem: "it is empty", Fix: "give every event a partition key (for example the tenant id)"}
@@ -58,24 +60,59 @@ func ValidateKey(k string) error {
 	return validateText("key", k, MaxKeyLen)
 }
 
+// maxText bounds free text (a payload, a reason, an actor): what one
+// PostgreSQL text value can hold.
+const maxText = 1 << 30
+
+// validateText is the one rule for text that partitionq stores (keys,
+// types, payloads, actors, reasons): at most max bytes of valid UTF-8
+// without NUL bytes. Valid UTF-8 excludes the surrogate code points U+D800
+// to U+DFFF (bytes ED A0 80 to ED BF BF), which a Go string can hold but
+// which are not characters. The rule is what PostgreSQL text can hold, so
+// that a value is stored as it was given or refused, never changed (the
+// command decodes JSON without loss, so an unpaired "\ud800" escape reaches
+// this rule instead of becoming U+FFFD).
 func validateText(field, v string, max int) error {
-	switch {
-	case len(v) > max:
-		return &ValidationError{Field: field, Value: shorten(v), Problem: fmt.Sprintf("it is %d bytes long, more than %d", len(v), max), Fix: "shorten it"}
-	case !utf8.ValidString(v):
-		return &ValidationError{Field: field, Value: shorten(v), Problem: "it is not valid UTF-8, which PostgreSQL text cannot hold", Fix: "encode it as UTF-8 (or base64 for binary data)"}
-	case strings.IndexByte(v, 0) >= 0:
-		return &ValidationError{Field: field, Value: shorten(v), Problem: "it contains a NUL byte, which PostgreSQL text cannot hold", Fix: "remove the NUL bytes (or base64-encode binary data)"}
+	bad := func(problem, fix string) error {
+		return &ValidationError{Field: field, Value: shorten(v), Problem: problem, Fix: fix}
+	}
+	if len(v) > max {
+		return bad(fmt.Sprintf("it is %d bytes long, more than %d", len(v), max), "shorten it")
+	}
+	if utf8.ValidString(v) && strings.IndexByte(v, 0) < 0 {
+		return nil
+	}
+	for i := 0; i < len(v); {
+		r, size := utf8.DecodeRuneInString(v[i:])
+		switch {
+		case r == 0:
+			return bad(fmt.Sprintf("it contains a NUL byte (at offset %d), which PostgreSQL text cannot hold", i),
+				"remove the NUL bytes (or base64-encode binary data)")
+		case r == utf8.RuneError && size == 1:
+			if s, ok := termsafe.Surrogate(v[i:]); ok {
+				return bad(fmt.Sprintf(`it contains %U (at offset %d), an unpaired UTF-16 surrogate, which is not a character (in JSON: a lone \u%04x escape)`, s, i, s),
+					`write the whole character (in JSON both halves of a pair, such as \ud83d\ude00) or remove it`)
+			}
+			return bad(fmt.Sprintf("it is not valid UTF-8 (byte 0x%02x at offset %d), which PostgreSQL text cannot hold", v[i], i),
+				"encode it as UTF-8 (or base64 for binary data)")
+		}
+		i += size
 	}
 	return nil
 }
 
-func shorten(v string) string {
-	if len(v) > 40 {
-		v = v[:40] + "..."
+// validateActorReason checks who acts and why, for the audit trail and the
+// dead letters, with the text rule.
+func validateActorReason(actor, reason string) error {
+	if err := validateText("actor", actor, maxText); err != nil {
+		return err
 	}
-	return strconv.Quote(v)
+	return validateText("reason", reason, maxText)
 }
+
+// shorten quotes a value for a ValidationError: clipped, escaped
+// (internal/termsafe.Quote, the helper of every error that echoes input).
+func shorten(v string) string { return termsafe.Quote(v) }
 
 // consumerName is the engine consumer of one slot: "<group>#<slot>/<n>".
 // The number of slots is encoded so it can be recovered from the engine.

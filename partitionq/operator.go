@@ -97,7 +97,7 @@ func blockedKey(h parked.Head) BlockedKey {
 }
 
 func notBlocked(key string) error {
-	return fmt.Errorf("%w: key %q has no unresolved head in its slot", ErrNotBlocked, key)
+	return fmt.Errorf("%w: key %s has no unresolved head in its slot", ErrNotBlocked, shorten(key))
 }
 
 func (c *Client) groupAndSlot(ctx context.Context, queue, group, key string) (Group, int, error) {
@@ -223,6 +223,9 @@ func (c *Client) Quarantine(ctx context.Context, a Action) (ActionResult, error)
 // act runs an operator action on the head of a key, with its audit entry
 // in the same transaction.
 func (c *Client) act(ctx context.Context, a Action, kind parked.Kind) (ActionResult, error) {
+	if err := validateActorReason(a.Actor, a.Reason); err != nil {
+		return ActionResult{}, err
+	}
 	g, s, err := c.groupAndSlot(ctx, a.Queue, a.Group, a.Key)
 	if err != nil {
 		return ActionResult{}, err

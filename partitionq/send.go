@@ -11,20 +11,32 @@ import (
 )
 
 // Message is one event to send.
+//
+// The text rule, the same for Key, Type and Payload (and for the actor and
+// reason of operator actions): valid UTF-8 without NUL bytes, which is what
+// PostgreSQL text can hold. Valid UTF-8 rules out stray bytes (0xff) and
+// the surrogate code points U+D800 to U+DFFF (bytes ED A0 80 to ED BF BF:
+// a Go string can hold them; they are halves of UTF-16 pairs, not
+// characters). Anything else is refused with a *ValidationError naming the
+// field, never stored changed: two keys that differ only in their invalid
+// bytes would otherwise become one. Any character is allowed, control
+// characters included (the command and the console show them escaped).
+// The partitionq command checks its flags and JSON lines with this rule
+// (Validate), decoding JSON without loss so that it sees what was written.
 type Message struct {
 	// Key is the partition key (for example the tenant id): events sharing
-	// it are handled in order, one at a time. Required: 1 to MaxKeyLen bytes
-	// of UTF-8 without NUL.
+	// it are handled in order, one at a time. Required: 1 to MaxKeyLen bytes.
 	Key string
 	// Type is the event type, e.g. "FileCreated". Optional; up to
-	// MaxTypeLen bytes of UTF-8 without NUL.
+	// MaxTypeLen bytes.
 	Type string
-	// Payload is the event body, stored as text: it must be valid UTF-8
-	// without NUL bytes (JSON is the usual choice).
+	// Payload is the event body, stored as text (JSON is the usual choice;
+	// base64 for binary data).
 	Payload []byte
 }
 
-// Validate checks a message the way Send does.
+// Validate checks a message against the text rule and the limits, the way
+// Send does.
 func (m Message) Validate() error {
 	if err := ValidateKey(m.Key); err != nil {
 		return err
@@ -32,7 +44,7 @@ func (m Message) Validate() error {
 	if err := validateText("type", m.Type, MaxTypeLen); err != nil {
 		return err
 	}
-	return validateText("payload", string(m.Payload), 1<<30)
+	return validateText("payload", string(m.Payload), maxText)
 }
 
 // sendChunk bounds how many events go into one statement of a batch send.

@@ -15,7 +15,6 @@ import (
 
 	"github.com/partitionq/partitionq/internal/connstr"
 	"github.com/partitionq/partitionq/partitionq/internal/runner"
-	"github.com/partitionq/partitionq/partitionq/internal/store"
 	"github.com/partitionq/partitionq/partitionq/internal/ticker"
 )
 
@@ -229,6 +228,9 @@ func (cfg WorkerConfig) validate() error {
 	if err := ValidateGroupName(cfg.Group); err != nil {
 		return err
 	}
+	if err := validateText("WorkerConfig.Identity", cfg.Identity, maxText); err != nil {
+		return err
+	}
 	bad := func(field, value, problem, fix string) error {
 		return &ValidationError{Field: "WorkerConfig." + field, Value: value, Problem: problem, Fix: fix}
 	}
@@ -377,9 +379,10 @@ func pickSlots(want []int, n int) ([]int, error) {
 // and returns once the worker holds its lease: each slot runs when this
 // worker owns it, or waits as its standby. ctx is the worker's lifetime:
 // cancelling it is the same as Stop. Start fails if the worker was started
-// before, and when it cannot register its lease (for example a role without
-// the rights of sql/roles.sql's worker role, or partitionq's schema missing:
-// run Setup).
+// before, and when the server refuses to register the worker (for example
+// a role without the rights of sql/roles.sql's worker role); when the
+// server cannot be reached, Start returns and the worker keeps trying (the
+// attempts are logged).
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -388,9 +391,6 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	if w.stoppedEarly {
 		return errors.New("partitionq: worker was stopped before it started: make a new one")
-	}
-	if err := store.Migrate(ctx, w.c.pool); err != nil {
-		return err
 	}
 	// The worker's own connections (see PoolConns): none is opened before
 	// it is needed.
@@ -413,13 +413,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	r := w.newRunner(pool)
 	registered := make(chan error, 1)
 	go func() {
-		err := r.Run(soft, hard, func() { registered <- nil })
-		if err != nil {
-			select {
-			case registered <- err:
-			default:
-			}
-		}
+		err := r.Run(soft, hard, func(err error) { registered <- err })
 		w.finish(err)
 	}()
 	if err := <-registered; err != nil {

@@ -38,7 +38,7 @@ func (l *lockedBuffer) String() string {
 }
 
 // A worker's own connections time out on a server they cannot reach
-// although the client's pool sets no connect_timeout: the slot gives up
+// although the client's pool sets no connect_timeout: the worker gives up
 // the attempt, logs it and tries again, instead of waiting forever.
 func TestWorkerConnectAttemptsTimeOut(t *testing.T) {
 	t.Parallel()
@@ -97,6 +97,6 @@ func TestWorkerConnectAttemptsTimeOut(t *testing.T) {
 	})
 	pgtest.WaitFor(t, 4*connstr.ConnectTimeoutDefault, "the slot to give up a connection attempt", func() (bool, error) {
 		l := logs.String()
-		return strings.Contains(l, "slot stopped on an error") && strings.Contains(l, "timeout"), nil
+		return strings.Contains(l, "registering the worker failed; retrying") && strings.Contains(l, "timeout"), nil
 	})
 }

@@ -88,7 +88,7 @@ func printAudit(w io.Writer, es []partitionq.AuditEntry) error {
 		if e.EventID != 0 {
 			ev = i64(e.EventID)
 		}
-		tb.row(i64(e.ID), fmtTime(e.At), e.DBRole, dash(e.Actor), e.Action, dash(e.Key), ev, e.Outcome, clip(dash(e.Reason), 60))
+		tb.row(i64(e.ID), fmtTime(e.At), e.DBRole, clip(dash(e.Actor), 40), e.Action, dash(e.Key), ev, e.Outcome, clip(dash(e.Reason), 60))
 	}
 	return tb.flush()
 }

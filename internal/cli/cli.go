@@ -67,7 +67,7 @@ func Main(ctx context.Context, args []string, env Env) int {
 	if err == nil {
 		return ExitOK
 	}
-	fmt.Fprintf(env.Stderr, "partitionq: %v\n", err)
+	fmt.Fprintf(env.Stderr, "partitionq: %s\n", errorText(err))
 	code := exitCode(err)
 	if code == ExitUsage {
 		path := root.Name()

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partitionq/partitionq/internal/connstr"
+	"github.com/partitionq/partitionq/internal/termsafe"
 	"github.com/partitionq/partitionq/partitionq"
 )
 
@@ -42,7 +43,7 @@ func (a *app) open(ctx context.Context) (*session, error) {
 	switch a.engine {
 	case "", "pgq", "pgque":
 	default:
-		return nil, usagef(`invalid --engine %q: use "pgq" or "pgque", or leave it out to detect the engine`, a.engine)
+		return nil, usagef(`invalid --engine %s: use "pgq" or "pgque", or leave it out to detect the engine`, termsafe.Quote(a.engine))
 	}
 	level, err := parseLogLevel(a.logLevel)
 	if err != nil {
@@ -147,7 +148,7 @@ func describeConn(c *pgx.ConnConfig) string {
 func parseLogLevel(s string) (slog.Level, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return 0, usagef("invalid --log-level %q: use debug, info, warn or error", s)
+		return 0, usagef("invalid --log-level %s: use debug, info, warn or error", termsafe.Quote(s))
 	}
 	return l, nil
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/partitionq/partitionq/internal/connstr"
 	"github.com/partitionq/partitionq/internal/demo"
+	"github.com/partitionq/partitionq/internal/termsafe"
 	"github.com/partitionq/partitionq/partitionq"
 	"github.com/partitionq/partitionq/tui"
 )
@@ -109,7 +110,7 @@ func (f demoFlags) validate() error {
 	case f.duration < 0:
 		return usagef("invalid --duration %s: give a positive duration, or leave it out", f.duration)
 	case !f.inPlace && !validDBName(f.demoDB):
-		return usagef("invalid --demo-db %q: use 1 to 63 lower-case letters, digits and '_', starting with a letter", f.demoDB)
+		return usagef("invalid --demo-db %s: use 1 to 63 lower-case letters, digits and '_', starting with a letter", termsafe.Quote(f.demoDB))
 	}
 	return partitionq.ValidateQueueName(f.queue)
 }

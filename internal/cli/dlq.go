@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/partitionq/partitionq/internal/termsafe"
 	"github.com/partitionq/partitionq/partitionq"
 )
 
@@ -59,7 +60,7 @@ skipped or quarantined.`,
 			if len(args) == 0 {
 				return usagef("dlq needs a subcommand: list, show, replay or purge")
 			}
-			return usagef("unknown dlq subcommand %q: use list, show, replay or purge", args[0])
+			return usagef("unknown dlq subcommand %s: use list, show, replay or purge", termsafe.Quote(args[0]))
 		}),
 	}
 	cmd.AddCommand(a.dlqListCmd(), a.dlqShowCmd(), a.dlqReplayCmd(), a.dlqPurgeCmd())
@@ -135,7 +136,7 @@ func printDeadLetters(w io.Writer, dls []partitionq.DeadLetter) error {
 func parseID(arg string) (int64, error) {
 	id, err := strconv.ParseInt(arg, 10, 64)
 	if err != nil || id < 1 {
-		return 0, usagef("invalid dead letter id %q: give the ID shown by partitionq dlq list", arg)
+		return 0, usagef("invalid dead letter id %s: give the ID shown by partitionq dlq list", termsafe.Quote(arg))
 	}
 	return id, nil
 }

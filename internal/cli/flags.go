@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/partitionq/partitionq/internal/termsafe"
 	"github.com/partitionq/partitionq/partitionq"
 )
 
@@ -82,7 +83,11 @@ func parseSlots(s string, n int) ([]int, error) {
 		return all, nil
 	}
 	bad := func(part, problem string) error {
-		return usagef(`invalid --slots %q: %q %s: use "all" or a list such as 0,2,5-7 of slots 0 to %d`, s, part, problem, n-1)
+		what := termsafe.Quote(part)
+		if part == s {
+			what = "it"
+		}
+		return usagef(`invalid --slots %s: %s %s: use "all" or a list such as 0,2,5-7 of slots 0 to %d`, termsafe.Quote(s), what, problem, n-1)
 	}
 	seen := map[int]bool{}
 	for _, part := range strings.Split(s, ",") {
@@ -132,7 +137,7 @@ func parseBefore(s string, now time.Time) (time.Time, error) {
 	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
 		return now.Add(-d), nil
 	}
-	return time.Time{}, usagef("invalid --before %q: give a time (2024-05-01T12:00:00Z, 2024-05-01 or 2024-05-01 12:00:00) or an age (72h)", s)
+	return time.Time{}, usagef("invalid --before %s: give a time (2024-05-01T12:00:00Z, 2024-05-01 or 2024-05-01 12:00:00) or an age (72h)", termsafe.Quote(s))
 }
 
 // exactArgs wants n positional arguments, named for the message.

@@ -18,10 +18,13 @@ const maxLineErr = 400
 
 // FuzzDecodeLine feeds arbitrary bytes to the decoder of send's JSON lines.
 // It never panics; an accepted line gives a valid message whose key, type
-// and payload are what an independent decoding of the line says, and which
-// comes back unchanged when encoded as a line again; a rejected line gives
-// a short, printable error that says the JSON is malformed or which field
-// is invalid. The seed corpus is in testdata/fuzz/FuzzDecodeLine.
+// and payload are what an independent decoding of the line says, which
+// holds no U+FFFD the line did not write (encoding/json puts one in place
+// of invalid UTF-8 and of unpaired surrogate escapes: such a line must be
+// refused, not changed), and which comes back unchanged when encoded as a
+// line again; a rejected line gives a short, printable error that says the
+// JSON is malformed or which field is invalid. The seed corpus is in
+// testdata/fuzz/FuzzDecodeLine.
 func FuzzDecodeLine(f *testing.F) {
 	for _, s := range []string{
 		`{"key":"tenant-42","type":"FileCreated","payload":{"path":"/a"}}`,
@@ -40,6 +43,12 @@ func FuzzDecodeLine(f *testing.F) {
 		"{\"key\":\"\xff\"}",
 		`{"key":"k","payload":1e400}`,
 		`{"KEY":"k"}`,
+		"{\"key\":\"\xfe\"}",
+		`{"key":"\ud800"}`,
+		`{"key":"k","type":"a\udc00b"}`,
+		`{"key":"k","payload":"a\udc00b"}`,
+		`{"key":"\ud83d\ude00","payload":"\ufffd"}`,
+		"\xef\xbb\xbf{\"key\":\"k\"}",
 	} {
 		f.Add([]byte(s))
 	}
@@ -57,6 +66,9 @@ func FuzzDecodeLine(f *testing.F) {
 		}
 		if verr := m.Validate(); verr != nil {
 			t.Fatalf("line %q accepted as an invalid message: %v", line, verr)
+		}
+		if got, spelled := strings.Count(m.Key+m.Type+string(m.Payload), "\ufffd"), spelledFFFD(string(line)); got > spelled {
+			t.Fatalf("line %q accepted as %q %q %q: %d U+FFFD where the line writes %d", line, m.Key, m.Type, m.Payload, got, spelled)
 		}
 		// A second decoding of the same line, with encoding/json's own
 		// rules for field names (TestSendLineFieldNames pins the stricter
@@ -94,6 +106,67 @@ func FuzzDecodeLine(f *testing.F) {
 			t.Fatalf("line %q does not come back from %s: %+v, %v", line, again, m2, err)
 		}
 	})
+}
+
+// spelledFFFD counts the U+FFFD that a JSON text writes: as the character,
+// or as a \ufffd escape (any case; a "\\ufffd", which is no escape, is
+// counted too, which only makes the bound looser).
+func spelledFFFD(s string) int {
+	n := strings.Count(s, "\ufffd")
+	for i := strings.Index(s, `\u`); i >= 0 && i+6 <= len(s); {
+		if strings.EqualFold(s[i+2:i+6], "fffd") {
+			n++
+		}
+		j := strings.Index(s[i+2:], `\u`)
+		if j < 0 {
+			break
+		}
+		i += 2 + j
+	}
+	return n
+}
+
+// The decoder of JSON strings keeps what encoding/json would change: bytes
+// that are not UTF-8 stay, an unpaired surrogate escape becomes its code
+// point in UTF-8's form (which Validate then refuses), a pair becomes its
+// character, and every other escape means what JSON says.
+func TestUnquoteKeepsWhatJSONWouldChange(t *testing.T) {
+	cases := map[string]string{
+		`""`:                   "",
+		`"plain"`:              "plain",
+		`"\"\\\/\b\f\n\r\t"`:   "\"\\/\b\f\n\r\t",
+		`"\u0041\u00e9\u4e2d"`: "Aé中",
+		`"\ud83d\ude00"`:       "\U0001F600",
+		`"\uD83D\uDE00"`:       "\U0001F600",
+		`"\ud800"`:             "\xed\xa0\x80",
+		`"a\udc00b"`:           "a\xed\xb0\x80b",
+		`"\ud800\ud800"`:       "\xed\xa0\x80\xed\xa0\x80",
+		`"\udc00\ud800"`:       "\xed\xb0\x80\xed\xa0\x80",
+		`"\ud800\u0041"`:       "\xed\xa0\x80A",
+		`"\ud800x"`:            "\xed\xa0\x80x",
+		`"\ufffd"`:             "\ufffd",
+		"\"\xff\xfe\"":         "\xff\xfe",
+		"\"\xed\xa0\x80\"":     "\xed\xa0\x80",
+		`"\u0000"`:             "\x00",
+	}
+	for lit, want := range cases {
+		got, ok := unquote([]byte(lit))
+		if !ok || got != want {
+			t.Errorf("unquote(%s) = %q, %v; want %q", lit, got, ok, want)
+		}
+		// What encoding/json agrees with, where the text is valid.
+		var ref string
+		if utf8.ValidString(want) {
+			if err := json.Unmarshal([]byte(lit), &ref); err != nil || ref != want {
+				t.Errorf("encoding/json decodes %s as %q (%v), unquote as %q", lit, ref, err, want)
+			}
+		}
+	}
+	for _, lit := range []string{``, `"`, `x`, `"abc`, `"\"`, `"\q"`, `"\u12"`, `"\u12g4"`} {
+		if got, ok := unquote([]byte(lit)); ok {
+			t.Errorf("unquote(%s) = %q, want not ok", lit, got)
+		}
+	}
 }
 
 // docs/cli.md: the fields of a line are "key", "type" and "payload"; "any

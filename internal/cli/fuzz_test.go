@@ -18,7 +18,9 @@ import (
 
 // FuzzSendLines runs `partitionq send --queue q` with fuzzed standard input
 // against a real database. Whatever the input: the command exits 0 (every
-// non-blank line became one event, in order, with the key the line gave) or
+// non-blank line became one event, in order, with the key the line gave,
+// and no stored text holds a U+FFFD that the input did not write: invalid
+// UTF-8 and unpaired surrogate escapes are refused, never replaced) or
 // 1 with one short "partitionq: ..." error, and then nothing at all was
 // sent, not even the lines before the bad one. The seed corpus is in
 // testdata/fuzz/FuzzSendLines.
@@ -46,6 +48,10 @@ func FuzzSendLines(f *testing.F) {
 		`{"key":"a"}{"key":"b"}`,
 		strings.Repeat(`{"key":"bulk","payload":1}`+"\n", 1001) + `{"key":"bad","x":1}`,
 		"{\"key\":\"\xff\"}",
+		"{\"key\":\"\xff\"}\n{\"key\":\"\xfe\"}\n{\"key\":\"\\ud800\"}",
+		`{"key":"a"}` + "\n" + `{"key":"k","type":"a\udc00b","payload":"a\udc00b"}`,
+		`{"key":"\ud83d\ude00","payload":"\ufffd"}`,
+		"\xef\xbb\xbf{\"key\":\"a\"}",
 		`{"key":"a","payload":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`,
 	} {
 		f.Add(s)
@@ -88,6 +94,15 @@ func FuzzSendLines(f *testing.F) {
 			}
 			if res.Sent != len(keys) || sent != len(keys) {
 				t.Fatalf("%d non-blank lines, the command says %d sent, %d stored", len(keys), res.Sent, sent)
+			}
+			var stored int
+			if err := pool.QueryRow(ctx, `select coalesce(sum(length(t) - length(replace(t, U&'\FFFD', ''))), 0)
+				from (select ev_id, coalesce(ev_extra1, '') || coalesce(ev_type, '') || coalesce(ev_data, '') as t
+				      from pgq.event_1 order by ev_id desc limit $1) last`, len(keys)).Scan(&stored); err != nil {
+				t.Fatal(err)
+			}
+			if spelled := cli.SpelledFFFD(input); stored > spelled {
+				t.Fatalf("the input writes %d U+FFFD, the events hold %d: a line was changed, not refused", spelled, stored)
 			}
 			if len(keys) > 0 {
 				rows, err := pool.Query(ctx, `select ev_extra1 from pgq.event_1 order by ev_id desc limit $1`, len(keys))

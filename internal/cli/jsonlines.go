@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
 
+	"github.com/partitionq/partitionq/internal/termsafe"
 	"github.com/partitionq/partitionq/partitionq"
 )
 
@@ -28,7 +30,15 @@ type inputLine struct {
 // as the string itself; an absent or null payload is empty. Field names are
 // exact ("key", "type", "payload"); an unknown or repeated field is an
 // error, not a silent override.
+//
+// Strings are decoded without loss (unquote), and the message is then
+// checked by the library's rule (Message.Validate), the one the flags of
+// send meet too: invalid UTF-8 and unpaired surrogate escapes are refused
+// by name, where encoding/json would store U+FFFD in their place.
 func decodeLine(line []byte) (partitionq.Message, error) {
+	if err := checkEncoding(line); err != nil {
+		return partitionq.Message{}, err
+	}
 	in, err := decodeObject(line)
 	if err != nil {
 		return partitionq.Message{}, err
@@ -37,9 +47,9 @@ func decodeLine(line []byte) (partitionq.Message, error) {
 	switch p := bytes.TrimSpace(in.Payload); {
 	case len(p) == 0 || string(p) == "null":
 	case p[0] == '"':
-		var s string
-		if err := json.Unmarshal(p, &s); err != nil {
-			return partitionq.Message{}, fmt.Errorf("malformed JSON payload: %w", err)
+		s, ok := unquote(p)
+		if !ok {
+			return partitionq.Message{}, errors.New("malformed JSON payload: a string that does not end or holds an unknown escape")
 		}
 		m.Payload = []byte(s)
 	default:
@@ -51,10 +61,33 @@ func decodeLine(line []byte) (partitionq.Message, error) {
 	return m, nil
 }
 
+// Byte order marks, which a line of JSON must not start with.
+var (
+	bomUTF8    = []byte{0xef, 0xbb, 0xbf}
+	bomUTF16LE = []byte{0xff, 0xfe}
+	bomUTF16BE = []byte{0xfe, 0xff}
+)
+
+// checkEncoding refuses a line that starts with a byte order mark, naming
+// it: JSON lines are UTF-8 without one (RFC 8259), and "invalid character
+// 'ï'" would not say what is wrong.
+func checkEncoding(line []byte) error {
+	switch {
+	case bytes.HasPrefix(line, bomUTF8):
+		return errors.New("malformed JSON: the line starts with a UTF-8 byte order mark (BOM, the bytes EF BB BF), which JSON lines must not have: " +
+			`save the input as UTF-8 without a BOM, or strip it (for example: sed '1s/^\xEF\xBB\xBF//')`)
+	case bytes.HasPrefix(line, bomUTF16LE), bytes.HasPrefix(line, bomUTF16BE):
+		return errors.New("malformed JSON: the line starts with a UTF-16 byte order mark: the input is UTF-16, and JSON lines are UTF-8: " +
+			"convert it (for example: iconv -f UTF-16 -t UTF-8)")
+	}
+	return nil
+}
+
 // decodeObject reads the one JSON object of a line, field by field.
 func decodeObject(line []byte) (inputLine, error) {
 	var in inputLine
 	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.UseNumber() // a number's error would repeat it whole ("cannot unmarshal number 1000...")
 	malformed := func(err error) (inputLine, error) { return inputLine{}, fmt.Errorf("malformed JSON: %w", err) }
 	if t, err := dec.Token(); err != nil {
 		return malformed(err)
@@ -69,7 +102,7 @@ func decodeObject(line []byte) (inputLine, error) {
 		}
 		name, _ := t.(string)
 		if name != "key" && name != "type" && name != "payload" {
-			return inputLine{}, fmt.Errorf(`malformed JSON: unknown field %s: the fields are "key", "type" and "payload"`, shortQuote(name))
+			return inputLine{}, fmt.Errorf(`malformed JSON: unknown field %s: the fields are "key", "type" and "payload"`, termsafe.Quote(name))
 		}
 		if seen[name] {
 			return inputLine{}, fmt.Errorf("malformed JSON: field %q appears twice: give it once", name)
@@ -83,16 +116,21 @@ func decodeObject(line []byte) (inputLine, error) {
 			in.Payload = raw
 			continue
 		}
-		var v *string
-		if err := json.Unmarshal(raw, &v); err != nil {
+		var v string
+		switch raw := bytes.TrimSpace(raw); {
+		case string(raw) == "null":
+		case len(raw) > 0 && raw[0] == '"':
+			var ok bool
+			if v, ok = unquote(raw); !ok {
+				return inputLine{}, fmt.Errorf("malformed JSON: field %q: a string that does not end or holds an unknown escape", name)
+			}
+		default:
 			return inputLine{}, fmt.Errorf("malformed JSON: field %q must be a string", name)
 		}
-		if v != nil {
-			if name == "key" {
-				in.Key = *v
-			} else {
-				in.Type = *v
-			}
+		if name == "key" {
+			in.Key = v
+		} else {
+			in.Type = v
 		}
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
@@ -104,12 +142,95 @@ func decodeObject(line []byte) (inputLine, error) {
 	return in, nil
 }
 
-// shortQuote quotes a name from the input, shortened and escaped for an error message.
-func shortQuote(s string) string {
-	if r := []rune(s); len(r) > 40 {
-		s = string(r[:40]) + "..."
+// unquote decodes a JSON string literal without loss, where encoding/json
+// replaces invalid UTF-8 and each unpaired surrogate escape with U+FFFD
+// (so "\xff", "\xfe" and "\ud800" would all become the one key "\ufffd").
+// Bytes that are not UTF-8 are kept as they are, and an unpaired surrogate
+// escape becomes its code point in UTF-8's form (ED A0 80 for \ud800), which
+// the library's text rule then refuses, naming the field. A pair of
+// escapes (\ud83d\ude00) is the one character it encodes. ok is false when
+// lit is not a string literal; the caller's decoder has checked the syntax,
+// so that is a bug, reported rather than hidden.
+func unquote(lit []byte) (s string, ok bool) {
+	if len(lit) < 2 || lit[0] != '"' || lit[len(lit)-1] != '"' {
+		return "", false
 	}
-	return strconv.QuoteToASCII(s)
+	lit = lit[1 : len(lit)-1]
+	if bytes.IndexByte(lit, '\\') < 0 {
+		return string(lit), true
+	}
+	b := make([]byte, 0, len(lit))
+	for i := 0; i < len(lit); {
+		c := lit[i]
+		if c != '\\' {
+			b = append(b, c)
+			i++
+			continue
+		}
+		if i+1 >= len(lit) {
+			return "", false
+		}
+		switch e := lit[i+1]; e {
+		case '"', '\\', '/':
+			b = append(b, e)
+		case 'b':
+			b = append(b, '\b')
+		case 'f':
+			b = append(b, '\f')
+		case 'n':
+			b = append(b, '\n')
+		case 'r':
+			b = append(b, '\r')
+		case 't':
+			b = append(b, '\t')
+		case 'u':
+			r, ok := hex4(lit[i+2:])
+			if !ok {
+				return "", false
+			}
+			i += 6
+			if utf16.IsSurrogate(r) {
+				if r < 0xdc00 && len(lit) >= i+6 && lit[i] == '\\' && lit[i+1] == 'u' {
+					if r2, ok := hex4(lit[i+2:]); ok && r2 >= 0xdc00 && r2 <= 0xdfff {
+						b = utf8.AppendRune(b, utf16.DecodeRune(r, r2))
+						i += 6
+						continue
+					}
+				}
+				// utf8.AppendRune would write U+FFFD: encode the code point itself.
+				b = append(b, 0xe0|byte(r>>12), 0x80|byte(r>>6)&0x3f, 0x80|byte(r)&0x3f)
+				continue
+			}
+			b = utf8.AppendRune(b, r)
+			continue
+		default:
+			return "", false
+		}
+		i += 2
+	}
+	return string(b), true
+}
+
+// hex4 reads the four hex digits of a \u escape.
+func hex4(p []byte) (rune, bool) {
+	if len(p) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range p[:4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
 }
 
 // numberedLine is one non-blank input line, or the error that ended the input.

@@ -40,7 +40,7 @@ See docs/cli.md.`,
 	root.SetOut(env.Stdout)
 	root.SetErr(env.Stderr)
 	root.SetVersionTemplate("partitionq {{.Version}}\n")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: flagError(err)} })
 
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.db, "db", "", "PostgreSQL connection URL (default $DATABASE_URL)")

@@ -41,6 +41,9 @@ send the JSON lines of standard input, one event per line:
 
 "key" is required. "payload" is any JSON value, stored as its JSON text;
 a JSON string is stored as the string itself. Blank lines are ignored.
+Keys, types and payloads are valid UTF-8 without NUL, from flags and lines
+alike: invalid bytes, an unpaired surrogate escape ("\ud800") or a byte
+order mark are refused, never stored changed (docs/cli.md, the text rule).
 
 Standard input is sent all or nothing, in one transaction: every line is
 checked before it is sent, and a bad line (reported by its number) or any
@@ -57,6 +60,12 @@ events were sent.`,
 			if !fromFlags && (cmd.Flags().Changed("type") || cmd.Flags().Changed("payload")) {
 				return usagef("missing --key: --type and --payload describe one event, which needs a --key (or leave them out to read JSON lines from standard input)")
 			}
+			if fromFlags {
+				m.Payload = []byte(body)
+				if err := m.Validate(); err != nil { // before connecting: Send checks the same
+					return err
+				}
+			}
 			ctx := cmd.Context()
 			s, err := a.open(ctx)
 			if err != nil {
@@ -65,7 +74,6 @@ events were sent.`,
 			defer s.close()
 			var res sendJSON
 			if fromFlags {
-				m.Payload = []byte(body)
 				id, err := s.client.Send(ctx, t.queue, m)
 				if err != nil {
 					return err

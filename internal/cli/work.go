@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/partitionq/partitionq/internal/termsafe"
 	"github.com/partitionq/partitionq/partitionq"
 )
 
@@ -68,7 +69,7 @@ standard error at exit.`,
 				return err
 			}
 			if w.policy != string(partitionq.PolicyPause) && w.policy != string(partitionq.PolicySkip) {
-				return usagef(`invalid --policy %q: use "pause" (a failed event blocks its key) or "skip" (retried later, the key goes on)`, w.policy)
+				return usagef(`invalid --policy %s: use "pause" (a failed event blocks its key) or "skip" (retried later, the key goes on)`, termsafe.Quote(w.policy))
 			}
 			return a.work(cmd, t, w)
 		}),

@@ -56,3 +56,19 @@ func IsLockNotAvailable(err error) bool { return Code(err) == CodeLockNotAvailab
 
 // IsInsufficientPrivilege reports SQLSTATE 42501.
 func IsInsufficientPrivilege(err error) bool { return Code(err) == CodeInsufficientPriv }
+
+// Permanent reports a server error that retrying cannot fix: no right
+// (class 42, 28), a missing object (42), no such database (3D) or schema
+// (3F). Connection failures, a server starting up or shutting down, too
+// many clients and the like may pass.
+func Permanent(err error) bool {
+	c := Code(err)
+	if len(c) != 5 {
+		return false
+	}
+	switch c[:2] {
+	case "42", "28", "3D", "3F":
+		return true
+	}
+	return false
+}

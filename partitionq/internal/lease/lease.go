@@ -123,23 +123,34 @@ func (h *Holder) Epoch(slot int) (int64, bool) {
 	return e, ok && h.Valid()
 }
 
-// Run registers the worker and holds its lease until ctx is done, taking
-// the wanted slots as they become free. It returns once registered (or on
-// the first failure to register); the holding goes on in a goroutine that
-// ends when ctx is done, after which Close must be called.
-func (h *Holder) Run(ctx context.Context) (done <-chan struct{}, err error) {
-	if err := h.connect(ctx); err != nil {
-		return nil, err
+// Register connects the lease session and registers the worker's row; ctx
+// bounds both. Call it (again, after a failure) before Hold.
+func (h *Holder) Register(ctx context.Context) error {
+	h.mu.Lock()
+	connected := h.conn != nil
+	h.mu.Unlock()
+	if !connected {
+		if err := h.connect(ctx); err != nil {
+			return err
+		}
 	}
 	if err := h.register(ctx); err != nil {
-		return nil, err
+		h.dropConn()
+		return err
 	}
+	return nil
+}
+
+// Hold holds the registered worker's lease until ctx is done, taking the
+// wanted slots as they become free, in a goroutine; done is closed when it
+// ended, after which Close must be called.
+func (h *Holder) Hold(ctx context.Context) (done <-chan struct{}) {
 	ch := make(chan struct{})
 	go func() {
 		defer close(ch)
 		h.loop(ctx)
 	}()
-	return ch, nil
+	return ch
 }
 
 // connect takes the lease session from the pool and listens on it.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/partitionq/partitionq/internal/termsafe"
 	"github.com/partitionq/partitionq/partitionq/internal/db"
 	"github.com/partitionq/partitionq/partitionq/internal/engine"
 	"github.com/partitionq/partitionq/partitionq/internal/store"
@@ -86,7 +87,7 @@ func Act(ctx context.Context, pool db.TxStarter, eng *engine.Engine, s Slot, a A
 			return err
 		}
 		if len(heads) == 0 && a.HeadID == 0 {
-			return fmt.Errorf("%w: key %q has no unresolved head in its slot", ErrNotBlocked, a.Key)
+			return fmt.Errorf("%w: key %s has no unresolved head in its slot", ErrNotBlocked, termsafe.Quote(a.Key))
 		}
 		if len(heads) == 0 || (a.HeadID != 0 && heads[0].ID != a.HeadID) {
 			res.Outcome = OutcomeAlreadyResolved
@@ -94,8 +95,8 @@ func Act(ctx context.Context, pool db.TxStarter, eng *engine.Engine, s Slot, a A
 		}
 		head := heads[0]
 		if head.Draining() && a.HeadID == 0 {
-			return fmt.Errorf("%w (key %q, next event %d): a worker runs it soon; to act on it anyway, name it (--event %d)",
-				ErrNeverFailed, a.Key, head.ID, head.ID)
+			return fmt.Errorf("%w (key %s, next event %d): a worker runs it soon; to act on it anyway, name it (--event %d)",
+				ErrNeverFailed, termsafe.Quote(a.Key), head.ID, head.ID)
 		}
 		res.EventID = head.ID
 		if head.Parked() {
@@ -103,7 +104,7 @@ func Act(ctx context.Context, pool db.TxStarter, eng *engine.Engine, s Slot, a A
 			// engine retry is held by the table lock above.)
 			_, ok, err := eng.LockRetry(ctx, tx, s.SubID, head.ID, true)
 			if errors.Is(err, engine.ErrLocked) {
-				return fmt.Errorf("%w (key %q, event %d): try again in a moment", ErrHeadBusy, a.Key, head.ID)
+				return fmt.Errorf("%w (key %s, event %d): try again in a moment", ErrHeadBusy, termsafe.Quote(a.Key), head.ID)
 			}
 			if err != nil {
 				return err

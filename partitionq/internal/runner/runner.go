@@ -30,9 +30,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/partitionq/partitionq/partitionq/internal/db"
 	"github.com/partitionq/partitionq/partitionq/internal/engine"
 	"github.com/partitionq/partitionq/partitionq/internal/lease"
 	"github.com/partitionq/partitionq/partitionq/internal/parked"
+	"github.com/partitionq/partitionq/partitionq/internal/store"
 )
 
 // Policy says what a handler failure does to the rest of its key.
@@ -179,18 +181,22 @@ func signal(ch chan struct{}) {
 // batch or event is taken, running handlers finish (they get contexts
 // derived from hard, which the caller cancels when its shutdown timeout
 // passes), the progress of open batches is recorded, and the slots are
-// released for their standbys. It fails at once when the worker cannot
-// register its lease (the error says why); afterwards errors are logged and
-// retried. ready is called once the lease is registered.
-func (r *Runner) Run(stop, hard context.Context, ready func()) error {
+// released for their standbys.
+//
+// First it registers the worker's lease (migrating partitionq's schema when
+// it is old). ready is called once, with nil when that worked, or when it
+// failed in a way that may pass (the server cannot be reached: Run goes on
+// trying), or with the error when retrying cannot help (no right to
+// partitionq's tables, no schema): then Run returns that error. Afterwards
+// errors are logged and retried.
+func (r *Runner) Run(stop, hard context.Context, ready func(error)) error {
 	r.stop, r.hard = stop, hard
+	if err := r.register(ready); err != nil {
+		return err
+	}
 	leaseCtx, stopLease := context.WithCancel(context.WithoutCancel(stop))
 	defer stopLease()
-	leaseDone, err := r.lease.Run(leaseCtx)
-	if err != nil {
-		return fmt.Errorf("partitionq: %w", err)
-	}
-	ready()
+	leaseDone := r.lease.Hold(leaseCtx)
 	if r.cfg.Progress {
 		r.wg.Add(1)
 		go func() { defer r.wg.Done(); r.flushLoop() }()
@@ -238,6 +244,47 @@ func (r *Runner) Run(stop, hard context.Context, ready func()) error {
 	<-leaseDone
 	return r.lease.Close(bg)
 }
+
+// register registers the worker's lease, retrying while the failure may
+// pass; see Run.
+func (r *Runner) register(ready func(error)) error {
+	told := false
+	tell := func(err error) {
+		if !told {
+			told = true
+			ready(err)
+		}
+	}
+	backoff := 200 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(r.stop, registerTimeout)
+		err := store.Migrate(ctx, r.cfg.Pool)
+		if err == nil {
+			err = r.lease.Register(ctx)
+		}
+		cancel()
+		if err == nil {
+			tell(nil)
+			return nil
+		}
+		if r.stop.Err() != nil {
+			tell(r.stop.Err())
+			return r.stop.Err()
+		}
+		if db.Permanent(err) { // the server said no: retrying will not help
+			err = fmt.Errorf("partitionq: the worker cannot register its lease: %w", err)
+			tell(err)
+			return err
+		}
+		r.log.Warn("partitionq: registering the worker failed; retrying", slog.Any("error", err), slog.Duration("backoff", backoff))
+		tell(nil)
+		sleep(r.stop, backoff)
+		backoff = min(2*backoff, 10*time.Second)
+	}
+}
+
+// registerTimeout bounds one attempt to register the worker.
+const registerTimeout = 15 * time.Second
 
 // gain is the lease's OnGain: the worker owns slot n at epoch now. It runs
 // under the lease's lock, so it only records the slot and wakes the loop.

@@ -1,0 +1,64 @@
+package termsafe
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestQuote(t *testing.T) {
+	long := strings.Repeat("x", 100_000)
+	cases := map[string]string{
+		"":                      `""`,
+		"tenant-42":             `"tenant-42"`,
+		"naïve 租户":              `"naïve 租户"`,
+		"say \"hi\"\\":          `"say \"hi\"\\"`,
+		"\x1b[2J":               `"\x1b[2J"`,
+		"\u202eevil":            `"\u202eevil"`,
+		"a\xffb":                `"a\xffb"`,
+		"\xed\xa0\x80":          `"\ud800"`,
+		"a\xed\xb0\x80b":        `"a\udc00b"`,
+		"\xed\x9f\xbf":          `"\ud7ff"`, // U+D7FF: not a surrogate, quoted as Go does
+		long:                    `"` + strings.Repeat("x", QuoteMax) + `"... (100000 bytes)`,
+		strings.Repeat("é", 30): `"` + strings.Repeat("é", QuoteMax/2) + `"... (60 bytes)`,
+		// An escape is never cut in half.
+		strings.Repeat("\x1b", 20): `"` + strings.Repeat(`\x1b`, QuoteMax/4) + `"... (20 bytes)`,
+	}
+	for in, want := range cases {
+		if got := Quote(in); got != want {
+			t.Errorf("Quote(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+func TestSurrogate(t *testing.T) {
+	for in, want := range map[string]rune{"\xed\xa0\x80": 0xd800, "\xed\xaf\xbf": 0xdbff, "\xed\xb0\x80x": 0xdc00, "\xed\xbf\xbf": 0xdfff} {
+		if r, ok := Surrogate(in); !ok || r != want {
+			t.Errorf("Surrogate(%q) = %U, %v; want %U", in, r, ok, want)
+		}
+	}
+	for _, in := range []string{"", "\xed", "\xed\xa0", "\xed\x9f\xbf", "\xee\x80\x80", "\xed\xc0\x80", "abc"} {
+		if r, ok := Surrogate(in); ok {
+			t.Errorf("Surrogate(%q) = %U, want none", in, r)
+		}
+	}
+}
+
+func FuzzQuote(f *testing.F) {
+	for _, s := range []string{"", "a", "\x1b]0;x\a", "\xff", "\xed\xa0\x80", strings.Repeat("é", 100), strings.Repeat("\u0085", 100)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		q := Quote(s)
+		// The quotes, QuoteMax bytes, and `"... (N bytes)`.
+		if len(q) > QuoteMax+len(`""... (1000000000 bytes)`) {
+			t.Fatalf("Quote(%q) is %d bytes long: %s", s, len(q), q)
+		}
+		if !utf8.ValidString(q) || strings.ContainsAny(q, "\x00\x1b\a\r\n\x7f\u0085\u202e") {
+			t.Fatalf("Quote(%q) = %q holds what a terminal acts on", s, q)
+		}
+		if len(s) <= QuoteMax/10 && strings.HasSuffix(q, "bytes)") {
+			t.Fatalf("Quote(%q) = %s cuts a short value", s, q)
+		}
+	})
+}
