@@ -38,8 +38,11 @@ type SlotStatus struct {
 	// slot has read past. The change of Position over time, divided by N,
 	// estimates the slot's read rate.
 	Position int64
-	// BlockedKeys counts keys with a parked head (pause policy).
+	// BlockedKeys counts keys whose parked head failed (pause policy).
 	BlockedKeys int
+	// DrainingKeys counts keys whose failed head was resolved and whose
+	// parked events now run in order (KeyDraining); they need no action.
+	DrainingKeys int
 	// SetAside counts the slot's events in the engine's retry queue: parked
 	// heads and the events waiting behind them, plus skip-policy retries.
 	SetAside int64
@@ -109,7 +112,21 @@ func (c *Client) Status(ctx context.Context, queue, group string) (GroupStatus, 
 			if err != nil {
 				return GroupStatus{}, err
 			}
-			s.BlockedKeys = len(heads)
+			ids := make([]int64, len(heads))
+			for j, h := range heads {
+				ids[j] = h.ID
+			}
+			fails, err := c.failures(ctx, queue, g.Consumers[i], ids)
+			if err != nil {
+				return GroupStatus{}, err
+			}
+			for _, h := range heads {
+				if _, ok := fails[h.ID]; neverFailed(h.Event, ok) {
+					s.DrainingKeys++
+				} else {
+					s.BlockedKeys++
+				}
+			}
 		}
 	}
 	if gs.DeadLetters, err = c.countDeadLetters(ctx, queue, group); err != nil {

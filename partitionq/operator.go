@@ -28,22 +28,50 @@ type HeadEvent struct {
 	LastError   string    // the handler's last error, when known
 }
 
-// BlockedKey is a key whose head event failed and is not yet resolved;
-// its later events wait behind it.
+// KeyState says why a key has events set aside in its slot.
+type KeyState string
+
+// Key states.
+const (
+	// KeyBlocked: the key's head event failed and is not resolved; the
+	// worker tries it again on its schedule, and the key's later events
+	// wait behind it.
+	KeyBlocked KeyState = "blocked"
+	// KeyDraining: the key's failed head was resolved (handled on a retry,
+	// skipped, dead-lettered) and the events that waited behind it run
+	// next, in order, as soon as a worker gets to them; the head shown has
+	// never failed (no failure recorded, ev_retry 0). Nothing needs doing:
+	// a running worker drains the key within its HeadScanInterval. Operator
+	// actions refuse to act on it unless they name it (Action.HeadID).
+	KeyDraining KeyState = "draining"
+)
+
+// BlockedKey is a key with events set aside in its slot: blocked (its head
+// event failed and is not yet resolved; its later events wait behind it)
+// or draining (see State).
 type BlockedKey struct {
-	Key          string
-	Slot         int
-	Head         HeadEvent
-	Waiting      int64     // events of the key behind the head
-	BlockedSince time.Time // first failure of the head
+	Key   string
+	Slot  int
+	State KeyState // KeyBlocked or KeyDraining
+	Head  HeadEvent
+	// Waiting counts the events of the key behind the head.
+	Waiting int64
+	// BlockedSince is the first failure of the head; for a draining key,
+	// whose head never failed, the time the head was sent.
+	BlockedSince time.Time
 	// Flagged is set when a worker with WorkerConfig.MaxBlocked found the
 	// key blocked for longer than that (and did not dead-letter it).
 	Flagged bool
 }
 
-// BlockedKeys lists the blocked keys of a group, oldest block first. The
-// list is derived from the engine's retry queue (the slot consumers' parked
-// events); partitionq keeps no table of blocked keys. ctx governs the queries.
+// neverFailed is the rule of KeyDraining: a head with no failure record
+// and ev_retry 0 has never failed.
+func neverFailed(ev engine.Event, recorded bool) bool { return !recorded && ev.Retry == 0 }
+
+// BlockedKeys lists the keys of a group with events set aside, blocked and
+// draining (see BlockedKey.State), oldest block first. The list is derived
+// from the engine's retry queue (the slot consumers' parked events);
+// partitionq keeps no table of blocked keys. ctx governs the queries.
 func (c *Client) BlockedKeys(ctx context.Context, queue, group string) ([]BlockedKey, error) {
 	g, err := c.Group(ctx, queue, group)
 	if err != nil {
@@ -61,7 +89,8 @@ func (c *Client) BlockedKeys(ctx context.Context, queue, group string) ([]Blocke
 	return out, nil
 }
 
-// BlockedKey returns one blocked key, or ErrNotBlocked.
+// BlockedKey returns one key with events set aside (blocked or draining),
+// or ErrNotBlocked.
 func (c *Client) BlockedKey(ctx context.Context, queue, group, key string) (BlockedKey, error) {
 	g, s, err := c.groupAndSlot(ctx, queue, group, key)
 	if err != nil {
@@ -108,14 +137,18 @@ func (c *Client) blockedInSlot(ctx context.Context, g Group, s int, key *string)
 	}
 	out := make([]BlockedKey, 0, len(heads))
 	for _, h := range heads {
-		bk := BlockedKey{Key: h.Key, Slot: s, Waiting: h.Waiting, BlockedSince: h.Time,
+		bk := BlockedKey{Key: h.Key, Slot: s, State: KeyBlocked, Waiting: h.Waiting, BlockedSince: h.Time,
 			Head: HeadEvent{ID: h.ID, Type: h.Type, Payload: []byte(h.Data), Time: h.Time, Attempts: int(h.Retry)}}
 		if h.After.Before(engine.Far) {
 			bk.Head.NextAttempt = h.After // a timed engine retry (skip policy)
 		}
-		if f, ok := fails[h.ID]; ok {
+		f, ok := fails[h.ID]
+		if ok {
 			bk.Head.Attempts, bk.Head.LastError, bk.Head.NextAttempt, bk.BlockedSince = f.Attempts, f.LastError, f.NextAttemptAt, f.FirstFailedAt
 			bk.Flagged = f.FlaggedAt != nil
+		}
+		if neverFailed(h.Event, ok) {
+			bk.State = KeyDraining
 		}
 		out = append(out, bk)
 	}
@@ -139,10 +172,10 @@ type PreviewEvent struct {
 	Head    bool // the blocked head itself (a skip removes it)
 }
 
-// Preview returns the blocked head of key and up to limit events waiting
-// behind it, in the order they will run: after a skip of the head, the
-// waiting events run in this order, then the key's events still in the
-// stream. ErrNotBlocked when the key is not blocked.
+// Preview returns the head of a blocked (or draining) key and up to limit
+// events waiting behind it, in the order they will run: after a skip of
+// the head, the waiting events run in this order, then the key's events
+// still in the stream. ErrNotBlocked when the key has no events set aside.
 func (c *Client) Preview(ctx context.Context, queue, group, key string, limit int) ([]PreviewEvent, error) {
 	g, s, err := c.groupAndSlot(ctx, queue, group, key)
 	if err != nil {
@@ -194,7 +227,10 @@ type Action struct {
 	Queue, Group, Key string
 	// HeadID, when not zero, is the head event the operator saw: the action
 	// applies only if it is still the key's head (else the outcome is
-	// OutcomeAlreadyResolved). Zero means the current head.
+	// OutcomeAlreadyResolved). Zero means the current head, provided it has
+	// failed: an action with HeadID zero on a draining key (whose head has
+	// never failed) fails with a *DrainingError and changes nothing, so that
+	// repeating "skip the head" never dead-letters a healthy event.
 	HeadID int64
 	Reason string
 	Actor  string
@@ -216,14 +252,11 @@ type ActionResult struct {
 // for the outcome (up to OperatorLockTimeout, then ErrHeadBusy); an event is
 // never both handled successfully and skipped. Calling it again for the same
 // HeadID returns OutcomeAlreadyResolved. ErrNotBlocked when HeadID is zero
-// and the key is not blocked.
+// and the key is not blocked; a *DrainingError (ErrDraining) when HeadID is
+// zero and the key's head has never failed.
 func (c *Client) Skip(ctx context.Context, a Action) (ActionResult, error) {
-	return c.onHead(ctx, a, "skip", func(tx pgx.Tx, g Group, s int, head engine.Event, res *ActionResult) error {
-		f, err := store.Failures(ctx, tx, g.Queue, g.Consumers[s], []int64{head.ID})
-		if err != nil {
-			return err
-		}
-		dl := c.deadLetterOf(g, s, head, f[head.ID], "skip", a)
+	return c.onHead(ctx, a, "skip", func(tx pgx.Tx, g Group, s int, head engine.Event, f store.Failure, res *ActionResult) error {
+		dl := c.deadLetterOf(g, s, head, f, "skip", a)
 		if err := c.removeParked(ctx, tx, g, s, []engine.Event{head}, []store.DeadLetter{dl}); err != nil {
 			return err
 		}
@@ -240,9 +273,11 @@ func (c *Client) Skip(ctx context.Context, a Action) (ActionResult, error) {
 }
 
 // RetryNow brings the next attempt of a blocked key's head forward to now;
-// a running worker tries it within its HeadScanInterval.
+// a running worker tries it within its HeadScanInterval. Like Skip, it
+// refuses a draining key unless HeadID names its head (which is due now
+// anyway: nothing changes but the audit trail).
 func (c *Client) RetryNow(ctx context.Context, a Action) (ActionResult, error) {
-	return c.onHead(ctx, a, "retry", func(tx pgx.Tx, g Group, s int, head engine.Event, res *ActionResult) error {
+	return c.onHead(ctx, a, "retry", func(tx pgx.Tx, g Group, s int, head engine.Event, _ store.Failure, res *ActionResult) error {
 		if _, err := store.RetryNow(ctx, tx, g.Queue, g.Consumers[s], head.ID); err != nil {
 			return err
 		}
@@ -254,10 +289,11 @@ func (c *Client) RetryNow(ctx context.Context, a Action) (ActionResult, error) {
 // Quarantine moves the blocked head of a key and every event waiting behind
 // it to the dead letters in one transaction (for a tenant being deleted, or
 // a key known to be broken). Events of the key still in the stream are
-// handled as usual when they arrive. The key need not be blocked for its
-// parked events to be quarantined; ErrNotBlocked when it has none.
+// handled as usual when they arrive. ErrNotBlocked when the key has no
+// events set aside; a draining key's events are quarantined only when
+// HeadID names its head (else a *DrainingError).
 func (c *Client) Quarantine(ctx context.Context, a Action) (ActionResult, error) {
-	return c.onHead(ctx, a, "quarantine", func(tx pgx.Tx, g Group, s int, head engine.Event, res *ActionResult) error {
+	return c.onHead(ctx, a, "quarantine", func(tx pgx.Tx, g Group, s int, head engine.Event, _ store.Failure, res *ActionResult) error {
 		evs, err := c.eng.LockKeyRetries(ctx, tx, g.subIDs[s], a.Key)
 		if err != nil {
 			return err
@@ -282,10 +318,13 @@ func (c *Client) Quarantine(ctx context.Context, a Action) (ActionResult, error)
 	})
 }
 
-// onHead runs fn on the locked head of a key in one transaction that also
-// writes the audit entry.
+// onHead runs fn on the locked head of a key, with its failure record, in
+// one transaction that also writes the audit entry. With HeadID zero it
+// refuses a head that has never failed (a *DrainingError, nothing written):
+// the rule is checked on the head as locked, after any worker handling it
+// has committed.
 func (c *Client) onHead(ctx context.Context, a Action, action string,
-	fn func(tx pgx.Tx, g Group, s int, head engine.Event, res *ActionResult) error) (ActionResult, error) {
+	fn func(tx pgx.Tx, g Group, s int, head engine.Event, f store.Failure, res *ActionResult) error) (ActionResult, error) {
 	g, s, err := c.groupAndSlot(ctx, a.Queue, a.Group, a.Key)
 	if err != nil {
 		return ActionResult{}, err
@@ -319,7 +358,7 @@ func (c *Client) onHead(ctx context.Context, a Action, action string,
 		if !heads[0].After.Before(engine.Far) {
 			// A parked head: wait for a worker handling it to finish with it.
 			// (A timed engine retry is held by the table lock above.)
-			_, ok, err := c.eng.LockRetry(ctx, tx, sub, head.ID, true)
+			locked, ok, err := c.eng.LockRetry(ctx, tx, sub, head.ID, true)
 			if errors.Is(err, engine.ErrLocked) {
 				return fmt.Errorf("%w (key %q, event %d): try again in a moment", ErrHeadBusy, a.Key, head.ID)
 			}
@@ -330,9 +369,18 @@ func (c *Client) onHead(ctx context.Context, a Action, action string,
 				res.Outcome = OutcomeAlreadyResolved
 				return c.audit(ctx, tx, a, action, res)
 			}
+			head = locked // as the worker left it (its ev_retry)
+		}
+		fails, err := store.Failures(ctx, tx, g.Queue, g.Consumers[s], []int64{head.ID})
+		if err != nil {
+			return err
+		}
+		f, recorded := fails[head.ID]
+		if a.HeadID == 0 && neverFailed(head, recorded) {
+			return &DrainingError{Action: action, Key: a.Key, EventID: head.ID}
 		}
 		res.EventID = head.ID
-		if err := fn(tx, g, s, head, &res); err != nil {
+		if err := fn(tx, g, s, head, f, &res); err != nil {
 			return err
 		}
 		return c.audit(ctx, tx, a, action, res)
