@@ -59,15 +59,20 @@ type actorFlags struct {
 }
 
 func (f *actorFlags) bind(fs *pflag.FlagSet) {
-	fs.StringVar(&f.actor, "actor", "", "who is acting, recorded in the audit trail (default $USER)")
+	fs.StringVar(&f.actor, "actor", "", "who is acting, recorded in the audit trail (default $USER, else the OS user)")
 	fs.StringVar(&f.reason, "reason", "", "why, recorded in the audit trail and the dead letters")
 }
 
+// actorOr is the actor recorded for an action: the one given, else $USER,
+// else the name of the OS user running the command.
 func (a *app) actorOr(given string) string {
 	if given != "" {
 		return given
 	}
-	return a.env.Getenv("USER")
+	if u := a.env.Getenv("USER"); u != "" {
+		return u
+	}
+	return osUser()
 }
 
 // parseSlots reads --slots: "all", or a list of slots and ranges such as
