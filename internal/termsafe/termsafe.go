@@ -20,8 +20,8 @@
 // Line is injective: Unescape gives the original back, so the console can
 // act on the key it showed. Quote is Line between double quotes, with the
 // double quote written \" (for a key inside a sentence). Text is Line for a
-// field shown whole on lines of its own (an error, a payload): a newline
-// starts a new line and a tab becomes four spaces; it is for reading only.
+// field shown whole on lines of its own (an error, a payload): the same,
+// except that a newline starts a new line.
 // JSON keeps every value exact and writes the same characters with JSON's
 // own escapes (\u001b, \u202e), so that a program decodes the original and
 // a terminal never receives them raw. Clip shortens a text for a column of
@@ -55,8 +55,8 @@ func needsEscape(s string, quote bool) bool {
 	return false
 }
 
-// escape writes s by the rule; text keeps newlines and turns tabs into
-// spaces, quote escapes the double quote.
+// escape writes s by the rule; text keeps newlines as line breaks, quote
+// escapes the double quote.
 func escape(s string, text, quote bool) string {
 	if !needsEscape(s, quote) {
 		return s
@@ -74,8 +74,6 @@ func escape(s string, text, quote bool) string {
 			b.WriteString(`\"`)
 		case r == '\n' && text:
 			b.WriteByte('\n')
-		case r == '\t' && text:
-			b.WriteString("    ")
 		case r == '\n':
 			b.WriteString(`\n`)
 		case r == '\r':
@@ -103,8 +101,8 @@ func Line(s string) string { return escape(s, false, false) }
 func Quote(s string) string { return `"` + escape(s, false, true) + `"` }
 
 // Text returns s escaped by the rule for showing whole, on lines of its
-// own: a newline starts a new line, a tab becomes four spaces, and
-// everything else is as Line writes it. Trailing newlines are dropped.
+// own: exactly Line, except that a newline starts a new line (trailing
+// newlines are dropped).
 func Text(s string) string { return escape(strings.TrimRight(s, "\n"), true, false) }
 
 // Unescape reverses Line (and the inside of Quote). Text that they cannot

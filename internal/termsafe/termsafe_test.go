@@ -38,13 +38,19 @@ func TestLine(t *testing.T) {
 }
 
 func TestQuoteAndText(t *testing.T) {
+	// Text is Line with its newlines as line breaks.
+	for _, in := range []string{"a\nb\tc\x1b", "x\\n\ny", "plain"} {
+		if got, want := strings.ReplaceAll(Text(in), "\n", `\n`), Line(in); got != want {
+			t.Errorf("Text(%q) on one line = %q, Line = %q", in, got, want)
+		}
+	}
 	if got, want := Quote("a\"b\nc"), `"a\"b\nc"`; got != want {
 		t.Errorf("Quote = %s, want %s", got, want)
 	}
 	if got := Unescape(strings.Trim(Quote("a\"b\nc"), `"`)); got != "a\"b\nc" {
 		t.Errorf("Unescape of Quote's inside = %q", got)
 	}
-	if got, want := Text("exit status 3:\n\tat main.go:12\n\x1b[31mred\n\n"), "exit status 3:\n    at main.go:12\n\\x1b[31mred"; got != want {
+	if got, want := Text("exit status 3:\n\tat main.go:12\n\x1b[31mred\n\n"), "exit status 3:\n\\tat main.go:12\n\\x1b[31mred"; got != want {
 		t.Errorf("Text = %q, want %q", got, want)
 	}
 }
