@@ -126,7 +126,6 @@ func fitRight(s string, width int) string {
 	return strings.Repeat(" ", width-w) + s
 }
 
-
 // column is one column of a table.
 type column struct {
 	title string
