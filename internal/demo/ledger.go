@@ -12,12 +12,12 @@ import "sync"
 // concurrent use.
 type ledger struct {
 	mu       sync.Mutex
-	clock    uint64                // ticks of the ledger: sends and calls, in order
-	sent     map[string]int        // events sent per tenant (seqs 0..n-1)
-	byID     map[int64]sentEvent   // the producer's events, by event id
-	handled  map[int64]bool        // event ids handled successfully (the producer's and replays)
-	nHandled int64                 // len(handled)
-	log      []call                // every handler call, in the order they returned
+	clock    uint64              // ticks of the ledger: sends and calls, in order
+	sent     map[string]int      // events sent per tenant (seqs 0..n-1)
+	byID     map[int64]sentEvent // the producer's events, by event id
+	handled  map[int64]bool      // event ids handled successfully (the producer's and replays)
+	nHandled int64               // len(handled)
+	log      []call              // every handler call, in the order they returned
 	failures int64
 }
 
