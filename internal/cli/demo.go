@@ -451,7 +451,7 @@ func (r *demoRun) report(res demo.Result, waitErr error) error {
 		res.Handled, plural(int64(res.Dead), "dead letter"), deadText)
 	rp := res.Replays
 	if rp.Replays > 0 {
-		fmt.Fprintf(w, "%s of dead letters sent again: %d handled, %d dead letters again\n", plural(int64(rp.Replays), "replay"), rp.Handled, rp.Dead)
+		fmt.Fprintf(w, "%s of dead letters sent again: %d handled, %s again\n", plural(int64(rp.Replays), "replay"), rp.Handled, plural(int64(rp.Dead), "dead letter"))
 	}
 	checked := fmt.Sprintf("internal/ordercheck over %s, %d of them failures: %d lost, %d order violations, %d repeats",
 		plural(int64(res.Calls), "handler call"), res.Failures, res.Lost, res.Violations, res.Repeats)
