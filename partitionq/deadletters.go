@@ -51,15 +51,41 @@ type DeadLetterQuery struct {
 	Newest bool
 }
 
+// recordsOf checks that queue and group name a group whose dead letters
+// and audit trail may be read, replayed or purged: a group registered in the
+// engine, or one no longer registered (dropped with DropGroup, or its queue
+// dropped) that left dead letters or audit entries. Reaching those needs no
+// setup, which would register consumers again (and hold back the queue's
+// table rotation). Otherwise it returns the engine's ErrNoSuchQueue or
+// ErrNoSuchGroup.
+func (c *Client) recordsOf(ctx context.Context, queue, group string) error {
+	_, err := c.Group(ctx, queue, group)
+	if err == nil || !(errors.Is(err, ErrNoSuchGroup) || errors.Is(err, ErrNoSuchQueue)) {
+		return err
+	}
+	if ok, ierr := store.Installed(ctx, c.pool); ierr != nil || !ok {
+		return errors.Join(err, ierr)
+	}
+	has, herr := store.HasRecords(ctx, c.pool, queue, group)
+	if herr != nil {
+		return herr
+	}
+	if !has {
+		return err
+	}
+	return nil
+}
+
 // DeadLetters lists dead letters of a group, oldest first (or newest
-// first with Newest).
+// first with Newest). A group no longer registered (dropped) is read as
+// long as it left dead letters or audit entries.
 func (c *Client) DeadLetters(ctx context.Context, q DeadLetterQuery) ([]DeadLetter, error) {
 	if q.Key != "" {
 		if err := ValidateKey(q.Key); err != nil {
 			return nil, err
 		}
 	}
-	if _, err := c.Group(ctx, q.Queue, q.Group); err != nil {
+	if err := c.recordsOf(ctx, q.Queue, q.Group); err != nil {
 		return nil, err
 	}
 	if ok, err := store.Installed(ctx, c.pool); err != nil || !ok {
@@ -83,9 +109,10 @@ func (c *Client) DeadLetters(ctx context.Context, q DeadLetterQuery) ([]DeadLett
 	return out, nil
 }
 
-// DeadLetterByID returns one dead letter of a group, or ErrNoDeadLetter.
+// DeadLetterByID returns one dead letter of a group (dropped ones
+// included, see DeadLetters), or ErrNoDeadLetter.
 func (c *Client) DeadLetterByID(ctx context.Context, queue, group string, id int64) (DeadLetter, error) {
-	if _, err := c.Group(ctx, queue, group); err != nil {
+	if err := c.recordsOf(ctx, queue, group); err != nil {
 		return DeadLetter{}, err
 	}
 	if ok, err := store.Installed(ctx, c.pool); err != nil {
@@ -113,12 +140,16 @@ type ReplayResult struct {
 // Replay sends a dead letter again, with its key, type and payload, at the
 // tail of its key's order (after every event of the key sent before). It is
 // idempotent: a dead letter is replayed once; later calls return
-// OutcomeAlreadyReplayed and the first replay's event id.
+// OutcomeAlreadyReplayed and the first replay's event id. The replay is an
+// event of the queue: every group registered on the queue gets it. A
+// dropped group's dead letters may be replayed (into the groups that remain
+// on its queue, say the new group after a change of N) while the queue
+// exists.
 func (c *Client) Replay(ctx context.Context, queue, group string, id int64, reason, actor string) (ReplayResult, error) {
 	if err := validateActorReason(actor, reason); err != nil {
 		return ReplayResult{}, err
 	}
-	if _, err := c.Group(ctx, queue, group); err != nil {
+	if err := c.recordsOf(ctx, queue, group); err != nil {
 		return ReplayResult{}, err
 	}
 	if err := store.Migrate(ctx, c.pool); err != nil {
@@ -136,6 +167,11 @@ func (c *Client) Replay(ctx context.Context, queue, group string, id int64, reas
 		if d.ReplayedAt != nil && d.ReplayEvID != nil {
 			res = ReplayResult{Outcome: OutcomeAlreadyReplayed, NewEventID: *d.ReplayEvID}
 		} else {
+			if _, ok, err := c.eng.QueueID(ctx, tx, queue); err != nil {
+				return err
+			} else if !ok {
+				return fmt.Errorf("%w %q: dead letter %d cannot be replayed into it: create the queue again (partitionq setup) to replay it", ErrNoSuchQueue, queue, id)
+			}
 			evID, err := c.eng.Insert(ctx, tx, queue, engine.NewEvent{Key: d.Key, Type: d.Type, Data: d.Data})
 			if err != nil {
 				return err
@@ -161,12 +197,13 @@ type PurgeRequest struct {
 	Actor        string
 }
 
-// Purge deletes dead letters for good and returns how many.
+// Purge deletes dead letters for good and returns how many (a dropped
+// group's too, see DeadLetters).
 func (c *Client) Purge(ctx context.Context, r PurgeRequest) (int64, error) {
 	if err := validateActorReason(r.Actor, r.Reason); err != nil {
 		return 0, err
 	}
-	if _, err := c.Group(ctx, r.Queue, r.Group); err != nil {
+	if err := c.recordsOf(ctx, r.Queue, r.Group); err != nil {
 		return 0, err
 	}
 	if err := store.Migrate(ctx, c.pool); err != nil {
@@ -199,9 +236,10 @@ type AuditEntry struct {
 	Outcome string
 }
 
-// Audit returns the newest operator actions on a group, newest first.
+// Audit returns the newest operator actions on a group, newest first (a
+// dropped group's too, see DeadLetters).
 func (c *Client) Audit(ctx context.Context, queue, group string, limit int) ([]AuditEntry, error) {
-	if _, err := c.Group(ctx, queue, group); err != nil {
+	if err := c.recordsOf(ctx, queue, group); err != nil {
 		return nil, err
 	}
 	if ok, err := store.Installed(ctx, c.pool); err != nil || !ok {

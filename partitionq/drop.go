@@ -25,7 +25,9 @@ type DropGroupRequest struct {
 // longer holds back the queue's table rotation (for example the old group
 // after a change of N: docs/operations.md). It refuses while a live worker
 // owns any slot, and, without Force, while events are set aside. The queue,
-// its other groups and the group's dead letters stay. ctx governs the call,
+// its other groups and the group's dead letters and audit trail stay, and
+// stay within reach (DeadLetters, Replay, Purge, Audit) without setting the
+// group up again. ctx governs the call,
 // which runs in one transaction and is recorded in the audit trail.
 func (c *Client) DropGroup(ctx context.Context, r DropGroupRequest) error {
 	if err := validateActorReason(r.Actor, r.Reason); err != nil {

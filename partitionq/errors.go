@@ -19,12 +19,11 @@ var (
 	ErrNotBlocked = parked.ErrNotBlocked
 	// ErrHeadBusy: a worker is handling the blocked head right now; try again.
 	ErrHeadBusy = parked.ErrHeadBusy
-	// ErrNeverFailed: an operator action found a key whose head never
-	// failed (the key is draining: its waiting events run next) and did not
-	// name that head (Action.HeadID, --event).
-	ErrNeverFailed = parked.ErrNeverFailed
 	// ErrNoDeadLetter: no dead letter has that id in the group.
 	ErrNoDeadLetter = errors.New("no such dead letter")
+	// ErrDraining: an operator action named no event and the key's head
+	// has never failed (the key is draining); the error is a *DrainingError.
+	ErrDraining = parked.ErrNeverFailed
 )
 
 // ValidationError says which argument is wrong, why, and what to do. It
@@ -59,6 +58,25 @@ func (e *SlotCountMismatchError) Error() string {
 	return fmt.Sprintf("group %q on queue %q has %d slots, not %d: the number of slots of a group is fixed; use %d, or create a new group for %d slots (see docs/operations.md, changing N)",
 		e.Group, e.Queue, e.Existing, e.Requested, e.Existing, e.Requested)
 }
+
+// DrainingError refuses an operator action that named no event (HeadID
+// zero) on a key whose head has never failed: the key is draining (see
+// KeyDraining), and acting on "the current head" would act on a healthy
+// event. Nothing changed. To act on that event anyway, name it in
+// Action.HeadID. It matches ErrDraining with errors.Is.
+type DrainingError struct {
+	Action  string // "skip", "retry" or "quarantine"
+	Key     string
+	EventID int64 // the key's head, which has never failed
+}
+
+func (e *DrainingError) Error() string {
+	return fmt.Sprintf("key %q is draining, not blocked: its head, event %d, has never failed (the key's failed event was resolved and its waiting events now run in order, without help): %s changed nothing; to %s event %d anyway, name it (Action.HeadID %d)",
+		e.Key, e.EventID, e.Action, e.Action, e.EventID, e.EventID)
+}
+
+// Is makes errors.Is(err, ErrDraining) true.
+func (e *DrainingError) Is(target error) bool { return target == ErrDraining }
 
 func noSuchQueue(queue string) error {
 	return fmt.Errorf("%w %q: run partitionq setup (Client.Setup) first", ErrNoSuchQueue, queue)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/partitionq/partitionq/partitionq/internal/lease"
+	"github.com/partitionq/partitionq/partitionq/internal/parked"
 	"github.com/partitionq/partitionq/partitionq/internal/store"
 )
 
@@ -49,9 +50,11 @@ type SlotStatus struct {
 	// slot has read past. The change of Position over time, divided by N,
 	// estimates the slot's read rate.
 	Position int64
-	// BlockedKeys counts keys with a parked head (pause policy), draining
-	// ones included.
+	// BlockedKeys counts keys whose parked head failed (pause policy).
 	BlockedKeys int
+	// DrainingKeys counts keys whose failed head was resolved and whose
+	// parked events now run in order (KeyDraining); they need no action.
+	DrainingKeys int
 	// SetAside counts the slot's events in the engine's retry queue: parked
 	// heads and the events waiting behind them, plus skip-policy retries.
 	SetAside int64
@@ -107,6 +110,7 @@ func (c *Client) Status(ctx context.Context, queue, group string) (GroupStatus, 
 		gs.Head = max(gs.Head, in.Head)
 		s.PendingEstimate = in.PendingEvents / int64(g.Slots)
 	}
+	anyParked := false
 	for i, sub := range g.subIDs {
 		s := &gs.SlotStatus[i]
 		if o, ok := owners[i]; ok && o.Live {
@@ -114,7 +118,23 @@ func (c *Client) Status(ctx context.Context, queue, group string) (GroupStatus, 
 				Since: o.Since, Epoch: o.Epoch, LeaseLeft: o.LeaseLeft}
 		}
 		rc := counts[sub]
-		s.SetAside, s.BlockedKeys = rc.Timed+rc.Parked, rc.ParkedKeys
+		s.SetAside = rc.Timed + rc.Parked
+		anyParked = anyParked || rc.Parked > 0
+	}
+	if anyParked { // blocked or draining: the heads tell (two more queries)
+		heads, err := parked.Heads(ctx, c.pool, c.eng, c.slots(g), nil)
+		if err != nil {
+			return GroupStatus{}, err
+		}
+		for _, h := range heads {
+			switch {
+			case !h.Parked():
+			case h.Draining():
+				gs.SlotStatus[h.Slot].DrainingKeys++
+			default:
+				gs.SlotStatus[h.Slot].BlockedKeys++
+			}
+		}
 	}
 	if gs.DeadLetters, err = c.countDeadLetters(ctx, queue, group); err != nil {
 		return GroupStatus{}, err

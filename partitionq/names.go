@@ -111,8 +111,8 @@ func validateActorReason(actor, reason string) error {
 }
 
 // shorten quotes a value for a ValidationError: clipped, escaped
-// (internal/termsafe.Quote, the helper of every error that echoes input).
-func shorten(v string) string { return termsafe.Quote(v) }
+// (internal/termsafe.Echo, the helper of every error that echoes input).
+func shorten(v string) string { return termsafe.Echo(v) }
 
 // consumerName is the engine consumer of one slot: "<group>#<slot>/<n>".
 // The number of slots is encoded so it can be recovered from the engine.

@@ -2,6 +2,7 @@ package partitionq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -28,28 +29,47 @@ type HeadEvent struct {
 	LastError   string    // the handler's last error, when known
 }
 
-// BlockedKey is a key whose head event failed and is not yet resolved;
-// its later events wait behind it.
+// KeyState says why a key has events set aside in its slot.
+type KeyState string
+
+// Key states.
+const (
+	// KeyBlocked: the key's head event failed and is not resolved; the
+	// worker tries it again on its schedule, and the key's later events
+	// wait behind it.
+	KeyBlocked KeyState = "blocked"
+	// KeyDraining: the key's failed head was resolved (handled on a retry,
+	// skipped, dead-lettered) and the events that waited behind it run
+	// next, in order, as soon as a worker gets to them; the head shown has
+	// never failed (no failure recorded, ev_retry 0). Nothing needs doing:
+	// a running worker drains the key within its HeadScanInterval. Operator
+	// actions refuse to act on it unless they name it (Action.HeadID).
+	KeyDraining KeyState = "draining"
+)
+
+// BlockedKey is a key with events set aside in its slot: blocked (its head
+// event failed and is not yet resolved; its later events wait behind it)
+// or draining (see State).
 type BlockedKey struct {
-	Key          string
-	Slot         int
-	Head         HeadEvent
-	Waiting      int64     // events of the key behind the head
-	BlockedSince time.Time // first failure of the head
+	Key   string
+	Slot  int
+	State KeyState // KeyBlocked or KeyDraining
+	Head  HeadEvent
+	// Waiting counts the events of the key behind the head.
+	Waiting int64
+	// BlockedSince is the first failure of the head; for a draining key,
+	// whose head never failed, the time the head was sent.
+	BlockedSince time.Time
 	// Flagged is set when a worker with WorkerConfig.MaxBlocked found the
 	// key blocked for longer than that (and did not dead-letter it).
 	Flagged bool
-	// Draining is set when the key's head never failed: the failed head
-	// before it was resolved (handled, skipped, dead-lettered) and a worker
-	// runs the waiting events next. Operator actions refuse a draining
-	// key's head unless the action names it (Action.HeadID).
-	Draining bool
 }
 
-// BlockedKeys lists the blocked keys of a group, oldest block first. The
-// list is derived from the engine's retry queue (the slot consumers' parked
-// events); partitionq keeps no table of blocked keys. It costs two queries
-// whatever the number of slots. ctx governs the queries.
+// BlockedKeys lists the keys of a group with events set aside, blocked and
+// draining (see BlockedKey.State), oldest block first. The list is derived
+// from the engine's retry queue (the slot consumers' parked events);
+// partitionq keeps no table of blocked keys. It costs two queries whatever
+// the number of slots. ctx governs the queries.
 func (c *Client) BlockedKeys(ctx context.Context, queue, group string) ([]BlockedKey, error) {
 	g, err := c.Group(ctx, queue, group)
 	if err != nil {
@@ -67,7 +87,8 @@ func (c *Client) BlockedKeys(ctx context.Context, queue, group string) ([]Blocke
 	return out, nil
 }
 
-// BlockedKey returns one blocked key, or ErrNotBlocked.
+// BlockedKey returns one key with events set aside (blocked or draining),
+// or ErrNotBlocked.
 func (c *Client) BlockedKey(ctx context.Context, queue, group, key string) (BlockedKey, error) {
 	g, s, err := c.groupAndSlot(ctx, queue, group, key)
 	if err != nil {
@@ -84,7 +105,7 @@ func (c *Client) BlockedKey(ctx context.Context, queue, group, key string) (Bloc
 }
 
 func blockedKey(h parked.Head) BlockedKey {
-	bk := BlockedKey{Key: h.Key, Slot: h.Slot, Waiting: h.Waiting, BlockedSince: h.Time, Draining: h.Draining(),
+	bk := BlockedKey{Key: h.Key, Slot: h.Slot, State: KeyBlocked, Waiting: h.Waiting, BlockedSince: h.Time,
 		Head: HeadEvent{ID: h.ID, Type: h.Type, Payload: []byte(h.Data), Time: h.Time, Attempts: int(h.Retry)}}
 	if !h.Parked() {
 		bk.Head.NextAttempt = h.After // a timed engine retry (skip policy)
@@ -92,6 +113,9 @@ func blockedKey(h parked.Head) BlockedKey {
 	if f := h.Failure; f != nil {
 		bk.Head.Attempts, bk.Head.LastError, bk.Head.NextAttempt, bk.BlockedSince = f.Attempts, f.LastError, f.NextAttemptAt, f.FirstFailedAt
 		bk.Flagged = f.FlaggedAt != nil
+	}
+	if h.Draining() {
+		bk.State = KeyDraining
 	}
 	return bk
 }
@@ -121,10 +145,10 @@ type PreviewEvent struct {
 	Head    bool // the blocked head itself (a skip removes it)
 }
 
-// Preview returns the blocked head of key and up to limit events waiting
-// behind it, in the order they will run: after a skip of the head, the
-// waiting events run in this order, then the key's events still in the
-// stream. ErrNotBlocked when the key is not blocked.
+// Preview returns the head of a blocked (or draining) key and up to limit
+// events waiting behind it, in the order they will run: after a skip of
+// the head, the waiting events run in this order, then the key's events
+// still in the stream. ErrNotBlocked when the key has no events set aside.
 func (c *Client) Preview(ctx context.Context, queue, group, key string, limit int) ([]PreviewEvent, error) {
 	g, s, err := c.groupAndSlot(ctx, queue, group, key)
 	if err != nil {
@@ -176,7 +200,10 @@ type Action struct {
 	Queue, Group, Key string
 	// HeadID, when not zero, is the head event the operator saw: the action
 	// applies only if it is still the key's head (else the outcome is
-	// OutcomeAlreadyResolved). Zero means the current head.
+	// OutcomeAlreadyResolved). Zero means the current head, provided it has
+	// failed: an action with HeadID zero on a draining key (whose head has
+	// never failed) fails with a *DrainingError and changes nothing, so that
+	// repeating "skip the head" never dead-letters a healthy event.
 	HeadID int64
 	Reason string
 	Actor  string
@@ -198,14 +225,16 @@ type ActionResult struct {
 // for the outcome (up to OperatorLockTimeout, then ErrHeadBusy); an event is
 // never both handled successfully and skipped. Calling it again for the same
 // HeadID returns OutcomeAlreadyResolved. ErrNotBlocked when HeadID is zero
-// and the key is not blocked; ErrNeverFailed when HeadID is zero and the
-// key's head never failed (the key is draining).
+// and the key is not blocked; a *DrainingError (ErrDraining) when HeadID is
+// zero and the key's head has never failed.
 func (c *Client) Skip(ctx context.Context, a Action) (ActionResult, error) {
 	return c.act(ctx, a, parked.Skip)
 }
 
 // RetryNow brings the next attempt of a blocked key's head forward to now;
-// a running worker tries it within its HeadScanInterval.
+// a running worker tries it within its HeadScanInterval. Like Skip, it
+// refuses a draining key unless HeadID names its head (which is due now
+// anyway: nothing changes but the audit trail).
 func (c *Client) RetryNow(ctx context.Context, a Action) (ActionResult, error) {
 	return c.act(ctx, a, parked.RetryNow)
 }
@@ -214,8 +243,8 @@ func (c *Client) RetryNow(ctx context.Context, a Action) (ActionResult, error) {
 // it to the dead letters in one transaction (for a tenant being deleted, or
 // a key known to be broken). Events of the key still in the stream are
 // handled as usual when they arrive. ErrNotBlocked when the key has no
-// parked events; a draining key (its head never failed) only when HeadID
-// names its head.
+// events set aside; a draining key's events are quarantined only when
+// HeadID names its head (else a *DrainingError).
 func (c *Client) Quarantine(ctx context.Context, a Action) (ActionResult, error) {
 	return c.act(ctx, a, parked.Quarantine)
 }
@@ -239,6 +268,10 @@ func (c *Client) act(ctx context.Context, a Action, kind parked.Kind) (ActionRes
 		func(ctx context.Context, tx pgx.Tx, pr parked.ActionResult) error {
 			return c.audit(ctx, tx, a, string(kind), pr.EventID, Outcome(pr.Outcome))
 		})
+	var nf *parked.NeverFailedError
+	if errors.As(err, &nf) {
+		return ActionResult{}, &DrainingError{Action: string(kind), Key: a.Key, EventID: nf.EventID}
+	}
 	if err != nil {
 		return ActionResult{}, err
 	}

@@ -44,23 +44,30 @@ func (v *auditView) Update(msg tea.Msg) tea.Cmd {
 	return nil
 }
 
+// columns: actor, role, key and outcome as wide as what they show (up to
+// a limit; longer ones keep both ends), the reason all the room left.
 func (v *auditView) columns() []column {
+	var actors, roles, keys, outcomes []string
+	for _, e := range v.entries {
+		actors, roles = append(actors, orDash(line(e.Actor))), append(roles, orDash(line(e.DBRole)))
+		keys, outcomes = append(keys, line(e.Key)), append(outcomes, line(e.Outcome))
+	}
 	cols := []column{
 		{title: " ", width: 1},
 		{title: "AGO", width: 6, right: true},
-		{title: "ACTOR", width: 8},
+		{title: "ACTOR", width: contentWidth(5, 16, actors...)},
 		{title: "ACTION", width: 10},
-		{title: "KEY", width: 10},
+		{title: "KEY", width: contentWidth(3, 24, keys...)},
 		{title: "EVENT", width: 7, right: true},
-		{title: "OUTCOME", width: 16},
+		{title: "OUTCOME", width: contentWidth(7, 20, outcomes...)},
 		{title: "REASON", width: 6},
 	}
 	if v.w >= 110 {
 		cols[1] = column{title: "AT", width: 19}
-		cols = append(cols[:3], append([]column{{title: "ROLE", width: 8}}, cols[3:]...)...)
-		return flex(v.w, cols, map[int]int{2: 1, 5: 1, 8: 3})
+		cols = append(cols[:3], append([]column{{title: "ROLE", width: contentWidth(4, 16, roles...)}}, cols[3:]...)...)
+		return flex(v.w, cols, map[int]int{8: 1})
 	}
-	return flex(v.w, cols, map[int]int{2: 1, 4: 1, 7: 3})
+	return flex(v.w, cols, map[int]int{7: 1})
 }
 
 func (v *auditView) View() string {
@@ -91,10 +98,10 @@ func (v *auditView) View() string {
 		if e.EventID != 0 {
 			ev = fmt.Sprint(e.EventID)
 		}
-		cells := []string{mark, age(v.at.Sub(e.At)), orDash(e.Actor), e.Action, e.Key, ev, e.Outcome, oneLine(e.Reason)}
+		cells := []string{mark, age(v.at.Sub(e.At)), orDash(line(e.Actor)), line(e.Action), line(e.Key), ev, line(e.Outcome), line(e.Reason)}
 		if wide {
 			cells[1] = stamp(e.At)
-			cells = append(cells[:3], append([]string{e.DBRole}, cells[3:]...)...)
+			cells = append(cells[:3], append([]string{line(e.DBRole)}, cells[3:]...)...)
 		}
 		line := row(cols, cells...)
 		if i == v.cursor {
@@ -118,17 +125,20 @@ func (v *auditView) pane(height int) []string {
 	}
 	e := v.entries[v.cursor]
 	st := v.sh.styles
-	what := fmt.Sprintf("%s %s by %s (role %s): %s", stamp(e.At), e.Action, orDash(e.Actor), orDash(e.DBRole), e.Outcome)
+	what := fmt.Sprintf("%s %s by %s (role %s): %s", stamp(e.At), line(e.Action), orDash(line(e.Actor)), orDash(line(e.DBRole)), line(e.Outcome))
 	if e.Key != "" {
-		what += fmt.Sprintf(" · key %s", e.Key)
+		what += fmt.Sprintf(" · key %s", line(e.Key))
 	}
 	if e.EventID != 0 {
 		what += fmt.Sprintf(" · event #%d", e.EventID)
 	}
-	lines := []string{st.label.Render(fit(what, v.w))}
-	lines = append(lines, wrap("Reason: "+orDash(oneLine(e.Reason)), v.w)...)
-	if len(lines) > height {
-		lines = lines[:height]
+	out := wrap(what, v.w)
+	for i := range out {
+		out[i] = st.label.Render(out[i])
 	}
-	return lines
+	out = append(out, wrap("Reason: "+orDash(line(e.Reason)), v.w)...)
+	if len(out) > height {
+		out = append(out[:height-1], st.dim.Render(fit("… (the audit trail holds it whole: partitionq audit --json)", v.w)))
+	}
+	return out
 }

@@ -247,10 +247,18 @@ func (v *blockedView) tableHeight() int {
 	return max(1, h)
 }
 
+// columns: the key as wide as the longest listed, up to 24 cells and a
+// fifth of the width (a longer one keeps both its ends), the error all the room left; head and type
+// from 150 columns on (the pane below shows them for the selected key).
 func (v *blockedView) columns() []column {
+	var keys []string
+	for _, b := range v.rows {
+		keys = append(keys, line(b.Key))
+	}
+	keyW := contentWidth(3, min(24, v.w/5), keys...)
 	cols := []column{
 		{title: " ", width: 1},
-		{title: "KEY", width: 12},
+		{title: "KEY", width: keyW, max: keyW},
 		{title: "SLOT", width: 4, right: true},
 		{title: "BLOCKED", width: 7, right: true},
 		{title: "TRIES", width: 5, right: true},
@@ -258,11 +266,11 @@ func (v *blockedView) columns() []column {
 		{title: "WAIT", width: 5, right: true},
 		{title: "LAST ERROR", width: 10},
 	}
-	if v.w >= 110 {
-		cols = append(cols[:7], column{title: "HEAD", width: 8, right: true}, column{title: "TYPE", width: 12}, cols[7])
-		return flex(v.w, cols, map[int]int{1: 2, 8: 1, 9: 4})
+	if v.w >= 150 {
+		cols = append(cols[:7], column{title: "HEAD", width: 8, right: true}, column{title: "TYPE", width: 12, max: 20}, cols[7])
+		return flex(v.w, cols, map[int]int{1: 1, 8: 1, 9: 4})
 	}
-	return flex(v.w, cols, map[int]int{1: 1, 7: 2})
+	return flex(v.w, cols, map[int]int{1: 1, 7: 3})
 }
 
 func (v *blockedView) View() string {
@@ -289,16 +297,22 @@ func (v *blockedView) View() string {
 		if i == v.cursor {
 			mark = "▸"
 		}
-		cells := []string{mark, b.Key, fmt.Sprint(b.Slot), age(at.Sub(b.BlockedSince)), fmt.Sprint(b.Head.Attempts),
+		cells := []string{mark, line(b.Key), fmt.Sprint(b.Slot), age(at.Sub(b.BlockedSince)), fmt.Sprint(b.Head.Attempts),
 			nextRetry(b, at), count(b.Waiting), errText(b.Head.LastError)}
+		if b.State == partitionq.KeyDraining {
+			cells[3], cells[4], cells[5], cells[7] = "—", "—", "now", "draining (never failed)"
+		}
 		if len(cols) > 8 {
-			cells = append(cells[:7], "#"+fmt.Sprint(b.Head.ID), b.Head.Type, cells[7])
+			cells = append(cells[:7], "#"+fmt.Sprint(b.Head.ID), line(b.Head.Type), cells[7])
 		}
-		line := row(cols, cells...)
-		if i == v.cursor {
-			line = st.selected.Render(line)
+		r := row(cols, cells...)
+		switch {
+		case i == v.cursor:
+			r = st.selected.Render(r)
+		case b.State == partitionq.KeyDraining:
+			r = st.dim.Render(r)
 		}
-		lines = append(lines, line)
+		lines = append(lines, r)
 	}
 	if ph := v.paneHeight(); ph > 0 {
 		for len(lines) < v.h-ph {
@@ -320,25 +334,33 @@ func (v *blockedView) summary() string {
 	for _, b := range v.snap.blocked {
 		waiting += b.Waiting
 	}
-	return fmt.Sprintf("%s · %s waiting · sorted by %s", plural(len(v.snap.blocked), "blocked key"), plural(int(waiting), "event"), v.sortBy)
+	blocked, draining := countStates(v.snap.blocked)
+	sum := plural(blocked, "blocked key")
+	if draining > 0 {
+		sum += fmt.Sprintf(" · %d draining", draining)
+	}
+	return fmt.Sprintf("%s · %s waiting · sorted by %s", sum, plural(int(waiting), "event"), v.sortBy)
 }
 
-// pane shows the selected key's head and error in full.
+// pane shows the selected key's head and error (whole when it fits).
 func (v *blockedView) pane(height int) []string {
 	b, ok := v.selected()
 	if !ok {
 		return nil
 	}
 	st := v.sh.styles
-	title := fmt.Sprintf("%s · head #%d %s · sent %s", b.Key, b.Head.ID, b.Head.Type, clock(b.Head.Time))
-	lines := []string{st.label.Render(fit(title, v.w))}
-	for _, l := range wrap("Error: "+errText(b.Head.LastError), v.w) {
-		lines = append(lines, st.warn.Render(l))
+	title := fmt.Sprintf("%s · head #%d %s · sent %s", clip(line(b.Key), v.w/2), b.Head.ID, clip(line(b.Head.Type), 24), clock(b.Head.Time))
+	out := []string{st.label.Render(fit(title, v.w))}
+	if b.State == partitionq.KeyDraining {
+		out = append(out, wrap(fmt.Sprintf("Draining: the key's failed event was resolved; its next event, #%d, has never failed, and it and the %s behind it run now, in order. Nothing to do.",
+			b.Head.ID, plural(int(b.Waiting), "event")), v.w)...)
+	} else {
+		out = append(out, errorBlock(st, b.Head.LastError, v.w)...)
 	}
-	if len(lines) > height {
-		lines = append(lines[:height-1], st.dim.Render("… enter shows it all"))
+	if len(out) > height {
+		out = append(out[:height-1], st.dim.Render("… enter shows it all"))
 	}
-	return lines
+	return out
 }
 
 // nextRetry formats when the worker tries the head again, relative to at.

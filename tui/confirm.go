@@ -119,22 +119,37 @@ func (v *confirmDialog) View() string {
 	var body []string
 	add := func(s string) { body = append(body, wrap(s, inner)...) }
 	r := v.req
+	key := clip(line(r.key.Key), max(8, inner/2))
+	draining := r.key.State == partitionq.KeyDraining
 	switch r.kind {
 	case actSkip:
-		body = append(body, st.title.Render(fit(fmt.Sprintf("Skip event #%d of key %s?", r.key.Head.ID, r.key.Key), inner)))
-		add(fmt.Sprintf("Head #%d %s · %d attempts · %s", r.key.Head.ID, r.key.Head.Type, r.key.Head.Attempts, errText(r.key.Head.LastError)))
-		add("It goes to the dead letters (it can be replayed); the key is unblocked and its waiting events run next, in this order:")
+		body = append(body, st.title.Render(fit(fmt.Sprintf("Skip event #%d of key %s?", r.key.Head.ID, key), inner)))
+		if draining {
+			for _, l := range wrap(fmt.Sprintf("Key %s is draining: event #%d never failed. The key's failed event was resolved and its events now run in order without help; skip it only if you mean this very event.", key, r.key.Head.ID), inner) {
+				body = append(body, st.warn.Render(l))
+			}
+			add(fmt.Sprintf("Event #%d %s · never failed", r.key.Head.ID, line(r.key.Head.Type)))
+		} else {
+			add(fmt.Sprintf("Head #%d %s · %d attempts · %s", r.key.Head.ID, line(r.key.Head.Type), r.key.Head.Attempts, clip(errText(r.key.Head.LastError), 3*inner)))
+		}
+		add("It goes to the dead letters (it can be replayed); the key's waiting events run next, in this order:")
 		body = append(body, v.previewBody(inner)...)
 	case actQuarantine:
-		body = append(body, st.title.Render(fit(fmt.Sprintf("Quarantine key %s?", r.key.Key), inner)))
+		body = append(body, st.title.Render(fit(fmt.Sprintf("Quarantine key %s?", key), inner)))
+		if draining {
+			for _, l := range wrap(fmt.Sprintf("Key %s is draining: none of its events has failed since its failed event was resolved.", key), inner) {
+				body = append(body, st.warn.Render(l))
+			}
+		}
 		add(fmt.Sprintf("The head #%d and the %s events waiting behind it go to the dead letters, in one transaction:", r.key.Head.ID, count(r.key.Waiting)))
 		body = append(body, v.previewBody(inner)...)
 		add("Events of the key still in the stream are handled as usual when they come.")
 	case actReplay:
 		d := r.dead
 		body = append(body, st.title.Render(fit(fmt.Sprintf("Replay dead letter %d?", d.ID), inner)))
-		add(fmt.Sprintf("Event #%d %s of key %s (%s) is sent again, at the tail of its key's order.", d.EventID, d.Type, d.Key, oneLine(d.Reason)))
-		add("Payload: " + compactPayload(d.Payload))
+		add(fmt.Sprintf("Event #%d %s of key %s (%s) is sent again, at the tail of its key's order.", d.EventID, line(d.Type),
+			clip(line(d.Key), max(8, inner/2)), clip(line(d.Reason), inner)))
+		add("Payload: " + clip(compactPayload(d.Payload), 2*inner))
 	}
 	body = append(body, "", v.reason.View())
 	if v.problem != "" {
@@ -154,7 +169,7 @@ func (v *confirmDialog) previewBody(width int) []string {
 	case errors.Is(v.previewErr, partitionq.ErrNotBlocked):
 		return []string{v.sh.styles.ok.Render("  The key is no longer blocked: confirming does nothing (already resolved).")}
 	case v.previewErr != nil:
-		return []string{fit("  could not read them: "+v.previewErr.Error(), width)}
+		return []string{fit("  could not read them: "+line(v.previewErr.Error()), width)}
 	case !v.loaded:
 		return []string{v.sh.styles.dim.Render("  reading…")}
 	}

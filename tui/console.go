@@ -18,6 +18,7 @@ import (
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/x/term"
 
 	"github.com/partitionq/partitionq/partitionq"
 )
@@ -101,15 +102,23 @@ func (o Options) validate() error {
 	return nil
 }
 
+// ErrNoTerminal: Run was called while standard input or output is not a
+// terminal.
+var ErrNoTerminal = errors.New("console: standard input and output must be a terminal")
+
 // Run runs the console on the terminal of the process (stdin and stdout)
 // until the user quits (q or ctrl+c) or ctx is cancelled; both return nil.
 // ctx also governs every query and action the console makes. It returns an
-// error when opts is invalid, the log file cannot be opened, or the
-// terminal fails. A database that does not answer is not an error: the
-// console shows it and retries.
+// error when opts is invalid, standard input or output is not a terminal
+// (ErrNoTerminal), the log file cannot be opened, or the terminal fails. A
+// database that does not answer is not an error: the console shows it and
+// retries; nor is a queue or group that does not exist yet.
 func Run(ctx context.Context, c *partitionq.Client, opts Options) error {
 	if c == nil {
 		return errors.New("console: client is nil: pass a *partitionq.Client")
+	}
+	if !term.IsTerminal(os.Stdin.Fd()) || !term.IsTerminal(os.Stdout.Fd()) {
+		return fmt.Errorf("%w: run it in a terminal (or tmux)", ErrNoTerminal)
 	}
 	return run(ctx, c, opts, os.Stdin, os.Stdout)
 }

@@ -2,7 +2,6 @@ package tui
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/charmbracelet/bubbles/key"
 	tea "github.com/charmbracelet/bubbletea"
@@ -132,22 +131,32 @@ func (v *deadView) keep(id int64) {
 	}
 }
 
+// columns: the key as wide as the longest listed (up to 24), the reason
+// (and the error, from 110 columns on) all the room left.
 func (v *deadView) columns() []column {
+	var keys, reasons []string
+	for _, d := range v.list {
+		keys, reasons = append(keys, line(d.Key)), append(reasons, line(d.Reason))
+	}
+	reason := column{title: "REASON", width: 12}
+	if v.w >= 110 {
+		reason.width = contentWidth(6, 40, reasons...)
+	}
 	cols := []column{
 		{title: " ", width: 1},
 		{title: "ID", width: 5, right: true},
-		{title: "KEY", width: 12},
+		{title: "KEY", width: contentWidth(3, 24, keys...)},
 		{title: "EVENT", width: 7, right: true},
-		{title: "REASON", width: 12},
+		reason,
 		{title: "TRIES", width: 5, right: true},
 		{title: "DEAD", width: 6, right: true},
 		{title: "STATE", width: 15},
 	}
 	if v.w >= 110 {
 		cols = append(cols, column{title: "LAST ERROR", width: 10})
-		return flex(v.w, cols, map[int]int{2: 2, 4: 2, 8: 3})
+		return flex(v.w, cols, map[int]int{8: 1})
 	}
-	return flex(v.w, cols, map[int]int{2: 1, 4: 2})
+	return flex(v.w, cols, map[int]int{4: 1})
 }
 
 func (v *deadView) View() string {
@@ -178,12 +187,12 @@ func (v *deadView) View() string {
 		if i == v.cursor {
 			mark = "▸"
 		}
-		line := row(cols, mark, fmt.Sprint(d.ID), d.Key, fmt.Sprint(d.EventID), oneLine(d.Reason), fmt.Sprint(d.Attempts),
+		r := row(cols, mark, fmt.Sprint(d.ID), line(d.Key), fmt.Sprint(d.EventID), line(d.Reason), fmt.Sprint(d.Attempts),
 			age(v.at.at.Sub(d.DeadAt)), replayState(d), errText(d.LastError))
 		if i == v.cursor {
-			line = st.selected.Render(line)
+			r = st.selected.Render(r)
 		}
-		lines = append(lines, line)
+		lines = append(lines, r)
 	}
 	return padLines(lines, v.w, v.h)
 }
@@ -204,18 +213,17 @@ func (v *deadView) detailLines() []string {
 		return nil
 	}
 	st := v.sh.styles
-	out := []string{
-		st.title.Render(fmt.Sprintf("Dead letter %d · key %s · slot %d · %s", d.ID, d.Key, d.Slot, replayState(d))),
+	var out []string
+	for _, l := range wrap(fmt.Sprintf("Dead letter %d · key %s · slot %d · %s", d.ID, line(d.Key), d.Slot, replayState(d)), v.w) {
+		out = append(out, st.title.Render(l))
 	}
-	out = append(out, wrap(fmt.Sprintf("Event #%d %s · sent %s · dead %s (%s ago) · %d attempts", d.EventID, d.Type, stamp(d.EventTime), stamp(d.DeadAt), age(v.at.at.Sub(d.DeadAt)), d.Attempts), v.w)...)
-	out = append(out, wrap(fmt.Sprintf("Reason: %s · by %s (role %s)", oneLine(d.Reason), orDash(d.Actor), orDash(d.DBRole)), v.w)...)
+	out = append(out, wrap(fmt.Sprintf("Event #%d %s · sent %s · dead %s (%s ago) · %d attempts", d.EventID, line(d.Type), stamp(d.EventTime), stamp(d.DeadAt), age(v.at.at.Sub(d.DeadAt)), d.Attempts), v.w)...)
+	out = append(out, wrap(fmt.Sprintf("Reason: %s · by %s (role %s)", line(d.Reason), orDash(line(d.Actor)), orDash(line(d.DBRole))), v.w)...)
 	out = append(out, "")
-	for _, l := range wrap("Error: "+errText(d.LastError), v.w) {
-		out = append(out, st.warn.Render(l))
-	}
+	out = append(out, errorBlock(st, d.LastError, v.w)...)
 	out = append(out, "", st.label.Render("Payload"))
-	for _, l := range strings.Split(prettyPayload(d.Payload), "\n") {
-		out = append(out, "  "+l)
+	for _, l := range lines(prettyPayload(d.Payload)) {
+		out = append(out, wrap("  "+l, v.w)...)
 	}
 	return out
 }

@@ -22,6 +22,11 @@ const (
 	// hotKeyMin: a blocked key holding at least this many waiting events,
 	// and most of its slot's, is called a hot key.
 	hotKeyMin = 100
+	// OwnerGrace: a slot the console has seen without a live owner for
+	// less than this is not called out (no warning, no red): a worker that
+	// has just started, or a standby taking over, claims it within a second
+	// or two.
+	OwnerGrace = 5 * time.Second
 )
 
 // finding is one line of a diagnosis.
@@ -61,15 +66,15 @@ func noTicks(st partitionq.GroupStatus) bool {
 	return true
 }
 
-// ownerName is how the console names the owner of a slot.
+// ownerName is how the console names the owner of a slot (made safe).
 func ownerName(o *partitionq.Owner) string {
 	if o == nil {
 		return "—"
 	}
 	if o.Name != "" {
-		return o.Name
+		return line(o.Name)
 	}
-	return fmt.Sprintf("pid %d", o.PID)
+	return fmt.Sprintf("process %d on %s", o.PID, line(o.Host))
 }
 
 // shortOwner names an owner in the slots table: without the default
@@ -78,14 +83,54 @@ func shortOwner(o *partitionq.Owner) string {
 	return strings.TrimPrefix(ownerName(o), "partitionq:")
 }
 
+// ownerDetail says who owns a slot: its name, the worker's own process
+// and host, and the pid of its lease session's PostgreSQL backend, which is
+// a server process: the one pg_terminate_backend takes, not the worker.
+func ownerDetail(o *partitionq.Owner, at time.Time) string {
+	parts := []string{fmt.Sprintf("worker pid %d on %s", o.PID, line(o.Host))}
+	if o.BackendPID != 0 {
+		parts = append(parts, fmt.Sprintf("PostgreSQL backend pid %d", o.BackendPID))
+	}
+	if o.Addr != "" { // a role without pg_read_all_stats does not see the address
+		parts = append(parts, line(o.Addr))
+	}
+	if !o.Since.IsZero() {
+		parts = append(parts, fmt.Sprintf("owner for %s", age(at.Sub(o.Since))))
+	}
+	return fmt.Sprintf("owner %s (%s)", ownerName(o), strings.Join(parts, ", "))
+}
+
+
+// slotInput is what the diagnosis of one slot reads.
+type slotInput struct {
+	s     partitionq.SlotStatus
+	group partitionq.GroupStatus
+	keys  []partitionq.BlockedKey // the slot's blocked and draining keys, oldest first
+	at    time.Time               // the snapshot's time
+	// noOwnerFor is how long the console has seen the slot without a live
+	// owner (0 on its first look).
+	noOwnerFor time.Duration
+}
+
 // diagnose tells apart why slot s is behind: no live owner, an owner that
 // is not advancing, an owner that advances but too slowly (a hot key or a
 // slow handler), blocked keys, or no ticks at all.
-func diagnose(s partitionq.SlotStatus, st partitionq.GroupStatus, blocked []partitionq.BlockedKey, at time.Time) diagnosis {
+func diagnose(in slotInput) diagnosis {
 	var d diagnosis
+	s, st, at := in.s, in.group, in.at
+	var blocked, draining []partitionq.BlockedKey
+	for _, k := range in.keys {
+		if k.State == partitionq.KeyDraining {
+			draining = append(draining, k)
+		} else {
+			blocked = append(blocked, k)
+		}
+	}
 	behind := s.QueuePending > 0 && s.Lag >= BehindLag
 	ticksMissing := noTicks(st)
 	switch {
+	case s.Owner == nil && in.noOwnerFor < OwnerGrace:
+		d.add(sevNone, "unowned", "No live owner yet: a worker that has just started, or a standby taking over, claims slot %d within a second or two.", s.Slot)
 	case s.Owner == nil && (behind || s.Lag >= StallAfter):
 		d.add(sevCrit, "NO OWNER", "No live owner: no worker runs slot %d, so its keys are not handled (lag %s). Start a worker (partitionq work) or find out why it stopped.", s.Slot, age(s.Lag))
 	case s.Owner == nil:
@@ -107,6 +152,14 @@ func diagnose(s partitionq.SlotStatus, st partitionq.GroupStatus, blocked []part
 	}
 	if s.BlockedKeys > 0 || len(blocked) > 0 {
 		addBlocked(&d, s, blocked, at)
+	}
+	if n := max(s.DrainingKeys, len(draining)); n > 0 {
+		var waiting int64
+		for _, k := range draining {
+			waiting += k.Waiting + 1
+		}
+		d.add(sevOK, "draining", "%s draining: %s failed event was resolved, and %s that waited behind it run now, in order (nothing to do).",
+			plural(n, "key"), map[bool]string{true: "its", false: "their"}[n == 1], plural(int(waiting), "event"))
 	}
 	if len(d.findings) == 0 {
 		if s.QueuePending == 0 {
@@ -139,7 +192,7 @@ func addBlocked(d *diagnosis, s partitionq.SlotStatus, blocked []partitionq.Bloc
 		return
 	}
 	oldest := blocked[0] // BlockedKeys lists the oldest block first
-	d.add(sevWarn, "blocked", "Oldest: %s, blocked %s, %s: %s", oldest.Key, age(at.Sub(oldest.BlockedSince)), plural(oldest.Head.Attempts, "attempt"), errText(oldest.Head.LastError))
+	d.add(sevWarn, "blocked", "Oldest: %s, blocked %s, %s: %s", line(oldest.Key), age(at.Sub(oldest.BlockedSince)), plural(oldest.Head.Attempts, "attempt"), errText(oldest.Head.LastError))
 	hot := blocked[0]
 	for _, b := range blocked {
 		if b.Waiting > hot.Waiting {
@@ -147,7 +200,7 @@ func addBlocked(d *diagnosis, s partitionq.SlotStatus, blocked []partitionq.Bloc
 		}
 	}
 	if hot.Waiting >= hotKeyMin && hot.Waiting*2 >= waiting {
-		d.add(sevWarn, "blocked", "Hot key %s holds %s of those waiting events.", hot.Key, count(hot.Waiting))
+		d.add(sevWarn, "blocked", "Hot key %s holds %s of those waiting events.", line(hot.Key), count(hot.Waiting))
 	}
 }
 
@@ -162,9 +215,10 @@ func plural(n int, what string) string {
 	return count(int64(n)) + " " + what + "s"
 }
 
+// errText is a head's error on one line, made safe.
 func errText(e string) string {
 	if e == "" {
 		return "(no error recorded)"
 	}
-	return oneLine(e)
+	return line(e)
 }

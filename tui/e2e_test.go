@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -17,7 +18,10 @@ import (
 // TestEndToEnd runs the real partitionq binary in a real terminal (tmux)
 // against the real database: a worker whose handler fails for one event
 // blocks its key, the console shows it, keystrokes skip it, the key
-// disappears and its waiting events get handled.
+// disappears and its waiting events get handled. Keys typed fast (several
+// in one read) each count; a key with a newline keeps its row and the
+// frame; the result line says when; a console opened on a group that does
+// not exist yet waits for it.
 //
 // It needs tmux: it is skipped without it, except under CI (CI set), where
 // it fails instead. It is skipped with -short.
@@ -61,6 +65,7 @@ echo "$PARTITIONQ_KEY $payload" >> ` + shellQuote(handled) + "\n"
 	pq("send", "--queue", "files", "--key", "tenant-7", "--type", "InvoiceCreated", "--payload", `{"seq":2}`)
 	pq("send", "--queue", "files", "--key", "tenant-7", "--type", "InvoiceCreated", "--payload", `{"seq":3}`)
 	pq("send", "--queue", "files", "--key", "tenant-8", "--type", "InvoiceCreated", "--payload", `{"seq":1}`)
+	pq("send", "--queue", "files", "--key", "multi\nline", "--type", "InvoiceCreated", "--payload", `{"seq":1,"poison":true}`)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	work := exec.CommandContext(ctx, bin, "work", "--db", db.URL, "--queue", "files", "--group", "indexer",
@@ -87,14 +92,22 @@ echo "$PARTITIONQ_KEY $payload" >> ` + shellQuote(handled) + "\n"
 	consoleLog := filepath.Join(dir, "console.log")
 	term.run(80, 24, shellQuote(bin)+" console --db "+shellQuote(db.URL)+" --queue files --group indexer --actor e2e --log-file "+shellQuote(consoleLog))
 
-	term.waitFor("the console live, with the blocked key", "● live", "Blocked keys (1)")
-	term.keys("2")
-	term.waitFor("the inbox listing tenant-7", "▸ tenant-7", "cannot parse invoice")
+	term.waitFor("the console live, with the blocked keys", "● live", "Blocked keys (2)")
+	// "3" then "2" in one read: the dead letters, then the blocked keys.
+	term.text("32")
+	term.waitFor("the inbox, reached by keys typed fast", "[2 Blocked keys (2)]", `multi\nline`, "cannot parse invoice")
+	term.frameIntact()
+	term.text("/tenant-7")
+	term.keys("Enter")
+	term.waitFor("the inbox filtered to tenant-7", "▸ tenant-7", "(1 of 2)")
 	term.keys("s")
 	term.waitFor("the skip confirmation previewing what runs next", "Skip event #1 of key tenant-7?", `{"seq":2}`, `{"seq":3}`, "Reason:")
 	term.text("poison invoice, INC-42")
 	term.keys("Enter")
-	term.waitFor("the skip confirmed and the key gone", "✓ Skipped event #1 of key tenant-7", "Blocked keys (0)", "No blocked keys")
+	term.waitFor("the skip confirmed, with its time, and the key gone", "✓ Skipped event #1 of key tenant-7", "Blocked keys (1)")
+	if !regexp.MustCompile(`\d\d:\d\d:\d\d ✓ Skipped event #1`).MatchString(term.screen()) {
+		t.Fatalf("the result line has no time:\n%s", term.screen())
+	}
 	pgtest.WaitFor(t, 30*time.Second, "the waiting events of tenant-7 handled, in order", func() (bool, error) {
 		b, err := os.ReadFile(handled)
 		if os.IsNotExist(err) {
@@ -108,13 +121,32 @@ echo "$PARTITIONQ_KEY $payload" >> ` + shellQuote(handled) + "\n"
 		}
 		return strings.Join(seqs, ",") == `{"seq":2},{"seq":3}`, err
 	})
+	// The key with a newline: on one row, skipped, and the frame stays.
+	term.keys("Escape")
+	term.waitFor("the other blocked key", `▸ multi\nline`)
+	term.keys("s")
+	term.waitFor("its skip confirmation", `key multi\nline?`)
+	term.text("newline key")
+	term.keys("Enter")
+	term.waitFor("the skip of the key with a newline", `✓ Skipped event #5 of key multi\nline`, "Blocked keys (0)", "No blocked keys")
+	term.frameIntact()
 	term.keys("4")
-	term.waitFor("the skip in the audit trail", "e2e", "skip", "skipped", "poison invoice, INC-42")
+	term.waitFor("the skips in the audit trail", "e2e", "skip", "skipped", "poison invoice, INC-42")
 	term.keys("q")
 	pgtest.WaitFor(t, 10*time.Second, "the console to quit on q", func() (bool, error) { return !term.alive(), nil })
 	if b, err := os.ReadFile(consoleLog); err != nil || !strings.Contains(string(b), "outcome=skipped") {
 		t.Fatalf("console log (err %v) lacks the skip's outcome:\n%s", err, b)
 	}
+
+	// A console on a group that does not exist yet says how to make it,
+	// and shows it once it is set up.
+	later := &tmux{t: t, bin: tmuxPath, socket: term.socket, target: "later"}
+	later.run(80, 24, shellQuote(bin)+" console --db "+shellQuote(db.URL)+" --queue files --group billing --refresh 200ms")
+	later.waitFor("the missing group explained", `No consumer group "billing" on queue "files"`, "partitionq setup --queue files --group billing --slots N", "keeps looking")
+	pq("setup", "--queue", "files", "--group", "billing", "--slots", "2")
+	later.waitFor("the group, once set up", "● live", "2 slots", "Blocked keys (0)")
+	later.keys("q")
+	pgtest.WaitFor(t, 10*time.Second, "the second console to quit on q", func() (bool, error) { return !later.alive(), nil })
 }
 
 // buildBinary builds cmd/partitionq with the console into dir.
@@ -195,6 +227,17 @@ func (x *tmux) waitFor(what string, wants ...string) {
 			x.t.Fatalf("timed out waiting for %s (%q); the screen:\n%s", what, wants, s)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// frameIntact checks that the screen starts with the console's header and
+// ends with its help line: nothing pushed the frame off the terminal.
+func (x *tmux) frameIntact() {
+	x.t.Helper()
+	s := strings.TrimRight(x.screen(), "\n")
+	ls := strings.Split(s, "\n")
+	if !strings.HasPrefix(ls[0], "partitionq console") || !strings.Contains(ls[len(ls)-1], "quit") && !strings.Contains(ls[len(ls)-1], "·") {
+		x.t.Fatalf("the frame is broken (header scrolled away, or no help line):\n%s", s)
 	}
 }
 

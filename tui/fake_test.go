@@ -16,7 +16,8 @@ import (
 // else (the client adapter, the end-to-end run) uses the real database.
 type fakeClient struct {
 	mu       sync.Mutex
-	err      error // every read fails with it when set
+	err      error                         // every read fails with it when set
+	status   func() partitionq.GroupStatus // the status read, when set (else the incident's)
 	blocked  []partitionq.BlockedKey
 	actions  []string                // "skip tenant-7 #48211 reason"
 	result   partitionq.ActionResult // returned by skip, retry now and quarantine
@@ -30,6 +31,9 @@ func newFake() *fakeClient { return &fakeClient{blocked: incidentBlocked()} }
 func (f *fakeClient) Status(ctx context.Context, queue, group string) (partitionq.GroupStatus, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.status != nil {
+		return f.status(), f.err
+	}
 	return incidentStatus(0), f.err
 }
 

@@ -29,35 +29,40 @@ func init() {
 // with offset so that successive snapshots give read rates.
 func incidentStatus(offset time.Duration) partitionq.GroupStatus {
 	sec := int64(offset / time.Second)
-	worker := func(name string, pid int32) *partitionq.Owner {
-		return &partitionq.Owner{Name: name, PID: pid, Addr: "10.0.3.7", Since: base.Add(-26 * time.Hour)}
+	worker := func(name string, backend int32) *partitionq.Owner {
+		return &partitionq.Owner{Name: name, PID: backend, Addr: "10.0.3.7", Since: base.Add(-26 * time.Hour)}
 	}
+	// 60 events a second arrive; a slot's position is the head less what
+	// it has pending: slots 0 and 1 keep up, 2 and 3 do not move.
+	head := 100_000 + 60*sec
+	pending := []int64{12 + (sec%3)*5, 40 + (sec%4)*10, 8120 + 60*sec, 5400 + 60*sec}
 	return partitionq.GroupStatus{
-		Queue: "files", Group: "indexer", Slots: 4, Engine: "pgq", DeadLetters: 2, At: base.Add(offset),
+		Queue: "files", Group: "indexer", Slots: 4, Engine: "pgq", DeadLetters: 2, At: base.Add(offset), Head: head,
 		SlotStatus: []partitionq.SlotStatus{
-			{Slot: 0, Consumer: "indexer#0/4", Owner: worker("partitionq:web-1:4121", 4121), Lag: time.Second,
-				LastSeen: 400 * time.Millisecond, QueuePending: 12 + (sec%3)*5, PendingEstimate: 3},
-			{Slot: 1, Consumer: "indexer#1/4", Owner: worker("partitionq:web-1:4121", 4121), Lag: 2 * time.Second,
-				LastSeen: time.Second, QueuePending: 40 + (sec%4)*10, PendingEstimate: 10, BlockedKeys: 2, SetAside: 59},
-			{Slot: 2, Consumer: "indexer#2/4", Owner: worker("partitionq:web-2:5230", 5230), Lag: 4*time.Minute + 12*time.Second + offset,
-				LastSeen: 4*time.Minute + 10*time.Second + offset, InBatch: true, QueuePending: 8120 + 60*sec, PendingEstimate: 2030, BlockedKeys: 1, SetAside: 1},
+			{Slot: 0, Consumer: "indexer#0/4", Owner: worker("partitionq:web-1:4121", 88231), Lag: time.Second,
+				LastSeen: 400 * time.Millisecond, QueuePending: pending[0], PendingEstimate: 3, Position: head - pending[0]},
+			{Slot: 1, Consumer: "indexer#1/4", Owner: worker("partitionq:web-1:4121", 88232), Lag: 2 * time.Second,
+				LastSeen: time.Second, QueuePending: pending[1], PendingEstimate: 10, BlockedKeys: 2, SetAside: 59, Position: head - pending[1]},
+			{Slot: 2, Consumer: "indexer#2/4", Owner: worker("partitionq:web-2:5230", 90417), Lag: 4*time.Minute + 12*time.Second + offset,
+				LastSeen: 4*time.Minute + 10*time.Second + offset, InBatch: true, QueuePending: pending[2], PendingEstimate: 2030, BlockedKeys: 1, SetAside: 1,
+				Position: head - pending[2]},
 			{Slot: 3, Consumer: "indexer#3/4", Lag: 3*time.Minute + offset, LastSeen: 3*time.Minute + offset,
-				QueuePending: 5400 + 60*sec, PendingEstimate: 1350},
+				QueuePending: pending[3], PendingEstimate: 1350, Position: head - pending[3]},
 		},
 	}
 }
 
 func incidentBlocked() []partitionq.BlockedKey {
 	return []partitionq.BlockedKey{
-		{Key: "tenant-7", Slot: 1, Waiting: 14, BlockedSince: base.Add(-12*time.Minute - 5*time.Second),
+		{Key: "tenant-7", Slot: 1, State: partitionq.KeyBlocked, Waiting: 14, BlockedSince: base.Add(-12*time.Minute - 5*time.Second),
 			Head: partitionq.HeadEvent{ID: 48211, Type: "FileCreated", Time: base.Add(-12*time.Minute - 6*time.Second), Attempts: 5,
 				NextAttempt: base.Add(8 * time.Second), Payload: []byte(`{"tenant":"tenant-7","path":"/inbox/q1-report.pdf","size":183220,"tags":["finance","q1"]}`),
 				LastError: `insert into files: ERROR: duplicate key value violates unique constraint "files_pkey" (SQLSTATE 23505)`}},
-		{Key: "tenant-42", Slot: 1, Waiting: 45, BlockedSince: base.Add(-3*time.Minute - 30*time.Second),
+		{Key: "tenant-42", Slot: 1, State: partitionq.KeyBlocked, Waiting: 45, BlockedSince: base.Add(-3*time.Minute - 30*time.Second),
 			Head: partitionq.HeadEvent{ID: 48877, Type: "FileDeleted", Time: base.Add(-3*time.Minute - 31*time.Second), Attempts: 2,
 				NextAttempt: base.Add(90 * time.Second), Payload: []byte(`{"tenant":"tenant-42","path":"/tmp/x"}`),
 				LastError: "POST https://billing.internal/v1/charge: 503 Service Unavailable"}},
-		{Key: "globex", Slot: 2, Waiting: 0, BlockedSince: base.Add(-40 * time.Second),
+		{Key: "globex", Slot: 2, State: partitionq.KeyBlocked, Waiting: 0, BlockedSince: base.Add(-40 * time.Second),
 			Head: partitionq.HeadEvent{ID: 49002, Type: "FileMoved", Time: base.Add(-41 * time.Second), Attempts: 1,
 				Payload: []byte("not json: raw text body"), LastError: "context deadline exceeded"}},
 	}
@@ -124,9 +129,28 @@ func newTestModel(t *testing.T, c Client, opts Options) *Model {
 	return m
 }
 
+// hostileBlocked is the incident's blocked keys with untrusted text that
+// could break a terminal or a frame (a newline in a key, escapes in a type,
+// a multi-line error, a long key), and a key that drains.
+func hostileBlocked() []partitionq.BlockedKey {
+	bs := incidentBlocked()
+	bs[0].Key = "multi\nline\nkey"
+	bs[0].Head.Type = "File\x1b[2JCreated"
+	bs[0].Head.LastError = "store /inbox/q1-report.pdf: write to storage node s3-eu-1:\n  upload 3 of 4: corrupt file: checksum mismatch\n\tat upload.go:88"
+	bs[1].Key = "tenant-with-a-very-long-name-0000000000000042"
+	bs = append(bs, partitionq.BlockedKey{Key: "tenant-9", Slot: 1, State: partitionq.KeyDraining, Waiting: 3, BlockedSince: base.Add(-20 * time.Second),
+		Head: partitionq.HeadEvent{ID: 48990, Type: "FileDeleted", Time: base.Add(-20 * time.Second), Payload: []byte(`{"tenant":"tenant-9"}`)}})
+	return bs
+}
+
 // snap builds the snapshot of the incident at base+offset.
 func snap(offset time.Duration, plan fetchPlan) snapshotMsg {
-	msg := snapshotMsg{at: base.Add(offset), status: incidentStatus(offset), blocked: incidentBlocked(), plan: plan}
+	return snapWith(offset, plan, incidentBlocked())
+}
+
+// snapWith is snap with other blocked keys.
+func snapWith(offset time.Duration, plan fetchPlan, blocked []partitionq.BlockedKey) snapshotMsg {
+	msg := snapshotMsg{at: base.Add(offset), status: incidentStatus(offset), blocked: blocked, plan: plan}
 	if plan.deadLetters {
 		for _, d := range incidentDead() {
 			if plan.deadAll || d.ReplayedAt == nil {
@@ -140,6 +164,11 @@ func snap(offset time.Duration, plan fetchPlan) snapshotMsg {
 	if plan.previewKey == "tenant-7" {
 		msg.preview = tenant7Preview()
 	}
+	for _, b := range blocked {
+		if plan.previewKey == b.Key && msg.preview == nil {
+			msg.preview = []partitionq.PreviewEvent{{ID: b.Head.ID, Type: b.Head.Type, Payload: b.Head.Payload, Time: b.Head.Time, Head: true}}
+		}
+	}
 	return msg
 }
 
@@ -147,10 +176,18 @@ func snap(offset time.Duration, plan fetchPlan) snapshotMsg {
 // snapshots of the incident, ending at base.
 func incidentModel(t *testing.T, opts Options, width, height int) *Model {
 	t.Helper()
-	m := newTestModel(t, newFake(), opts)
+	return incidentModelWith(t, opts, width, height, incidentBlocked())
+}
+
+// incidentModelWith is incidentModel with other blocked keys.
+func incidentModelWith(t *testing.T, opts Options, width, height int, blocked []partitionq.BlockedKey) *Model {
+	t.Helper()
+	f := newFake()
+	f.blocked = blocked
+	m := newTestModel(t, f, opts)
 	m.Update(tea.WindowSizeMsg{Width: width, Height: height})
 	for i := -60; i <= 0; i++ {
-		m.Update(snap(time.Duration(i)*time.Second, m.plan()))
+		m.Update(snapWith(time.Duration(i)*time.Second, m.plan(), blocked))
 	}
 	return m
 }
@@ -172,6 +209,10 @@ func keyMsg(name string) tea.KeyMsg {
 		return tea.KeyMsg{Type: tea.KeyCtrlC}
 	case "backspace":
 		return tea.KeyMsg{Type: tea.KeyBackspace}
+	case "ctrl+r":
+		return tea.KeyMsg{Type: tea.KeyCtrlR}
+	case "shift+tab":
+		return tea.KeyMsg{Type: tea.KeyShiftTab}
 	}
 	return tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(name)}
 }

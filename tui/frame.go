@@ -53,9 +53,19 @@ func (m *Model) View() string {
 		body = m.focused().View()
 	}
 	lines = append(lines, splitLines(body)...)
-	lines = append(lines, m.sh.styles.of(m.flash.sev).Render(fit(m.flash.text, m.w)))
+	lines = append(lines, m.flashLine())
 	lines = append(lines, splitLines(m.helpView())...)
 	return padLines(lines, m.w, m.h)
+}
+
+// flashLine is the result of the latest action on one line, with the
+// time the library answered.
+func (m *Model) flashLine() string {
+	t := m.flash.text
+	if t != "" && !m.flash.at.IsZero() {
+		t = clock(m.flash.at) + " " + t
+	}
+	return m.sh.styles.of(m.flash.sev).Render(fit(t, m.w))
 }
 
 func (m *Model) header() string {
@@ -87,7 +97,8 @@ func (m *Model) header() string {
 
 func (m *Model) tabsLine() string {
 	st := m.sh.styles
-	names := []string{"Slots", fmt.Sprintf("Blocked keys (%d)", len(m.last.blocked)),
+	blocked, _ := countStates(m.last.blocked)
+	names := []string{"Slots", fmt.Sprintf("Blocked keys (%d)", blocked),
 		fmt.Sprintf("Dead letters (%d)", m.last.status.DeadLetters), "Audit"}
 	var parts []string
 	for i, n := range names {
@@ -113,7 +124,7 @@ func (m *Model) banner() []string {
 		return nil
 	}
 	lines := []string{fmt.Sprintf("✗ Database unreachable since %s · %s · next try in %s", clock(r.errSince), plural(r.failures, "failed refresh"), age(r.next))}
-	for i, l := range wrap(oneLine(r.err.Error()), m.w-2) {
+	for i, l := range wrap(line(r.err.Error()), m.w-2) {
 		if i == 2 {
 			break
 		}

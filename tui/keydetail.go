@@ -3,7 +3,6 @@ package tui
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/charmbracelet/bubbles/key"
 	tea "github.com/charmbracelet/bubbletea"
@@ -118,27 +117,41 @@ func (v *keyDetail) onKey(msg tea.KeyMsg) tea.Cmd {
 	return nil
 }
 
-// lines renders the whole detail; View shows the part that fits.
+// lines renders the whole detail; View shows the part that fits. The
+// error is shown whole, its lines kept.
 func (v *keyDetail) lines() []string {
 	st := v.sh.styles
 	b, at := v.key, v.at.at
 	var out []string
-	head := fmt.Sprintf("Key %s · slot %d · blocked %s (since %s)", b.Key, b.Slot, age(at.Sub(b.BlockedSince)), stamp(b.BlockedSince))
-	out = append(out, st.title.Render(head))
-	if v.resolved {
-		out = append(out, st.ok.Render("Resolved: the key is no longer blocked (handled, skipped or quarantined). esc goes back."))
+	title := fmt.Sprintf("Key %s · slot %d · blocked %s (since %s)", line(b.Key), b.Slot, age(at.Sub(b.BlockedSince)), stamp(b.BlockedSince))
+	if b.State == partitionq.KeyDraining {
+		title = fmt.Sprintf("Key %s · slot %d · draining", line(b.Key), b.Slot)
 	}
-	out = append(out, wrap(fmt.Sprintf("Head #%d %s · sent %s · %d attempts · next retry %s · %s waiting",
-		b.Head.ID, b.Head.Type, stamp(b.Head.Time), b.Head.Attempts, nextRetry(b, at), count(b.Waiting)), v.w)...)
-	out = append(out, "")
-	for _, l := range wrap("Error: "+errText(b.Head.LastError), v.w) {
-		out = append(out, st.warn.Render(l))
+	for _, l := range wrap(title, v.w) {
+		out = append(out, st.title.Render(l))
+	}
+	if v.resolved {
+		out = append(out, wrap(st.ok.Render("Resolved: the key has no events set aside any more (handled, skipped or quarantined). esc goes back."), v.w)...)
+	}
+	if b.State == partitionq.KeyDraining {
+		out = append(out, wrap(fmt.Sprintf("Its failed event was resolved; its next event #%d %s (sent %s) has never failed, and it and the %s behind it run now, in order, as soon as a worker gets to them. Nothing to do.",
+			b.Head.ID, line(b.Head.Type), stamp(b.Head.Time), plural(int(b.Waiting), "event")), v.w)...)
+	} else {
+		out = append(out, wrap(fmt.Sprintf("Head #%d %s · sent %s · %d attempts · next retry %s · %s waiting",
+			b.Head.ID, line(b.Head.Type), stamp(b.Head.Time), b.Head.Attempts, nextRetry(b, at), count(b.Waiting)), v.w)...)
+		out = append(out, "")
+		out = append(out, errorBlock(st, b.Head.LastError, v.w)...)
 	}
 	out = append(out, "", st.label.Render("Payload"))
-	for _, l := range strings.Split(prettyPayload(b.Head.Payload), "\n") {
-		out = append(out, "  "+l)
+	for _, l := range lines(prettyPayload(b.Head.Payload)) {
+		out = append(out, wrap("  "+l, v.w)...)
 	}
-	out = append(out, "", st.label.Render(fmt.Sprintf("Waiting behind the head (%s; they run in this order once it is resolved)", count(b.Waiting))))
+	out = append(out, "")
+	waitTitle := fmt.Sprintf("Waiting behind the head (%s; they run in this order once it is resolved)", count(b.Waiting))
+	if b.State == partitionq.KeyDraining {
+		waitTitle = fmt.Sprintf("Behind it (%s; they run in this order, after it)", count(b.Waiting))
+	}
+	out = append(out, wrap(st.label.Render(waitTitle), v.w)...)
 	switch {
 	case !v.loaded:
 		out = append(out, st.dim.Render("  reading…"))
@@ -160,7 +173,7 @@ func previewLines(evs []partitionq.PreviewEvent, width int, waiting int64) []str
 		if n > PreviewLimit {
 			break
 		}
-		out = append(out, fit(fmt.Sprintf("  #%d %s %s %s", ev.ID, ev.Type, clock(ev.Time), compactPayload(ev.Payload)), width))
+		out = append(out, fit(fmt.Sprintf("  #%d %s %s %s", ev.ID, clip(line(ev.Type), 24), clock(ev.Time), compactPayload(ev.Payload)), width))
 	}
 	switch {
 	case n == 0:

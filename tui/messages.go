@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/partitionq/partitionq/internal/connstr"
-	"github.com/partitionq/partitionq/internal/termsafe"
 
 	tea "github.com/charmbracelet/bubbletea"
 
@@ -39,7 +38,12 @@ const (
 	auditLimit      = 200
 )
 
-// snapshotMsg is the result of one refresh.
+// snapshotMsg is the result of one refresh. Its texts are as the library
+// returned them: untrusted (keys, types, payloads, errors, reasons, names
+// come from tenants, producers, handlers and operators). Views show them
+// only through line and text (safe.go), which apply internal/termsafe's
+// rule, so that none can act on the operator's terminal; actions use them
+// as they are.
 type snapshotMsg struct {
 	at      time.Time // when the refresh read the state: views render times relative to it
 	status  partitionq.GroupStatus
@@ -64,7 +68,6 @@ func fetch(sh *shared, plan fetchPlan) tea.Cmd {
 			return read(ctx, sh, plan)
 		})
 		msg.plan, msg.err = plan, connstr.ConnectCause(err)
-		escapeSnapshot(&msg)
 		msg.at = sh.now()
 		return msg
 	}
@@ -90,38 +93,9 @@ func read(ctx context.Context, sh *shared, plan fetchPlan) (msg snapshotMsg, err
 		}
 	}
 	if plan.previewKey != "" {
-		msg.preview, msg.previewErr = sh.client.Preview(ctx, sh.queue, sh.group, termsafe.Unescape(plan.previewKey), PreviewLimit)
+		msg.preview, msg.previewErr = sh.client.Preview(ctx, sh.queue, sh.group, plan.previewKey, PreviewLimit)
 	}
 	return msg, nil
-}
-
-// escapeSnapshot escapes every text of a snapshot that comes from tenants,
-// producers, handlers or operators (keys, types, payloads, errors, reasons,
-// names) before any view shows it, so that none can act on the operator's
-// terminal (internal/termsafe). Actions unescape the key they act on.
-func escapeSnapshot(msg *snapshotMsg) {
-	e, eb := termsafe.Escape, func(p []byte) []byte { return []byte(termsafe.Escape(string(p))) }
-	for i := range msg.status.SlotStatus {
-		if o := msg.status.SlotStatus[i].Owner; o != nil {
-			o.Name = e(o.Name)
-		}
-	}
-	for i := range msg.blocked {
-		b := &msg.blocked[i]
-		b.Key, b.Head.Type, b.Head.Payload, b.Head.LastError = e(b.Key), e(b.Head.Type), eb(b.Head.Payload), e(b.Head.LastError)
-	}
-	for i := range msg.dead {
-		d := &msg.dead[i]
-		d.Key, d.Type, d.Payload, d.LastError, d.Reason, d.Actor, d.DBRole = e(d.Key), e(d.Type), eb(d.Payload), e(d.LastError), e(d.Reason), e(d.Actor), e(d.DBRole)
-	}
-	for i := range msg.audit {
-		a := &msg.audit[i]
-		a.Key, a.Reason, a.Actor, a.DBRole, a.Outcome = e(a.Key), e(a.Reason), e(a.Actor), e(a.DBRole), e(a.Outcome)
-	}
-	for i := range msg.preview {
-		p := &msg.preview[i]
-		p.Type, p.Payload = e(p.Type), eb(p.Payload)
-	}
 }
 
 // actionKind names an operator action.
@@ -170,6 +144,7 @@ func send(msg tea.Msg) tea.Cmd { return func() tea.Msg { return msg } }
 
 // actionMsg is the library's answer to an action.
 type actionMsg struct {
+	at     time.Time // when it came
 	req    actionRequest
 	result partitionq.ActionResult // skip, retry now, quarantine
 	replay partitionq.ReplayResult // replay
@@ -180,8 +155,7 @@ type actionMsg struct {
 func act(sh *shared, req actionRequest) tea.Cmd {
 	return func() tea.Msg {
 		msg := actionMsg{req: req}
-		// The console shows escaped text (see escapeSnapshot): act on the real key.
-		a := partitionq.Action{Queue: sh.queue, Group: sh.group, Key: termsafe.Unescape(req.key.Key), HeadID: req.key.Head.ID,
+		a := partitionq.Action{Queue: sh.queue, Group: sh.group, Key: req.key.Key, HeadID: req.key.Head.ID,
 			Reason: req.reason, Actor: sh.actor}
 		msg.err = sh.call(func(ctx context.Context) error {
 			var err error
@@ -197,7 +171,7 @@ func act(sh *shared, req actionRequest) tea.Cmd {
 			}
 			return err
 		})
-		msg.result.Key = termsafe.Escape(msg.result.Key)
+		msg.at = sh.now()
 		return msg
 	}
 }

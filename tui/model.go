@@ -9,6 +9,8 @@ import (
 	"github.com/charmbracelet/bubbles/help"
 	"github.com/charmbracelet/bubbles/key"
 	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/partitionq/partitionq/partitionq"
 )
 
 // component is one view of the console. Each has its own key map (shown
@@ -72,11 +74,16 @@ type refresher struct {
 	next     time.Duration // the wait before the next refresh
 }
 
-// flash is the one-line result of the latest action.
+// flash is the one-line result of the latest action. It shows the time
+// the answer came, and goes after FlashFor (checked at each refresh).
 type flash struct {
 	sev  severity
 	text string
+	at   time.Time // when the library answered (zero while it works on it)
 }
+
+// FlashFor is how long the result of an action stays on screen.
+const FlashFor = 30 * time.Second
 
 // NewModel returns the console's model for c and opts, for tests and for
 // embedding in another Bubble Tea program; Run is the usual entry point.
@@ -111,6 +118,11 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.w, m.h = msg.Width, msg.Height
 		return m, nil
 	case tea.KeyMsg:
+		if msg.Type == tea.KeyRunes && len(msg.Runes) > 1 && !msg.Paste && !m.focused().capturing() {
+			// Keys typed fast (or over a laggy link) come as one message:
+			// each is a key of its own.
+			return m, m.eachRune(msg)
+		}
 		return m, m.onKey(msg)
 	case tickMsg:
 		return m, m.onTick(msg)
@@ -172,6 +184,22 @@ func (m *Model) onKey(msg tea.KeyMsg) tea.Cmd {
 		return f.Update(msg)
 	}
 	return nil
+}
+
+// eachRune handles the runes of one key message as one key each, in order.
+func (m *Model) eachRune(msg tea.KeyMsg) tea.Cmd {
+	var cmds []tea.Cmd
+	for i, r := range msg.Runes {
+		one := tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{r}, Alt: msg.Alt && i == 0}
+		if m.focused().capturing() { // a key just opened a text input: the rest is typed into it
+			one.Runes = msg.Runes[i:]
+			cmds = append(cmds, m.onKey(one))
+			break
+		}
+		cmds = append(cmds, m.onKey(one))
+		m.layout()
+	}
+	return tea.Batch(cmds...)
 }
 
 func (m *Model) switchTo(t tab) tea.Cmd {
@@ -241,6 +269,9 @@ func (m *Model) onSnapshot(msg snapshotMsg) tea.Cmd {
 			m.sh.log.Info("database answers again", slog.Int("failed_refreshes", m.ref.failures))
 		}
 		m.ref.failures, m.ref.err, m.last, m.group = 0, nil, msg, nil
+		if !m.flash.at.IsZero() && msg.at.Sub(m.flash.at) >= FlashFor {
+			m.flash = flash{}
+		}
 	case isGroupMissing(msg.err):
 		m.ref.failures, m.ref.err, m.group = 0, nil, msg.err
 	default:
@@ -285,12 +316,18 @@ func (m *Model) onAction(msg tea.Msg) tea.Cmd {
 			return nil
 		}
 		m.confirmOpen = false
-		m.flash = flash{sevNone, pendingText(msg.req)}
+		if msg.req.kind == actRetry && msg.req.key.State == partitionq.KeyDraining {
+			m.flash = drainingRetryFlash(msg.req)
+			m.flash.at = m.last.at
+			return nil
+		}
+		m.flash = flash{sev: sevNone, text: pendingText(msg.req)}
 		m.sh.log.Info("action", slog.String("action", msg.req.kind.verb()), slog.String("key", actionKey(msg.req)),
 			slog.Int64("event_id", msg.req.key.Head.ID), slog.Int64("dead_letter_id", msg.req.dead.ID), slog.String("reason", msg.req.reason))
 		return act(m.sh, msg.req)
 	case actionMsg:
 		m.flash = resultFlash(msg)
+		m.flash.at = msg.at
 		m.sh.log.Info("action result", slog.String("action", msg.req.kind.verb()), slog.String("key", actionKey(msg.req)),
 			slog.String("outcome", string(msg.result.Outcome)+string(msg.replay.Outcome)), slog.Any("err", msg.err))
 		if msg.err == nil && msg.req.kind != actRetry && msg.req.kind != actReplay && m.detail.key.Key == msg.req.key.Key {

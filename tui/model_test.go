@@ -313,8 +313,11 @@ func TestDiagnose(t *testing.T) {
 		{2, "STALLED", "Owner not advancing"},
 		{3, "NO OWNER", "No live owner"},
 	}
+	in := func(s partitionq.SlotStatus, g partitionq.GroupStatus, keys []partitionq.BlockedKey) slotInput {
+		return slotInput{s: s, group: g, keys: keys, at: base, noOwnerFor: time.Hour}
+	}
 	for _, c := range cases {
-		d := diagnose(st.SlotStatus[c.slot], st, blockedOf(bl, c.slot), base)
+		d := diagnose(in(st.SlotStatus[c.slot], st, blockedOf(bl, c.slot)))
 		if d.state != c.state || !strings.Contains(fmt.Sprint(d.findings), c.says) {
 			t.Errorf("slot %d: %s %v; want %s saying %q", c.slot, d.state, d.findings, c.state, c.says)
 		}
@@ -322,13 +325,13 @@ func TestDiagnose(t *testing.T) {
 	// An owner that advances but is behind: a hot key or a slow handler.
 	slow := st.SlotStatus[0]
 	slow.Lag, slow.QueuePending = 3*time.Minute, 9000
-	if d := diagnose(slow, st, nil, base); d.state != "behind" || !strings.Contains(fmt.Sprint(d.findings), "hot key") {
+	if d := diagnose(in(slow, st, nil)); d.state != "behind" || !strings.Contains(fmt.Sprint(d.findings), "hot key") {
 		t.Errorf("slow owner: %s %v", d.state, d.findings)
 	}
 	// A blocked key holding most waiting events is a hot key.
 	hot := bl[:1]
 	hot[0].Waiting = 5000
-	if d := diagnose(st.SlotStatus[1], st, hot, base); !strings.Contains(fmt.Sprint(d.findings), "Hot key tenant-7 holds 5.0k") {
+	if d := diagnose(in(st.SlotStatus[1], st, hot)); !strings.Contains(fmt.Sprint(d.findings), "Hot key tenant-7 holds 5.0k") {
 		t.Errorf("hot blocked key: %v", d.findings)
 	}
 	// No tick anywhere: the ticker, not the slots.
@@ -337,29 +340,51 @@ func TestDiagnose(t *testing.T) {
 		idle.SlotStatus[i].Lag, idle.SlotStatus[i].QueuePending, idle.SlotStatus[i].Owner = 10*time.Minute, 0, &partitionq.Owner{Name: "w"}
 		idle.SlotStatus[i].LastSeen = 10 * time.Minute
 	}
-	if d := diagnose(idle.SlotStatus[0], idle, nil, base); d.state != "no ticks" {
+	if d := diagnose(in(idle.SlotStatus[0], idle, nil)); d.state != "no ticks" {
 		t.Errorf("no ticks: %s %v", d.state, d.findings)
 	}
 }
 
+// READ/s is the change of a slot's position over the last RateWindow,
+// not over the last refresh: a slot whose position moves in jumps (a
+// batch per tick) reads steadily, and never swings between 0 and the
+// size of a jump (it showed 0, then 1.8k, while the demo ran ~200/s).
 func TestThroughput(t *testing.T) {
 	t.Parallel()
 	tp := newThroughput()
-	a := incidentStatus(0)
-	tp.add(a, base)
-	b := incidentStatus(0)
-	b.SlotStatus[0].QueuePending -= 100 // slot 0 read 100 + the arrivals
-	b.SlotStatus[2].QueuePending += 50  // slot 2 read nothing: 50 arrived
-	b.SlotStatus[2].LastSeen = time.Hour
-	tp.add(b, base.Add(2*time.Second))
-	if got := tp.last[0]; got != 75 { // (50 + 100) / 2s
-		t.Errorf("slot 0 reads %v/s, want 75", got)
+	st := incidentStatus(0)
+	if tp.rateText(0) != "…" {
+		t.Errorf("before any snapshot: %q, want …", tp.rateText(0))
 	}
-	if got := tp.history(2); len(got) != 1 || got[0] != -1 {
-		t.Errorf("slot 2 history %v, want one idle sample", got)
+	// 200 events/s arrive; slot 0 finishes a batch every 3 refreshes, so its
+	// position jumps by 600 every 3 s; slot 2 does not move.
+	for i := range 30 {
+		sec := int64(i)
+		st.Head = 1000 + 200*sec
+		st.SlotStatus[0].Position = 1000 + 600*(sec/3)
+		st.SlotStatus[0].LastSeen = time.Duration(sec%3) * time.Second
+		st.SlotStatus[2].LastSeen = time.Hour
+		tp.add(st, base.Add(time.Duration(i)*time.Second))
+		if i >= 12 {
+			if r := tp.rateOf(0); r < 150 || r > 250 {
+				t.Errorf("at %ds slot 0 reads %.0f/s, want about 200 (averaged over the window)", i, r)
+			}
+		}
 	}
-	if got := tp.last[1]; got != 25 { // pending unchanged: it read the arrivals
-		t.Errorf("slot 1 reads %v/s, want 25", got)
+	if r := tp.rateOf(2); r != 0 {
+		t.Errorf("slot 2 reads %v/s, want 0", r)
+	}
+	if got := tp.history(2); len(got) == 0 || got[len(got)-1] != -1 {
+		t.Errorf("slot 2's last sample %v, want idle (-1)", got)
+	}
+	if in := tp.arrivals(); in != 200 {
+		t.Errorf("arrivals %v/s, want 200", in)
+	}
+	// A group made again: its positions start over, so does the rate.
+	st.SlotStatus[0].Position = 5
+	tp.add(st, base.Add(time.Minute))
+	if tp.rateOf(0) >= 0 {
+		t.Errorf("after the position went back: rate %v, want unknown", tp.rateOf(0))
 	}
 }
 

@@ -126,19 +126,18 @@ func fitRight(s string, width int) string {
 	return strings.Repeat(" ", width-w) + s
 }
 
-// oneLine folds a text (an error, a payload) into one line.
-func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
-}
-
 // column is one column of a table.
 type column struct {
 	title string
 	width int
 	right bool
+	max   int // the widest flex makes it (0: no limit)
 }
 
-// row renders cells in columns separated by one space.
+// row renders cells (plain text, made safe by line) in columns separated
+// by one space. A cell too long for its column is clipped in the middle,
+// so that its end stays visible: the end of an error is its cause, the end
+// of a key tells it from its neighbours.
 func row(cols []column, cells ...string) string {
 	var b strings.Builder
 	for i, c := range cols {
@@ -147,7 +146,7 @@ func row(cols []column, cells ...string) string {
 		}
 		cell := ""
 		if i < len(cells) {
-			cell = cells[i]
+			cell = clip(cells[i], c.width)
 		}
 		if c.right {
 			b.WriteString(fitRight(cell, c.width))
@@ -168,7 +167,8 @@ func headerRow(cols []column) string {
 }
 
 // flex gives the room left in width to the columns marked by grow, in
-// proportion to their weights, and returns the columns.
+// proportion to their weights, up to each column's max; what a column at
+// its max cannot take goes to the last column marked that has no max.
 func flex(width int, cols []column, grow map[int]int) []column {
 	used := len(cols) - 1
 	for _, c := range cols {
@@ -183,19 +183,37 @@ func flex(width int, cols []column, grow map[int]int) []column {
 		total += w
 	}
 	given := 0
-	last := -1
+	last, rest := -1, -1
 	for i := range cols {
 		if w, ok := grow[i]; ok {
 			add := left * w / total
+			if m := cols[i].max; m > 0 {
+				add = min(add, max(0, m-cols[i].width))
+			} else {
+				rest = i
+			}
 			cols[i].width += add
 			given += add
 			last = i
 		}
 	}
-	if last >= 0 {
-		cols[last].width += left - given
+	if rest < 0 {
+		rest = last
+	}
+	if rest >= 0 {
+		cols[rest].width += left - given
 	}
 	return cols
+}
+
+// contentWidth is the width of the widest of vals (texts made safe), at
+// least lo and at most hi: a column as wide as what it shows.
+func contentWidth(lo, hi int, vals ...string) int {
+	w := lo
+	for _, v := range vals {
+		w = max(w, min(hi, lipglossWidth(v)))
+	}
+	return w
 }
 
 // window returns the range [from, to) of n rows to show in height rows so
@@ -214,8 +232,8 @@ func window(n, height, cursor, offset int) (from, to int) {
 	return offset, min(n, offset+height)
 }
 
-// prettyPayload renders a payload: indented JSON when it is JSON, else the
-// text as it is (not valid UTF-8: a note).
+// prettyPayload renders an untrusted payload whole, made safe: indented
+// JSON when it is JSON, else the text (not valid UTF-8: a note).
 func prettyPayload(p []byte) string {
 	if len(p) == 0 {
 		return "(empty payload)"
@@ -223,24 +241,43 @@ func prettyPayload(p []byte) string {
 	if json.Valid(p) {
 		var b bytes.Buffer
 		if err := json.Indent(&b, p, "", "  "); err == nil {
-			return b.String()
+			return text(b.String())
 		}
 	}
 	if !utf8.Valid(p) {
 		return fmt.Sprintf("(%d bytes, not UTF-8)", len(p))
 	}
-	return string(p)
+	return text(string(p))
 }
 
-// compactPayload renders a payload on one line: compact JSON when it is JSON.
+// compactPayload renders an untrusted payload on one line, made safe:
+// compact JSON when it is JSON.
 func compactPayload(p []byte) string {
 	if json.Valid(p) {
 		var b bytes.Buffer
 		if err := json.Compact(&b, p); err == nil {
-			return b.String()
+			return line(b.String())
 		}
 	}
-	return oneLine(string(p))
+	return line(string(p))
+}
+
+// errorBlock shows an untrusted error whole, made safe: its lines kept,
+// each wrapped to width.
+func errorBlock(st styles, e string, width int) []string {
+	if e == "" {
+		return []string{st.warn.Render("Error: (no error recorded)")}
+	}
+	var out []string
+	for i, l := range lines(text(e)) {
+		if i == 0 {
+			l = "Error: " + l
+		}
+		for _, w := range wrap(l, width) {
+			out = append(out, st.warn.Render(w))
+		}
+	}
+	return out
 }
 
 // wrap wraps text to width cells (words longer than width are cut).
@@ -252,8 +289,13 @@ func wrap(s string, width int) []string {
 }
 
 // padLines makes text exactly height lines, each exactly width cells: the
-// views always fill their area, so nothing of the previous frame shows.
-func padLines(lines []string, width, height int) string {
+// views always fill their area, so nothing of the previous frame shows. An
+// element holding several lines counts as several.
+func padLines(in []string, width, height int) string {
+	var lines []string
+	for _, l := range in {
+		lines = append(lines, strings.Split(l, "\n")...)
+	}
 	if len(lines) > height {
 		lines = lines[:height]
 	}

@@ -16,16 +16,16 @@ func pendingText(r actionRequest) string {
 	case actReplay:
 		return fmt.Sprintf("… replaying dead letter %d", r.dead.ID)
 	case actRetry:
-		return fmt.Sprintf("… bringing the retry of key %s forward", r.key.Key)
+		return fmt.Sprintf("… bringing the retry of key %s forward", line(r.key.Key))
 	}
-	return fmt.Sprintf("… %s: key %s, event #%d", r.kind.verb(), r.key.Key, r.key.Head.ID)
+	return fmt.Sprintf("… %s: key %s, event #%d", r.kind.verb(), line(r.key.Key), r.key.Head.ID)
 }
 
 // resultFlash says what the library answered to an action.
 func resultFlash(msg actionMsg) flash {
-	r, k := msg.result, msg.req.key.Key
+	r, k := msg.result, line(msg.req.key.Key)
 	if msg.err != nil {
-		return flash{sevCrit, fmt.Sprintf("✗ %s of %s failed: %s", msg.req.kind.verb(), actionTarget(msg.req), actionErrText(msg.err))}
+		return flash{sev: sevCrit, text: fmt.Sprintf("✗ %s of %s failed: %s", msg.req.kind.verb(), actionTarget(msg.req), actionErrText(msg.err))}
 	}
 	switch r.Outcome {
 	case partitionq.OutcomeSkipped:
@@ -40,28 +40,28 @@ func resultFlash(msg actionMsg) flash {
 				next += ", …"
 			}
 		}
-		return flash{sevOK, fmt.Sprintf("✓ Skipped event #%d of key %s (now a dead letter); %s", r.EventID, k, next)}
+		return flash{sev: sevOK, text: fmt.Sprintf("✓ Skipped event #%d of key %s (now a dead letter); %s", r.EventID, k, next)}
 	case partitionq.OutcomeAlreadyResolved:
-		return flash{sevWarn, fmt.Sprintf("• Already resolved: event #%d of key %s was no longer blocked; nothing changed", msg.req.key.Head.ID, k)}
+		return flash{sev: sevWarn, text: fmt.Sprintf("• Already resolved: event #%d of key %s was no longer blocked; nothing changed", msg.req.key.Head.ID, k)}
 	case partitionq.OutcomeRetryScheduled:
-		return flash{sevOK, fmt.Sprintf("✓ Retry of event #%d (key %s) brought forward: the worker tries it within a second or so", r.EventID, k)}
+		return flash{sev: sevOK, text: fmt.Sprintf("✓ Retry of event #%d (key %s) brought forward: the worker tries it within a second or so", r.EventID, k)}
 	case partitionq.OutcomeQuarantined:
-		return flash{sevOK, fmt.Sprintf("✓ Quarantined key %s: %d events moved to the dead letters", k, r.Count)}
+		return flash{sev: sevOK, text: fmt.Sprintf("✓ Quarantined key %s: %d events moved to the dead letters", k, r.Count)}
 	}
 	switch msg.replay.Outcome {
 	case partitionq.OutcomeReplayed:
-		return flash{sevOK, fmt.Sprintf("✓ Replayed dead letter %d as event #%d", msg.req.dead.ID, msg.replay.NewEventID)}
+		return flash{sev: sevOK, text: fmt.Sprintf("✓ Replayed dead letter %d as event #%d", msg.req.dead.ID, msg.replay.NewEventID)}
 	case partitionq.OutcomeAlreadyReplayed:
-		return flash{sevWarn, fmt.Sprintf("• Dead letter %d was already replayed (event #%d); nothing changed", msg.req.dead.ID, msg.replay.NewEventID)}
+		return flash{sev: sevWarn, text: fmt.Sprintf("• Dead letter %d was already replayed (event #%d); nothing changed", msg.req.dead.ID, msg.replay.NewEventID)}
 	}
-	return flash{sevWarn, fmt.Sprintf("%s of %s: outcome %q", msg.req.kind.verb(), actionTarget(msg.req), string(r.Outcome)+string(msg.replay.Outcome))}
+	return flash{sev: sevWarn, text: fmt.Sprintf("%s of %s: outcome %q", msg.req.kind.verb(), actionTarget(msg.req), string(r.Outcome)+string(msg.replay.Outcome))}
 }
 
 func actionTarget(r actionRequest) string {
 	if r.kind == actReplay {
 		return fmt.Sprintf("dead letter %d", r.dead.ID)
 	}
-	return "key " + r.key.Key
+	return "key " + line(r.key.Key)
 }
 
 func actionErrText(err error) string {
@@ -70,6 +70,15 @@ func actionErrText(err error) string {
 		return "a worker is handling the head right now; try again in a moment"
 	case errors.Is(err, partitionq.ErrNotBlocked):
 		return "the key is not blocked (any more); nothing changed"
+	case errors.Is(err, partitionq.ErrDraining):
+		return "the key is draining: its head never failed; nothing changed"
 	}
-	return oneLine(err.Error())
+	return line(err.Error())
+}
+
+// drainingRetryFlash answers r on a draining key without asking the
+// library: its next event is due already.
+func drainingRetryFlash(r actionRequest) flash {
+	return flash{sev: sevWarn, text: fmt.Sprintf("• Key %s is draining: its next event #%d never failed and runs as soon as a worker gets to it; nothing to bring forward",
+		line(r.key.Key), r.key.Head.ID)}
 }

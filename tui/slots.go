@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/charmbracelet/bubbles/key"
 	tea "github.com/charmbracelet/bubbletea"
@@ -59,11 +60,14 @@ type slotsView struct {
 	cursor int   // position in order
 	offset int
 	sortBy slotSort
-	moved  bool // the operator moved the selection: it no longer follows the worst slot
+	placed bool // the selection was put on the worst slot once; from then on it stays where it is
+	// unowned holds, by slot, when the console first saw it without a
+	// live owner (since it last had one).
+	unowned map[int]time.Time
 }
 
 func newSlotsView(sh *shared) *slotsView {
-	return &slotsView{sh: sh, keys: newSlotsKeys(), tp: newThroughput()}
+	return &slotsView{sh: sh, keys: newSlotsKeys(), tp: newThroughput(), unowned: map[int]time.Time{}}
 }
 
 func (v *slotsView) SetSize(w, h int)          { v.w, v.h = w, h }
@@ -91,11 +95,31 @@ func (v *slotsView) onSnapshot(msg snapshotMsg) {
 	sel := v.selectedSlot()
 	v.snap, v.have, v.err = msg, true, nil
 	v.tp.add(msg.status, msg.at)
+	for _, s := range msg.status.SlotStatus {
+		_, seen := v.unowned[s.Slot]
+		switch {
+		case s.Owner != nil:
+			delete(v.unowned, s.Slot)
+		case !seen:
+			v.unowned[s.Slot] = msg.at
+		}
+	}
 	v.sort()
-	if !v.moved {
-		sel = v.worstSlot() // at 3 a.m., show where it hurts until told otherwise
+	if !v.placed {
+		// At 3 a.m., open on where it hurts; then the selection stays on
+		// its slot, whatever the next refreshes find worst.
+		sel, v.placed = v.worstSlot(), true
 	}
 	v.selectSlot(sel)
+}
+
+// input is what the diagnosis of slot status s reads.
+func (v *slotsView) input(s partitionq.SlotStatus) slotInput {
+	in := slotInput{s: s, group: v.snap.status, keys: blockedOf(v.snap.blocked, s.Slot), at: v.snap.at}
+	if since, ok := v.unowned[s.Slot]; ok {
+		in.noOwnerFor = v.snap.at.Sub(since)
+	}
+	return in
 }
 
 // worstSlot is the slot in the worst state (the first of them in the
@@ -104,7 +128,7 @@ func (v *slotsView) worstSlot() int {
 	worst, sev := v.selectedSlot(), sevNone
 	for _, i := range v.order {
 		s := v.snap.status.SlotStatus[i]
-		if d := diagnose(s, v.snap.status, blockedOf(v.snap.blocked, s.Slot), v.snap.at); d.sev > sev {
+		if d := diagnose(v.input(s)); d.sev > sev {
 			worst, sev = s.Slot, d.sev
 		}
 	}
@@ -116,7 +140,7 @@ func (v *slotsView) onKey(msg tea.KeyMsg) tea.Cmd {
 		return nil
 	}
 	if c, ok := v.keys.move(msg, v.cursor, len(v.order), v.tableHeight()); ok {
-		v.cursor, v.moved = c, true
+		v.cursor = c
 		return nil
 	}
 	switch {
@@ -175,7 +199,19 @@ func (v *slotsView) sort() {
 	})
 }
 
-// blockedOf returns the blocked keys of a slot, oldest first.
+// countStates counts the blocked and the draining keys of a list.
+func countStates(keys []partitionq.BlockedKey) (blocked, draining int) {
+	for _, k := range keys {
+		if k.State == partitionq.KeyDraining {
+			draining++
+		} else {
+			blocked++
+		}
+	}
+	return blocked, draining
+}
+
+// blockedOf returns the blocked (and draining) keys of a slot, oldest first.
 func blockedOf(all []partitionq.BlockedKey, slot int) []partitionq.BlockedKey {
 	var out []partitionq.BlockedKey
 	for _, b := range all {
@@ -206,10 +242,15 @@ func (v *slotsView) tableHeight() int {
 
 func (v *slotsView) columns() []column {
 	wide := v.w >= 110
+	var owners []string
+	for _, s := range v.snap.status.SlotStatus {
+		owners = append(owners, shortOwner(s.Owner))
+	}
+	ow := contentWidth(5, 24, owners...)
 	cols := []column{
 		{title: " ", width: 1},
 		{title: "SLOT", width: 4, right: true},
-		{title: "OWNER", width: 12},
+		{title: "OWNER", width: ow, max: ow},
 		{title: "LAG", width: 6, right: true},
 		{title: "PENDING", width: 8},
 		{title: "", width: 5, right: true},
@@ -232,7 +273,11 @@ func (v *slotsView) View() string {
 	st := v.sh.styles
 	switch {
 	case v.err != nil:
-		return padLines(wrap(emptyGroupText(v.err, v.sh), v.w), v.w, v.h)
+		var out []string
+		for _, l := range emptyGroupText(v.err, v.sh) {
+			out = append(out, wrap(l, v.w)...)
+		}
+		return padLines(out, v.w, v.h)
 	case !v.have:
 		return padLines([]string{st.dim.Render("Reading the group's status…")}, v.w, v.h)
 	}
@@ -248,7 +293,7 @@ func (v *slotsView) View() string {
 	v.offset = from
 	for i := from; i < to; i++ {
 		s := ss[v.order[i]]
-		d := diagnose(s, v.snap.status, blockedOf(v.snap.blocked, s.Slot), v.snap.at)
+		d := diagnose(v.input(s))
 		mark := " "
 		if d.sev == sevCrit {
 			mark = "!"
@@ -258,7 +303,7 @@ func (v *slotsView) View() string {
 		}
 		cells := []string{mark, fmt.Sprint(s.Slot), shortOwner(s.Owner), age(s.Lag),
 			bar(s.QueuePending, maxPending, cols[4].width), count(s.QueuePending),
-			sparkline(v.tp.history(s.Slot), cols[6].width), rate(v.tp.last[s.Slot]),
+			sparkline(v.tp.history(s.Slot), cols[6].width), v.tp.rateText(s.Slot),
 			fmt.Sprint(s.BlockedKeys), d.state}
 		if len(cols) > 10 {
 			cells = append(cells, age(s.LastSeen), count(s.SetAside), s.Consumer)
@@ -283,31 +328,44 @@ func (v *slotsView) View() string {
 // empty state.
 func (v *slotsView) summary() string {
 	st := v.snap.status
-	var stalled, noOwner, behind int
+	var stalled, noOwner, starting, behind int
 	var pending int64
 	for _, s := range st.SlotStatus {
-		d := diagnose(s, st, nil, v.snap.at)
-		switch d.state {
+		in := v.input(s)
+		in.keys = nil
+		switch diagnose(in).state {
 		case "STALLED":
 			stalled++
 		case "NO OWNER", "no owner":
 			noOwner++
+		case "unowned":
+			starting++
 		case "behind":
 			behind++
 		}
 		pending = max(pending, s.QueuePending)
 	}
-	parts := []string{fmt.Sprintf("%d slots", st.Slots), "sorted by " + v.sortBy.String()}
+	parts := []string{fmt.Sprintf("%d slots", st.Slots)}
+	if v.sortBy != bySlot {
+		parts = append(parts, "sorted by "+v.sortBy.String())
+	}
 	for _, p := range []struct {
 		n    int
 		what string
-	}{{stalled, "stalled"}, {noOwner, "without owner"}, {behind, "behind"}} {
+	}{{stalled, "stalled"}, {noOwner, "without owner"}, {starting, "not owned yet"}, {behind, "behind"}} {
 		if p.n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", p.n, p.what))
 		}
 	}
-	if len(v.snap.blocked) > 0 {
-		parts = append(parts, plural(len(v.snap.blocked), "blocked key"))
+	blocked, draining := countStates(v.snap.blocked)
+	if blocked > 0 {
+		parts = append(parts, plural(blocked, "blocked key"))
+	}
+	if draining > 0 {
+		parts = append(parts, fmt.Sprintf("%d draining", draining))
+	}
+	if in := v.tp.arrivals(); in >= 0 {
+		parts = append(parts, rate(in)+"/s in")
 	}
 	if pending == 0 && !v.tp.seenTraffic() && len(v.snap.blocked) == 0 {
 		parts = append(parts, "no traffic: nothing pending, nothing read lately")
@@ -322,14 +380,10 @@ func (v *slotsView) why(height int) []string {
 		return nil
 	}
 	s := v.snap.status.SlotStatus[v.order[v.cursor]]
-	d := diagnose(s, v.snap.status, blockedOf(v.snap.blocked, s.Slot), v.snap.at)
+	d := diagnose(v.input(s))
 	owner := "no live owner"
 	if o := s.Owner; o != nil {
-		owner = fmt.Sprintf("owner %s (pid %d", ownerName(o), o.PID)
-		if !o.Since.IsZero() { // a role without pg_read_all_stats sees neither address nor start
-			owner += fmt.Sprintf(", %s, connected %s ago", o.Addr, age(v.snap.at.Sub(o.Since)))
-		}
-		owner += ")"
+		owner = ownerDetail(o, v.snap.at)
 	}
 	title := fmt.Sprintf("Why · slot %d · %s · %s", s.Slot, s.Consumer, owner)
 	var lines []string
@@ -348,9 +402,13 @@ func (v *slotsView) why(height int) []string {
 	}
 	if bs := blockedOf(v.snap.blocked, s.Slot); len(bs) > 0 && len(lines)+2 < height {
 		lines = append(lines, "", st.label.Render(fmt.Sprintf("Blocked keys of slot %d (enter lists them)", s.Slot)))
+		cols := flex(v.w, []column{{width: 1}, {width: 16, max: 32}, {width: 17}, {width: 12}, {width: 10}}, map[int]int{1: 1, 4: 3})
 		for _, b := range bs {
-			lines = append(lines, fit(fmt.Sprintf("  %-16s blocked %7s · %4s waiting · %s", b.Key, age(v.snap.at.Sub(b.BlockedSince)),
-				count(b.Waiting), errText(b.Head.LastError)), v.w))
+			if b.State == partitionq.KeyDraining {
+				lines = append(lines, row(cols, "", line(b.Key), "draining", count(b.Waiting+1)+" to run", "never failed: its events run next, in order"))
+				continue
+			}
+			lines = append(lines, row(cols, "", line(b.Key), "blocked "+age(v.snap.at.Sub(b.BlockedSince)), count(b.Waiting)+" waiting", errText(b.Head.LastError)))
 		}
 	}
 	if len(lines) > height {
@@ -365,13 +423,17 @@ func isGroupMissing(err error) bool {
 	return errors.Is(err, partitionq.ErrNoSuchQueue) || errors.Is(err, partitionq.ErrNoSuchGroup)
 }
 
-// emptyGroupText explains a missing queue or group.
-func emptyGroupText(err error, sh *shared) string {
+// emptyGroupText explains a missing queue or group, with the command that
+// creates it on a line of its own.
+func emptyGroupText(err error, sh *shared) []string {
+	setup := fmt.Sprintf("  partitionq setup --queue %s --group %s --slots N", sh.queue, sh.group)
 	switch {
 	case errors.Is(err, partitionq.ErrNoSuchQueue):
-		return fmt.Sprintf("No queue %q in this database. Create it and the group with: partitionq setup --queue %s --group %s --slots N. The console keeps looking.", sh.queue, sh.queue, sh.group)
+		return []string{fmt.Sprintf("No queue %q in this database. Create it and the group with:", sh.queue), "", setup, "",
+			"The console keeps looking, and shows the group once it exists."}
 	case errors.Is(err, partitionq.ErrNoSuchGroup):
-		return fmt.Sprintf("No consumer group %q on queue %q. Create it with: partitionq setup --queue %s --group %s --slots N. The console keeps looking.", sh.group, sh.queue, sh.queue, sh.group)
+		return []string{fmt.Sprintf("No consumer group %q on queue %q. Create it with:", sh.group, sh.queue), "", setup, "",
+			"The console keeps looking, and shows the group once it exists."}
 	}
-	return err.Error()
+	return []string{line(err.Error())}
 }

@@ -7,16 +7,19 @@ import (
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/partitionq/partitionq/partitionq"
 )
 
 // TestViews pins each view as a golden file at 80x24 and 120x40.
 func TestViews(t *testing.T) {
 	type step = []tea.Msg
 	cases := []struct {
-		name string
-		opts Options
-		keys step
-		away bool // the database stops answering after the keys
+		name    string
+		opts    Options
+		keys    step
+		away    bool                    // the database stops answering after the keys
+		blocked []partitionq.BlockedKey // other blocked keys than the incident's
 	}{
 		{name: "slots"},
 		{name: "slots_sorted_by_lag", keys: step{keyMsg("o"), keyMsg("down")}},
@@ -32,17 +35,28 @@ func TestViews(t *testing.T) {
 		{name: "help", keys: step{keyMsg("?")}},
 		{name: "dead_letters_all", keys: step{keyMsg("3"), keyMsg("a")}},
 		{name: "database_away", away: true},
+		// Untrusted text that would break rows and the frame, and a key
+		// that drains (issue 13: findings 1 and 3).
+		{name: "hostile_blocked", keys: step{keyMsg("2")}, blocked: hostileBlocked()},
+		{name: "hostile_key_detail", keys: step{keyMsg("2"), keyMsg("enter")}, blocked: hostileBlocked()},
+		{name: "hostile_confirm_skip", keys: step{keyMsg("2"), keyMsg("s")}, blocked: hostileBlocked()},
+		{name: "draining_key_detail", keys: step{keyMsg("2"), keyMsg("G"), keyMsg("enter")}, blocked: hostileBlocked()},
+		{name: "draining_confirm_skip", keys: step{keyMsg("2"), keyMsg("G"), keyMsg("s")}, blocked: hostileBlocked()},
 	}
 	for _, size := range [][2]int{{80, 24}, {120, 40}} {
 		for _, c := range cases {
 			name := fmt.Sprintf("%s_%dx%d", c.name, size[0], size[1])
 			t.Run(name, func(t *testing.T) {
-				m := incidentModel(t, c.opts, size[0], size[1])
+				blocked := c.blocked
+				if blocked == nil {
+					blocked = incidentBlocked()
+				}
+				m := incidentModelWith(t, c.opts, size[0], size[1], blocked)
 				for _, k := range c.keys {
 					drive(t, m, k)
 				}
 				// One more refresh with what the view asks for now.
-				m.Update(snap(0, m.plan()))
+				m.Update(snapWith(0, m.plan(), blocked))
 				if c.away {
 					for i := range 4 {
 						m.Update(snapshotMsg{at: base.Add(time.Duration(1+i) * time.Second),

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -28,7 +29,10 @@ type actionJSON struct {
 // keyAction describes one operator command on a blocked key.
 type keyAction struct {
 	name, short, long, example string
-	do                         func(c *partitionq.Client, ctx context.Context, a partitionq.Action) (partitionq.ActionResult, error)
+	// needReason: the action moves events to the dead letters, so it asks
+	// why, as the console does.
+	needReason bool
+	do         func(c *partitionq.Client, ctx context.Context, a partitionq.Action) (partitionq.ActionResult, error)
 }
 
 func (a *app) skipCmd() *cobra.Command {
@@ -37,11 +41,15 @@ func (a *app) skipCmd() *cobra.Command {
 		short: "Move a blocked key's head event to the dead letters; its waiting events run next",
 		long: `Skip the head event of a blocked key: it goes to the dead letters (replay
 it later with dlq replay), and the key's waiting events run next, in order.
-Safe while workers run. With --event, the skip applies only if that event
-is still the head; otherwise it prints "already resolved" and changes
-nothing, so running the same skip twice is harmless.`,
-		example: "  partitionq skip --queue files --group indexer --key tenant-42 --event 1234 --reason 'corrupt file'",
-		do:      (*partitionq.Client).Skip,
+Safe while workers run. --reason is required: it is kept in the audit trail
+and the dead letter. With --event, the skip applies only if that event is
+still the head; otherwise it prints "already resolved" and changes nothing,
+so running the same skip twice is harmless. Without --event it refuses a
+draining key (its head never failed): name that event with --event to skip
+it anyway.`,
+		example:    "  partitionq skip --queue files --group indexer --key tenant-42 --event 1234 --reason 'corrupt file'",
+		needReason: true,
+		do:         (*partitionq.Client).Skip,
 	})
 }
 
@@ -50,7 +58,8 @@ func (a *app) retryCmd() *cobra.Command {
 		name:  "retry",
 		short: "Retry a blocked key's head event now, without waiting for its backoff",
 		long: `Bring the next attempt of a blocked key's head event forward to now: a
-running worker tries it again within about a second.`,
+running worker tries it again within about a second. Without --event it
+refuses a draining key, whose head is due anyway.`,
 		example: "  partitionq retry --queue files --group indexer --key tenant-42",
 		do:      (*partitionq.Client).RetryNow,
 	})
@@ -62,9 +71,12 @@ func (a *app) quarantineCmd() *cobra.Command {
 		short: "Move a blocked key's head and all its waiting events to the dead letters",
 		long: `Move the head event of a key and every event waiting behind it to the
 dead letters, in one transaction (for a tenant being deleted, or a key
-known to be broken). Events of the key sent later are handled as usual.`,
-		example: "  partitionq quarantine --queue files --group indexer --key tenant-42 --reason 'tenant deleted'",
-		do:      (*partitionq.Client).Quarantine,
+known to be broken). Events of the key sent later are handled as usual.
+--reason is required: it is kept in the audit trail and the dead letters.
+Without --event it refuses a draining key (its head never failed).`,
+		example:    "  partitionq quarantine --queue files --group indexer --key tenant-42 --reason 'tenant deleted'",
+		needReason: true,
+		do:         (*partitionq.Client).Quarantine,
 	})
 }
 
@@ -82,7 +94,7 @@ func (a *app) keyActionCmd(k keyAction) *cobra.Command {
 		Long:    k.long,
 		Example: k.example,
 		Args:    cobra.NoArgs,
-		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err
 			}
@@ -92,6 +104,9 @@ func (a *app) keyActionCmd(k keyAction) *cobra.Command {
 			if headID < 0 {
 				return usagef("invalid --event %d: give the head event id shown by partitionq blocked", headID)
 			}
+			if k.needReason && strings.TrimSpace(who.reason) == "" {
+				return usagef("missing --reason: say why, e.g. --reason 'corrupt file, INC-42': it is kept in the audit trail and the dead letters")
+			}
 			s, err := a.open(cmd.Context())
 			if err != nil {
 				return err
@@ -99,6 +114,11 @@ func (a *app) keyActionCmd(k keyAction) *cobra.Command {
 			defer s.close()
 			res, err := k.do(s.client, cmd.Context(), partitionq.Action{Queue: t.queue, Group: t.group, Key: key, HeadID: headID,
 				Reason: who.reason, Actor: a.actorOr(who.actor)})
+			var de *partitionq.DrainingError
+			if errors.As(err, &de) {
+				return explain(err, "key %s is draining, not blocked: its head, event %d, has never failed (its failed event was resolved, and its waiting events now run in order without help): %s changed nothing; to %s event %d anyway, pass --event %d (partitionq preview shows what runs next)",
+					quote(key), de.EventID, k.name, k.name, de.EventID, de.EventID)
+			}
 			if err != nil {
 				return err
 			}
@@ -124,9 +144,10 @@ func (a *app) keyActionCmd(k keyAction) *cobra.Command {
 
 func printAction(w io.Writer, res partitionq.ActionResult) error {
 	var err error
+	key := quote(res.Key)
 	switch res.Outcome {
 	case partitionq.OutcomeSkipped:
-		_, err = fmt.Fprintf(w, "skipped: event %d of key %q (slot %d) moved to the dead letters", res.EventID, res.Key, res.Slot)
+		_, err = fmt.Fprintf(w, "skipped: event %d of key %s (slot %d) moved to the dead letters", res.EventID, key, res.Slot)
 		if len(res.NextIDs) > 0 {
 			ids := make([]string, len(res.NextIDs))
 			for i, id := range res.NextIDs {
@@ -136,13 +157,13 @@ func printAction(w io.Writer, res partitionq.ActionResult) error {
 		}
 		fmt.Fprintln(w)
 	case partitionq.OutcomeAlreadyResolved:
-		_, err = fmt.Fprintf(w, "already resolved: event %d is no longer the blocked head of key %q; nothing changed\n", res.EventID, res.Key)
+		_, err = fmt.Fprintf(w, "already resolved: event %d is no longer the blocked head of key %s; nothing changed\n", res.EventID, key)
 	case partitionq.OutcomeRetryScheduled:
-		_, err = fmt.Fprintf(w, "retry scheduled: event %d of key %q (slot %d) will be tried again now by the slot's worker\n", res.EventID, res.Key, res.Slot)
+		_, err = fmt.Fprintf(w, "retry scheduled: event %d of key %s (slot %d) will be tried again now by the slot's worker\n", res.EventID, key, res.Slot)
 	case partitionq.OutcomeQuarantined:
-		_, err = fmt.Fprintf(w, "quarantined: %d events of key %q (slot %d) moved to the dead letters\n", res.Count, res.Key, res.Slot)
+		_, err = fmt.Fprintf(w, "quarantined: %d events of key %s (slot %d) moved to the dead letters\n", res.Count, key, res.Slot)
 	default:
-		_, err = fmt.Fprintf(w, "%s: event %d of key %q\n", res.Outcome, res.EventID, res.Key)
+		_, err = fmt.Fprintf(w, "%s: event %d of key %s\n", res.Outcome, res.EventID, key)
 	}
 	return err
 }

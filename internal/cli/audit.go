@@ -39,11 +39,12 @@ func (a *app) auditCmd() *cobra.Command {
 		Use:   "audit",
 		Short: "Show the audit trail of operator actions, newest first",
 		Long: `Show the operator actions on a group (skip, retry, quarantine, replay,
-purge), newest first: when, the database role and the actor, the key and
-event, the reason and what came of it.`,
+purge, drop_group), newest first: when, the database role and the actor,
+the key and event, the reason and what came of it. A dropped group's
+trail stays readable.`,
 		Example: "  partitionq audit --queue files --group indexer --limit 20",
 		Args:    cobra.NoArgs,
-		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err
 			}
@@ -82,13 +83,14 @@ func printAudit(w io.Writer, es []partitionq.AuditEntry) error {
 		_, err := fmt.Fprintln(w, "no operator actions recorded")
 		return err
 	}
-	tb := newTable(w, "ID", "AT", "ROLE", "ACTOR", "ACTION", "KEY", "EVENT", "OUTCOME", "REASON")
+	tb := newTable(w, "ID", "AT", "ROLE", "ACTOR", "ACTION", "KEY", "EVENT", "OUTCOME", "REASON").
+		widths(map[string]int{"ROLE": 24, "ACTOR": 24, "KEY": 40, "OUTCOME": 48, "REASON": 60})
 	for _, e := range es {
 		ev := "-"
 		if e.EventID != 0 {
 			ev = i64(e.EventID)
 		}
-		tb.row(i64(e.ID), fmtTime(e.At), e.DBRole, clip(dash(e.Actor), 40), e.Action, dash(e.Key), ev, e.Outcome, clip(dash(e.Reason), 60))
+		tb.row(i64(e.ID), fmtTime(e.At), e.DBRole, dash(e.Actor), e.Action, dash(e.Key), ev, e.Outcome, dash(e.Reason))
 	}
 	return tb.flush()
 }

@@ -106,7 +106,7 @@ func TestBinaryExitStatuses(t *testing.T) {
 	check(runBinary(t, h.url, "", "version"), cli.ExitOK, "partitionq ")
 	check(runBinary(t, h.url, "", "bogus"), cli.ExitUsage, `partitionq: unknown command "bogus"`)
 	check(runBinary(t, h.url, "", "skip", "--queue", "q", "--group", "g"), cli.ExitUsage, "partitionq: missing --key")
-	check(runBinary(t, h.url, "", "status", "--queue", "q", "--group", "g"), cli.ExitFailed, `partitionq: no such queue "q": run partitionq setup`)
+	check(runBinary(t, h.url, "", "status", "--queue", "q", "--group", "g"), cli.ExitFailed, `partitionq: no such queue "q": create it and the group with partitionq setup --queue q --group g --slots N`)
 	check(runBinary(t, h.url, "", "setup", "--queue", "q", "--group", "g", "--slots", "2"), cli.ExitOK, "with 2 slots")
 	check(runBinary(t, h.url, "", "setup", "--queue", "q", "--group", "g", "--slots", "3"), cli.ExitFailed, "has 2 slots, not 3")
 	check(runBinary(t, h.url, `{"key":"a"}`+"\n"+`{"key":"b"`+"\n", "send", "--queue", "q"), cli.ExitFailed, "standard input, line 2: malformed JSON")

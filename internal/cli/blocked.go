@@ -21,6 +21,7 @@ type blockedJSON struct {
 type blockedKeyJSON struct {
 	Key          string    `json:"key"`
 	Slot         int       `json:"slot"`
+	State        string    `json:"state"`
 	Head         headJSON  `json:"head"`
 	Waiting      int64     `json:"waiting"`
 	BlockedSince time.Time `json:"blocked_since"`
@@ -38,7 +39,7 @@ type headJSON struct {
 
 func toBlockedKeyJSON(bk partitionq.BlockedKey) blockedKeyJSON {
 	h := bk.Head
-	return blockedKeyJSON{Key: bk.Key, Slot: bk.Slot, Waiting: bk.Waiting, BlockedSince: utc(bk.BlockedSince),
+	return blockedKeyJSON{Key: bk.Key, Slot: bk.Slot, State: string(bk.State), Waiting: bk.Waiting, BlockedSince: utc(bk.BlockedSince),
 		Head: headJSON{EventID: h.ID, Type: h.Type, Payload: string(h.Payload), SentAt: utc(h.Time), Attempts: h.Attempts,
 			NextAttempt: optTime(h.NextAttempt), LastError: h.LastError}}
 }
@@ -54,10 +55,15 @@ func (a *app) blockedCmd() *cobra.Command {
 		Long: `List the keys whose head event failed and is not resolved, oldest block
 first: the head event's id, type and attempts, when it is tried next, how
 many events of the key wait behind it, since when the key is blocked, and
-the handler's last error. Unblock one with skip, retry or quarantine.`,
+the handler's last error. Unblock one with skip, retry or quarantine.
+
+A key shown as draining had its failed head resolved (handled on a retry,
+skipped, dead-lettered): its waiting events now run in order, and its head
+has never failed. It needs nothing; skip, retry and quarantine refuse it
+unless --event names its head.`,
 		Example: "  partitionq blocked --queue files --group indexer",
 		Args:    cobra.NoArgs,
-		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			s, err := a.openFor(cmd.Context(), t)
 			if err != nil {
 				return err
@@ -87,14 +93,18 @@ func printBlocked(w io.Writer, bks []partitionq.BlockedKey) error {
 		_, err := fmt.Fprintln(w, "no blocked keys")
 		return err
 	}
-	tb := newTable(w, "KEY", "SLOT", "HEAD", "TYPE", "ATTEMPTS", "NEXT RETRY", "WAITING", "BLOCKED SINCE", "LAST ERROR")
+	tb := newTable(w, "KEY", "SLOT", "STATE", "HEAD", "TYPE", "ATTEMPTS", "NEXT RETRY", "WAITING", "BLOCKED SINCE", "LAST ERROR").
+		widths(map[string]int{"KEY": 40, "TYPE": 24, "LAST ERROR": 80})
 	for _, bk := range bks {
-		next := "now"
+		next, since, last := "now", fmtTime(bk.BlockedSince), dash(bk.Head.LastError)
 		if !bk.Head.NextAttempt.IsZero() {
 			next = fmtTime(bk.Head.NextAttempt)
 		}
-		tb.row(bk.Key, strconv.Itoa(bk.Slot), i64(bk.Head.ID), dash(bk.Head.Type), strconv.Itoa(bk.Head.Attempts), next,
-			i64(bk.Waiting), fmtTime(bk.BlockedSince), clip(dash(bk.Head.LastError), 80))
+		if bk.State == partitionq.KeyDraining {
+			since, last = "-", "(never failed: runs next, in order)"
+		}
+		tb.row(bk.Key, strconv.Itoa(bk.Slot), string(bk.State), i64(bk.Head.ID), dash(bk.Head.Type), strconv.Itoa(bk.Head.Attempts), next,
+			i64(bk.Waiting), since, last)
 	}
 	return tb.flush()
 }

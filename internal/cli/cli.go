@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/user"
 	"strings"
 )
 
@@ -35,6 +36,15 @@ type Env struct {
 	Stderr io.Writer
 	// Getenv reads DATABASE_URL and USER. Defaults to os.Getenv.
 	Getenv func(string) string
+}
+
+// osUser is the login name of the OS user running the command (the actor
+// of operator actions when neither --actor nor $USER says), or "".
+func osUser() string {
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return ""
 }
 
 func (e Env) withDefaults() Env {

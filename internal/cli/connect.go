@@ -43,7 +43,7 @@ func (a *app) open(ctx context.Context) (*session, error) {
 	switch a.engine {
 	case "", "pgq", "pgque":
 	default:
-		return nil, usagef(`invalid --engine %s: use "pgq" or "pgque", or leave it out to detect the engine`, termsafe.Quote(a.engine))
+		return nil, usagef(`invalid --engine %s: use "pgq" or "pgque", or leave it out to detect the engine`, termsafe.Echo(a.engine))
 	}
 	level, err := parseLogLevel(a.logLevel)
 	if err != nil {
@@ -148,7 +148,7 @@ func describeConn(c *pgx.ConnConfig) string {
 func parseLogLevel(s string) (slog.Level, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return 0, usagef("invalid --log-level %s: use debug, info, warn or error", termsafe.Quote(s))
+		return 0, usagef("invalid --log-level %s: use debug, info, warn or error", termsafe.Echo(s))
 	}
 	return l, nil
 }

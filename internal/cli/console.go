@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -29,15 +30,23 @@ func (a *app) consoleCmd() *cobra.Command {
 		Long: `Open the terminal console of a group: its slots, blocked keys, dead
 letters and audit trail, with skip, retry now, quarantine and replay a few
 keystrokes away (none of them with --read-only). It owns the terminal
-until you quit with q; its logs go to --log-file only. See docs/console.md.`,
+until you quit with q; its logs go to --log-file only. It needs a terminal
+(standard input and output). A queue or group that does not exist yet is
+shown as such, with the setup command, until it does. See docs/console.md.`,
 		Example: "  partitionq console --queue files --group indexer --read-only",
 		Args:    cobra.NoArgs,
-		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err
 			}
 			if opts.refreshTimeout < tui.RefreshMin {
 				return usagef("invalid --refresh-timeout %s: give at least %s, such as %s", opts.refreshTimeout, tui.RefreshMin, tui.RefreshTimeoutDefault)
+			}
+			if opts.refresh < tui.RefreshMin {
+				return usagef("invalid --refresh %s: give at least %s, or leave it out for %s", opts.refresh, tui.RefreshMin, tui.RefreshDefault)
+			}
+			if !a.hasTerminal() {
+				return errors.New("the console needs a terminal: standard input and output are not one (run it in a terminal or tmux; for scripts, use partitionq status, blocked and dlq list, with --json)")
 			}
 			a.logsOff = true // the console owns the terminal
 			s, err := a.open(cmd.Context())
@@ -45,9 +54,8 @@ until you quit with q; its logs go to --log-file only. See docs/console.md.`,
 				return err
 			}
 			defer s.close()
-			if _, err := s.client.Group(cmd.Context(), t.queue, t.group); err != nil {
-				return err
-			}
+			// A missing queue or group is not an error: the console says how
+			// to create it and keeps looking.
 			opts.actor = a.actorOr(opts.actor)
 			return runConsole(cmd.Context(), s, t, opts)
 		}),
@@ -57,7 +65,7 @@ until you quit with q; its logs go to --log-file only. See docs/console.md.`,
 	f.DurationVar(&opts.refresh, "refresh", tui.RefreshDefault, "how often the console reads the group's state")
 	f.DurationVar(&opts.refreshTimeout, "refresh-timeout", tui.RefreshTimeoutDefault, "the longest a refresh may take: one that has not answered by then counts as failed (DB DOWN)")
 	f.BoolVar(&opts.readOnly, "read-only", false, "only watch: hide every action")
-	f.StringVar(&opts.actor, "actor", "", "who is acting, recorded in the audit trail (default $USER)")
+	f.StringVar(&opts.actor, "actor", "", "who is acting, recorded in the audit trail (default $USER, else the OS user)")
 	f.StringVar(&opts.logFile, "log-file", "", "append the console's logs to this file (default: no log)")
 	return cmd
 }

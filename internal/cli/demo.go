@@ -110,7 +110,7 @@ func (f demoFlags) validate() error {
 	case f.duration < 0:
 		return usagef("invalid --duration %s: give a positive duration, or leave it out", f.duration)
 	case !f.inPlace && !validDBName(f.demoDB):
-		return usagef("invalid --demo-db %s: use 1 to 63 lower-case letters, digits and '_', starting with a letter", termsafe.Quote(f.demoDB))
+		return usagef("invalid --demo-db %s: use 1 to 63 lower-case letters, digits and '_', starting with a letter", termsafe.Echo(f.demoDB))
 	}
 	return partitionq.ValidateQueueName(f.queue)
 }
@@ -462,19 +462,27 @@ func (r *demoRun) report(res demo.Result, waitErr error) error {
 	}
 	fmt.Fprintf(w, "\n%d tenants sent %s: %d handled, %s%s\n", res.Tenants, plural(int64(res.Sent), "event"),
 		res.Handled, plural(int64(res.Dead), "dead letter"), deadText)
+	rp := res.Replays
+	if rp.Replays > 0 {
+		fmt.Fprintf(w, "%s of dead letters sent again: %d handled, %s again\n", plural(int64(rp.Replays), "replay"), rp.Handled, plural(int64(rp.Dead), "dead letter"))
+	}
 	checked := fmt.Sprintf("internal/ordercheck over %s, %d of them failures: %d lost, %d order violations, %d repeats",
 		plural(int64(res.Calls), "handler call"), res.Failures, res.Lost, res.Violations, res.Repeats)
+	if rp.Replays > 0 {
+		checked += fmt.Sprintf(";\n   replays at the tail of their tenants: %d lost, %d order violations, %d repeats", rp.Lost, rp.Violations, rp.Repeats)
+	}
+	lost, violations := res.Lost+rp.Lost, res.Violations+rp.Violations
 	var err error
 	switch {
-	case res.Violations == 0 && waitErr != nil:
+	case violations == 0 && waitErr != nil:
 		fmt.Fprintf(w, "order check: INCOMPLETE: %s not resolved when the demo stopped waiting (%v); they are not lost, they wait in the queue. No order violation among the rest\n  (%s)\n",
-			plural(int64(res.Lost), "event"), waitErr, checked)
-		err = fmt.Errorf("%s not resolved: see partitionq blocked", plural(int64(res.Lost), "event"))
+			plural(int64(lost), "event"), waitErr, checked)
+		err = fmt.Errorf("%s not resolved: see partitionq blocked", plural(int64(lost), "event"))
 	case res.OK():
 		fmt.Fprintf(w, "order check: OK: every tenant's events were handled in order\n  (%s)\n", checked)
 	default:
 		fmt.Fprintf(w, "order check: FAILED\n  (%s)\n", checked)
-		for _, ex := range res.Examples {
+		for _, ex := range append(res.Examples, rp.Examples...) {
 			fmt.Fprintf(w, "  %s\n", ex)
 		}
 		err = errors.New("the order check failed: see above")

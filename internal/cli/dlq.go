@@ -60,7 +60,7 @@ skipped or quarantined.`,
 			if len(args) == 0 {
 				return usagef("dlq needs a subcommand: list, show, replay or purge")
 			}
-			return usagef("unknown dlq subcommand %s: use list, show, replay or purge", termsafe.Quote(args[0]))
+			return usagef("unknown dlq subcommand %s: use list, show, replay or purge", termsafe.Echo(args[0]))
 		}),
 	}
 	cmd.AddCommand(a.dlqListCmd(), a.dlqShowCmd(), a.dlqReplayCmd(), a.dlqPurgeCmd())
@@ -78,7 +78,7 @@ func (a *app) dlqListCmd() *cobra.Command {
 		Short:   "List the dead letters of a group, oldest first",
 		Example: "  partitionq dlq list --queue files --group indexer --pending",
 		Args:    cobra.NoArgs,
-		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err
 			}
@@ -120,14 +120,15 @@ func printDeadLetters(w io.Writer, dls []partitionq.DeadLetter) error {
 		_, err := fmt.Fprintln(w, "no dead letters")
 		return err
 	}
-	tb := newTable(w, "ID", "EVENT", "KEY", "TYPE", "SLOT", "ATTEMPTS", "REASON", "DEAD AT", "REPLAYED AS", "LAST ERROR")
+	tb := newTable(w, "ID", "EVENT", "KEY", "TYPE", "SLOT", "ATTEMPTS", "REASON", "DEAD AT", "REPLAYED AS", "LAST ERROR").
+		widths(map[string]int{"KEY": 40, "TYPE": 24, "REASON": 40, "LAST ERROR": 60})
 	for _, d := range dls {
 		replayed := "-"
 		if d.ReplayID != nil {
 			replayed = i64(*d.ReplayID)
 		}
-		tb.row(i64(d.ID), i64(d.EventID), d.Key, dash(d.Type), strconv.Itoa(d.Slot), strconv.Itoa(d.Attempts), clip(d.Reason, 40),
-			fmtTime(d.DeadAt), replayed, clip(dash(d.LastError), 60))
+		tb.row(i64(d.ID), i64(d.EventID), d.Key, dash(d.Type), strconv.Itoa(d.Slot), strconv.Itoa(d.Attempts), d.Reason,
+			fmtTime(d.DeadAt), replayed, dash(d.LastError))
 	}
 	return tb.flush()
 }
@@ -136,7 +137,7 @@ func printDeadLetters(w io.Writer, dls []partitionq.DeadLetter) error {
 func parseID(arg string) (int64, error) {
 	id, err := strconv.ParseInt(arg, 10, 64)
 	if err != nil || id < 1 {
-		return 0, usagef("invalid dead letter id %s: give the ID shown by partitionq dlq list", termsafe.Quote(arg))
+		return 0, usagef("invalid dead letter id %s: give the ID shown by partitionq dlq list", termsafe.Echo(arg))
 	}
 	return id, nil
 }
@@ -151,7 +152,7 @@ func (a *app) dlqShowCmd() *cobra.Command {
 		Short:   "Show one dead letter in full, payload and last error included",
 		Example: "  partitionq dlq show 17 --queue files --group indexer",
 		Args:    exactArgs(1, "ID"),
-		RunE: runE(func(cmd *cobra.Command, args []string) error {
+		RunE: runFor(&t, func(cmd *cobra.Command, args []string) error {
 			if err := t.need(); err != nil {
 				return err
 			}
@@ -184,7 +185,7 @@ func printDeadLetter(w io.Writer, d partitionq.DeadLetter) error {
 	if d.ReplayedAt != nil && d.ReplayID != nil {
 		replayed = fmt.Sprintf("%s as event %d", fmtTime(*d.ReplayedAt), *d.ReplayID)
 	}
-	tb := newTable(w)
+	tb := newFields(w)
 	for _, kv := range [][2]string{
 		{"id", i64(d.ID)}, {"event", i64(d.EventID)}, {"key", d.Key}, {"type", dash(d.Type)}, {"slot", strconv.Itoa(d.Slot)},
 		{"sent", fmtTime(d.EventTime)}, {"attempts", strconv.Itoa(d.Attempts)}, {"reason", d.Reason},

@@ -23,7 +23,7 @@ of the key sent before. A dead letter is replayed once: replaying it again
 prints "already replayed" and the first replay's event id.`,
 		Example: "  partitionq dlq replay 17 --queue files --group indexer --reason 'file fixed'",
 		Args:    exactArgs(1, "ID"),
-		RunE: runE(func(cmd *cobra.Command, args []string) error {
+		RunE: runFor(&t, func(cmd *cobra.Command, args []string) error {
 			if err := t.need(); err != nil {
 				return err
 			}
@@ -89,7 +89,7 @@ that died before a time (2024-05-01T12:00:00Z, 2024-05-01, or an age such as
 		Example: `  partitionq dlq purge --queue files --group indexer --id 17,18
   partitionq dlq purge --queue files --group indexer --all --before 720h`,
 		Args: cobra.NoArgs,
-		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err
 			}

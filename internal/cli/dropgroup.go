@@ -33,7 +33,7 @@ the queue's table rotation: for example the old group after a change of N
 the group. The queue, its other groups and the group's dead letters stay.`,
 		Example: "  partitionq drop-group --queue files --group indexer-v1 --reason 'moved to 8 slots'",
 		Args:    cobra.NoArgs,
-		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			s, err := a.openFor(cmd.Context(), t)
 			if err != nil {
 				return err
@@ -55,7 +55,7 @@ the group. The queue, its other groups and the group's dead letters stay.`,
 	t.bind(f)
 	f.BoolVar(&force, "force", false, "drop the group even with events set aside (they are dropped too)")
 	f.StringVar(&reason, "reason", "", "why, recorded in the audit trail")
-	f.StringVar(&actor, "actor", "", "who is acting, recorded in the audit trail (default $USER)")
+	f.StringVar(&actor, "actor", "", "who is acting, recorded in the audit trail (default $USER, else the OS user)")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
 }

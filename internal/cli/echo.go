@@ -12,13 +12,13 @@ import (
 )
 
 // Every error that echoes what the user gave (a flag value, an argument, a
-// field name of standard input) quotes it with termsafe.Quote: clipped to a
+// field name of standard input) quotes it with termsafe.Echo: clipped to a
 // short prefix and escaped, so that a 100 KB value or a terminal escape
 // never reaches standard error whole. The command's own errors call it
 // directly; the errors that cobra and pflag make are rewritten here.
 
 // flagError rewrites pflag's errors about the command line with
-// termsafe.Quote: pflag repeats a bad value in full (twice for a number)
+// termsafe.Echo: pflag repeats a bad value in full (twice for a number)
 // and an unknown flag's name raw, escapes included.
 func flagError(err error) error {
 	var (
@@ -28,18 +28,18 @@ func flagError(err error) error {
 	)
 	switch {
 	case errors.As(err, &iv):
-		return fmt.Errorf("invalid argument %s for --%s: %s", termsafe.Quote(iv.GetValue()), iv.GetFlag().Name, wantedValue(iv))
+		return fmt.Errorf("invalid argument %s for --%s: %s", termsafe.Echo(iv.GetValue()), iv.GetFlag().Name, wantedValue(iv))
 	case errors.As(err, &nx):
 		if sh := nx.GetSpecifiedShortnames(); sh != "" {
-			return fmt.Errorf("unknown shorthand flag %s in %s", termsafe.Quote(nx.GetSpecifiedName()), termsafe.Quote("-"+sh))
+			return fmt.Errorf("unknown shorthand flag %s in %s", termsafe.Echo(nx.GetSpecifiedName()), termsafe.Echo("-"+sh))
 		}
 		name := "--" + nx.GetSpecifiedName()
-		if q := termsafe.Quote(name); q != `"`+name+`"` {
+		if q := termsafe.Echo(name); q != `"`+name+`"` {
 			name = q // clipped or escaped
 		}
 		return fmt.Errorf("unknown flag: %s", name)
 	case errors.As(err, &sx):
-		return fmt.Errorf("bad flag syntax %s", termsafe.Quote(sx.GetSpecifiedFlag()))
+		return fmt.Errorf("bad flag syntax %s", termsafe.Echo(sx.GetSpecifiedFlag()))
 	}
 	return err
 }
@@ -70,7 +70,7 @@ func wantedValue(iv *pflag.InvalidValueError) string {
 // goQuoted matches a string quoted the way %q quotes it.
 var goQuoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
 
-// clipQuoted re-quotes with termsafe.Quote each %q-quoted string in a
+// clipQuoted re-quotes with termsafe.Echo each %q-quoted string in a
 // message made by cobra ("unknown command %q for %q") or by a parser, so
 // that a long argument is clipped there too. Text that is not a Go quoted
 // string is left as it is.
@@ -80,12 +80,12 @@ func clipQuoted(msg string) string {
 		if err != nil {
 			return q
 		}
-		return termsafe.Quote(s)
+		return termsafe.Echo(s)
 	})
 }
 
 // errorText is the text Main prints for the error a command line ended
-// with. The commands' own errors quote input with termsafe.Quote already;
+// with. The commands' own errors quote input with termsafe.Echo already;
 // the ones cobra makes (an unknown command, a wrong number of arguments)
 // are clipped here.
 func errorText(err error) string {

@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -38,6 +39,20 @@ func (e *inputError) Error() string {
 }
 func (e *inputError) Unwrap() error { return e.Err }
 
+// explained is an error of the library told in the command line's words
+// (a flag, a command to run): it prints msg and still matches err.
+type explained struct {
+	msg string
+	err error
+}
+
+func (e *explained) Error() string { return e.msg }
+func (e *explained) Unwrap() error { return e.err }
+
+func explain(err error, format string, args ...any) error {
+	return &explained{msg: fmt.Sprintf(format, args...), err: err}
+}
+
 // runE adapts a command body to cobra and classifies its error. Errors that
 // cobra makes itself (unknown command or flag, bad flag value, wrong
 // arguments) never pass through here, so they stay usage errors.
@@ -54,10 +69,63 @@ func runE(fn func(cmd *cobra.Command, args []string) error) func(*cobra.Command,
 			return err
 		case errors.Is(err, partitionq.ErrInvalid):
 			// A flag value the library refused (a queue name, a key...).
-			return &usageError{err: err}
+			return &usageError{err: inFlagWords(err)}
+		case (errors.Is(err, partitionq.ErrNoSuchQueue) || errors.Is(err, partitionq.ErrNoSuchGroup)) && !errors.As(err, new(*explained)):
+			// A command without runFor: the library's text without its Go name.
+			return &opError{err: explain(err, "%s", strings.Replace(err.Error(), " (Client.Setup)", "", 1))}
 		}
 		return &opError{err: err}
 	}
+}
+
+// runFor is runE for a command on the group t names: a missing queue or
+// group is told with the command that creates it.
+func runFor(t *target, fn func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+	return runE(func(cmd *cobra.Command, args []string) error {
+		err := fn(cmd, args)
+		setup := fmt.Sprintf("partitionq setup --queue %s --group %s --slots N", t.queue, t.group)
+		switch {
+		case errors.Is(err, partitionq.ErrNoSuchQueue):
+			return explain(err, "no such queue %q: create it and the group with %s", t.queue, setup)
+		case errors.Is(err, partitionq.ErrNoSuchGroup):
+			return explain(err, "no such consumer group %q on queue %q: create it with %s", t.group, t.queue, setup)
+		}
+		return err
+	})
+}
+
+// flagOf names the flag of each library field a command sets from one,
+// with the fix in the command line's words. The library's errors name Go
+// fields (WorkerConfig.MaxAttempts); the command's name its flags.
+var flagOf = map[string]struct{ flag, fix string }{
+	"WorkerConfig.Concurrency":           {"--concurrency", "give 1 to 4096 (default 16)"},
+	"WorkerConfig.Policy":                {"--policy", `use "pause" or "skip"`},
+	"WorkerConfig.MaxAttempts":           {"--max-attempts", "give 1 or more, 0 for the policy's default (unlimited under pause, 10 under skip), or -1 for unlimited"},
+	"WorkerConfig.BackoffMin/BackoffMax": {"--backoff-min/--backoff-max", "give positive durations, --backoff-min at most --backoff-max"},
+	"WorkerConfig.DrainConcurrency":      {"--drain-concurrency", "give 1 to the --concurrency, or leave it out for min(--concurrency, 4)"},
+	"WorkerConfig.HandlerTimeout":        {"--handler-timeout", "give a positive duration, or 0 for no timeout"},
+	"WorkerConfig.ShutdownTimeout":       {"--shutdown-timeout", "give a positive duration"},
+	"WorkerConfig.PollInterval":          {"--poll-interval", "give a positive duration"},
+	"WorkerConfig.TickInterval":          {"--tick-interval", "give a positive duration"},
+	"WorkerConfig.Slots":                 {"--slots", `give "all" or slots of the group`},
+	"GroupSpec.TickMaxLag":               {"--tick-max-lag", "give a positive duration, or leave it out to keep the queue's setting"},
+	"number of slots":                    {"--slots", "give 1 to 256: a small N such as 4 or 8 (docs/tuning.md)"},
+	"Options.Refresh":                    {"--refresh", "give at least 100ms, or leave it out for 1s"},
+	"Config.EngineSchema":                {"--engine", `use "pgq" or "pgque", or leave it out to detect the engine`},
+}
+
+// inFlagWords tells a library *ValidationError about a field a flag sets
+// in the words of the command line.
+func inFlagWords(err error) error {
+	var ve *partitionq.ValidationError
+	if !errors.As(err, &ve) {
+		return err
+	}
+	f, ok := flagOf[ve.Field]
+	if !ok {
+		return err
+	}
+	return explain(err, "invalid %s %s: %s: %s", f.flag, ve.Value, ve.Problem, f.fix)
 }
 
 // exitCode maps an error returned by the root command to an exit status.

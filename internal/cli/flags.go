@@ -60,15 +60,20 @@ type actorFlags struct {
 }
 
 func (f *actorFlags) bind(fs *pflag.FlagSet) {
-	fs.StringVar(&f.actor, "actor", "", "who is acting, recorded in the audit trail (default $USER)")
+	fs.StringVar(&f.actor, "actor", "", "who is acting, recorded in the audit trail (default $USER, else the OS user)")
 	fs.StringVar(&f.reason, "reason", "", "why, recorded in the audit trail and the dead letters")
 }
 
+// actorOr is the actor recorded for an action: the one given, else $USER,
+// else the name of the OS user running the command.
 func (a *app) actorOr(given string) string {
 	if given != "" {
 		return given
 	}
-	return a.env.Getenv("USER")
+	if u := a.env.Getenv("USER"); u != "" {
+		return u
+	}
+	return osUser()
 }
 
 // parseSlots reads --slots: "all", or a list of slots and ranges such as
@@ -83,11 +88,11 @@ func parseSlots(s string, n int) ([]int, error) {
 		return all, nil
 	}
 	bad := func(part, problem string) error {
-		what := termsafe.Quote(part)
+		what := termsafe.Echo(part)
 		if part == s {
 			what = "it"
 		}
-		return usagef(`invalid --slots %s: %s %s: use "all" or a list such as 0,2,5-7 of slots 0 to %d`, termsafe.Quote(s), what, problem, n-1)
+		return usagef(`invalid --slots %s: %s %s: use "all" or a list such as 0,2,5-7 of slots 0 to %d`, termsafe.Echo(s), what, problem, n-1)
 	}
 	seen := map[int]bool{}
 	for _, part := range strings.Split(s, ",") {
@@ -137,7 +142,7 @@ func parseBefore(s string, now time.Time) (time.Time, error) {
 	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
 		return now.Add(-d), nil
 	}
-	return time.Time{}, usagef("invalid --before %s: give a time (2024-05-01T12:00:00Z, 2024-05-01 or 2024-05-01 12:00:00) or an age (72h)", termsafe.Quote(s))
+	return time.Time{}, usagef("invalid --before %s: give a time (2024-05-01T12:00:00Z, 2024-05-01 or 2024-05-01 12:00:00) or an age (72h)", termsafe.Echo(s))
 }
 
 // exactArgs wants n positional arguments, named for the message.

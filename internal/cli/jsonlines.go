@@ -102,7 +102,7 @@ func decodeObject(line []byte) (inputLine, error) {
 		}
 		name, _ := t.(string)
 		if name != "key" && name != "type" && name != "payload" {
-			return inputLine{}, fmt.Errorf(`malformed JSON: unknown field %s: the fields are "key", "type" and "payload"`, termsafe.Quote(name))
+			return inputLine{}, fmt.Errorf(`malformed JSON: unknown field %s: the fields are "key", "type" and "payload"`, termsafe.Echo(name))
 		}
 		if seen[name] {
 			return inputLine{}, fmt.Errorf("malformed JSON: field %q appears twice: give it once", name)

@@ -32,10 +32,11 @@ type statusOut struct {
 		Slot     int    `json:"slot"`
 		Consumer string `json:"consumer"`
 		Owner    *struct {
-			Name  string    `json:"name"`
-			PID   int32     `json:"pid"`
-			Addr  string    `json:"addr"`
-			Since time.Time `json:"since"`
+			Name       string    `json:"name"`
+			PID        int32     `json:"pid"`
+			BackendPID int32     `json:"backend_pid"`
+			Addr       string    `json:"addr"`
+			Since      time.Time `json:"since"`
 		} `json:"owner"`
 		LagSeconds      float64 `json:"lag_seconds"`
 		LastSeenSeconds float64 `json:"last_seen_seconds"`
@@ -43,6 +44,7 @@ type statusOut struct {
 		QueuePending    int64   `json:"queue_pending"`
 		PendingEstimate int64   `json:"pending_estimate"`
 		BlockedKeys     int     `json:"blocked_keys"`
+		DrainingKeys    int     `json:"draining_keys"`
 		SetAside        int64   `json:"set_aside"`
 	} `json:"slots"`
 }
@@ -54,9 +56,10 @@ type blockedOut struct {
 }
 
 type blockedKeyOut struct {
-	Key  string `json:"key"`
-	Slot int    `json:"slot"`
-	Head struct {
+	Key   string `json:"key"`
+	Slot  int    `json:"slot"`
+	State string `json:"state"`
+	Head  struct {
 		EventID     int64      `json:"event_id"`
 		Type        string     `json:"type"`
 		Payload     string     `json:"payload"`
@@ -85,6 +88,7 @@ type previewOut struct {
 	Queue  string `json:"queue"`
 	Group  string `json:"group"`
 	Key    string `json:"key"`
+	State  string `json:"state"`
 	Events []struct {
 		EventID int64     `json:"event_id"`
 		Type    string    `json:"type"`

@@ -1,7 +1,9 @@
 package cli_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"os/user"
 	"slices"
 	"strconv"
 	"strings"
@@ -63,7 +65,7 @@ fi
 	}
 	raw := h.raw(with(qg, "blocked")...)
 	pinKeys(t, "blocked", raw, "queue", "group", "blocked_keys")
-	pinKeys(t, "blocked key", field(t, raw, "blocked_keys", 0), "key", "slot", "head", "waiting", "blocked_since")
+	pinKeys(t, "blocked key", field(t, raw, "blocked_keys", 0), "key", "slot", "state", "head", "waiting", "blocked_since")
 	pinKeys(t, "blocked head", field(t, field(t, raw, "blocked_keys", 0), "head", -1),
 		"event_id", "type", "payload", "sent_at", "attempts", "next_attempt", "last_error")
 	if out := h.ok(with(qg, "blocked")...); !strings.Contains(out, "LAST ERROR") || !strings.Contains(out, "exit status 3") {
@@ -74,8 +76,8 @@ fi
 	raw = h.raw(with(qg, "status")...)
 	pinKeys(t, "status", raw, "queue", "group", "engine", "slot_count", "dead_letters", "at", "slots")
 	pinKeys(t, "status slot", field(t, raw, "slots", bk.Slot), "slot", "consumer", "owner", "lag_seconds", "last_seen_seconds",
-		"in_batch", "queue_pending", "pending_estimate", "blocked_keys", "set_aside")
-	pinKeys(t, "status owner", field(t, field(t, raw, "slots", bk.Slot), "owner", -1), "name", "pid", "addr", "since")
+		"in_batch", "queue_pending", "pending_estimate", "blocked_keys", "draining_keys", "set_aside")
+	pinKeys(t, "status owner", field(t, field(t, raw, "slots", bk.Slot), "owner", -1), "name", "pid", "backend_pid", "addr", "since")
 	var st statusOut
 	h.json(&st, with(qg, "status")...)
 	if s := st.Slots[bk.Slot]; s.BlockedKeys != 1 || s.SetAside != 3 {
@@ -93,7 +95,7 @@ fi
 		t.Errorf("preview = %+v", pv)
 	}
 	raw = h.raw(with(qg, "preview", "--key", "bad")...)
-	pinKeys(t, "preview", raw, "queue", "group", "key", "events")
+	pinKeys(t, "preview", raw, "queue", "group", "key", "state", "events")
 	pinKeys(t, "preview event", field(t, raw, "events", 0), "event_id", "type", "payload", "sent_at", "head")
 
 	// retry: the head runs again now, and fails a second time.
@@ -110,12 +112,12 @@ fi
 	if !strings.Contains(out, "skipped: event "+head1) || !strings.Contains(out, fmt.Sprintf("next to run: %d, %d", bad[1], bad[2])) {
 		t.Errorf("skip printed %q", out)
 	}
-	raw = h.raw(with(qg, "skip", "--key", "bad", "--event", head1)...)
+	raw = h.raw(with(qg, "skip", "--key", "bad", "--event", head1, "--reason", "again")...)
 	pinKeys(t, "skip", raw, "action", "outcome", "queue", "group", "key", "slot", "event_id", "count", "next_event_ids")
 	if err := jsonUnmarshal(raw, &act); err != nil || act.Outcome != "already_resolved" || act.Action != "skip" {
 		t.Errorf("second skip = %+v (%v)", act, err)
 	}
-	if out := h.ok(with(qg, "skip", "--key", "bad", "--event", head1)...); !strings.Contains(out, "already resolved") {
+	if out := h.ok(with(qg, "skip", "--key", "bad", "--event", head1, "--reason", "again")...); !strings.Contains(out, "already resolved") {
 		t.Errorf("third skip printed %q", out)
 	}
 
@@ -131,7 +133,7 @@ fi
 	if _, ok := h.blockedKey("bad"); ok {
 		t.Error("key bad is still blocked after quarantine")
 	}
-	h.fails(cli.ExitFailed, []string{"key is not blocked"}, with(qg, "skip", "--key", "bad")...)
+	h.fails(cli.ExitFailed, []string{"key is not blocked"}, with(qg, "skip", "--key", "bad", "--reason", "late")...)
 	h.fails(cli.ExitFailed, []string{"key is not blocked"}, with(qg, "preview", "--key", "bad")...)
 
 	// dlq: list, show, replay (once), purge.
@@ -208,5 +210,228 @@ fi
 	}
 	if r := w.stop(t); r.code != cli.ExitOK {
 		t.Fatal(r)
+	}
+}
+
+// stuckKey leaves key "bad" blocked on its first event ({"n":1}, which
+// fails), with {"n":2} and {"n":3} waiting, and no worker running: the
+// state an operator finds after a skip with the workers down.
+func (h *harness) stuckKey(t *testing.T, key string) []int64 {
+	t.Helper()
+	h.setup(2)
+	exec := script(t, t.TempDir(), `
+payload=$(cat)
+case "$payload" in *'"n":1'*) echo "cannot parse: corrupt file" >&2; exit 3;; esac
+`)
+	var in strings.Builder
+	for n := 1; n <= 3; n++ {
+		b, _ := json.Marshal(map[string]any{"key": key, "payload": map[string]int{"n": n}})
+		in.Write(append(b, '\n'))
+	}
+	if r := h.runStdin(in.String(), "send", "--queue", "q"); r.code != cli.ExitOK {
+		t.Fatal(r)
+	}
+	var ids []int64
+	for _, e := range h.events("q") {
+		ids = append(ids, e.ID)
+	}
+	w := h.startWork("--exec", exec, "--backoff-min", "1h")
+	waitFor(t, 60*time.Second, "the key blocked with 2 events waiting", func() bool {
+		bk, ok := h.blockedKey(key)
+		return ok && bk.Waiting == 2 && bk.State == "blocked"
+	})
+	if r := w.stop(t); r.code != cli.ExitOK {
+		t.Fatal(r)
+	}
+	return ids
+}
+
+// Finding 1 of issue 13: a second `skip --key K` moved a healthy event to
+// the dead letters. After a skip the key is draining: blocked, its JSON
+// and preview say so, and every action without --event refuses it, saying
+// how to act anyway.
+func TestSkipTwiceNeverDeadLettersAHealthyEvent(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ids := h.stuckKey(t, "bad")
+	out := h.ok(with(qg, "skip", "--key", "bad", "--reason", "corrupt file")...)
+	if !strings.Contains(out, fmt.Sprintf(`skipped: event %d of key "bad"`, ids[0])) {
+		t.Fatalf("first skip printed %q", out)
+	}
+	bk, ok := h.blockedKey("bad")
+	if !ok || bk.State != "draining" || bk.Head.EventID != ids[1] || bk.Head.Attempts != 0 || bk.Head.LastError != "" {
+		t.Fatalf("after the skip: %+v (listed %v), want draining on event %d", bk, ok, ids[1])
+	}
+	if out := h.ok(with(qg, "blocked")...); !strings.Contains(out, "draining") || !strings.Contains(out, "never failed") {
+		t.Errorf("blocked does not show the key as draining:\n%s", out)
+	}
+	var pv previewOut
+	h.json(&pv, with(qg, "preview", "--key", "bad")...)
+	if pv.State != "draining" || len(pv.Events) != 2 || pv.Events[0].EventID != ids[1] {
+		t.Errorf("preview = %+v", pv)
+	}
+	if out := h.ok(with(qg, "preview", "--key", "bad")...); !strings.Contains(out, "draining") || !strings.Contains(out, "head, never failed") {
+		t.Errorf("preview does not say the key drains:\n%s", out)
+	}
+	var st statusOut
+	h.json(&st, with(qg, "status")...)
+	if s := st.Slots[bk.Slot]; s.BlockedKeys != 0 || s.DrainingKeys != 1 {
+		t.Errorf("status of slot %d = %+v, want 0 blocked and 1 draining key", bk.Slot, s)
+	}
+
+	next := strconv.FormatInt(ids[1], 10)
+	for _, args := range [][]string{
+		{"skip", "--key", "bad", "--reason", "corrupt file"},
+		{"retry", "--key", "bad"},
+		{"quarantine", "--key", "bad", "--reason", "tenant gone"},
+	} {
+		h.fails(cli.ExitFailed, []string{`key "bad" is draining, not blocked`, "has never failed", args[0] + " changed nothing", "pass --event " + next}, with(qg, args...)...)
+	}
+	var dl dlqListOut
+	h.json(&dl, with(qg, "dlq", "list")...)
+	if len(dl.DeadLetters) != 1 || dl.DeadLetters[0].EventID != ids[0] {
+		t.Fatalf("dead letters = %+v, want only the skipped event %d", dl.DeadLetters, ids[0])
+	}
+
+	// Named, it goes through: the operator chose that event.
+	var act actionOut
+	h.json(&act, with(qg, "skip", "--key", "bad", "--event", next, "--reason", "stale too")...)
+	if act.Outcome != "skipped" || act.EventID != ids[1] {
+		t.Errorf("skip --event %s = %+v", next, act)
+	}
+}
+
+// Finding 6 of issue 13: after drop-group --force, the group's dead
+// letters and audit trail are still listed, shown and replayed, without
+// setup (which would register consumers that hold back table rotation).
+func TestDroppedGroupDeadLettersStayReachable(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ids := h.stuckKey(t, "bad")
+	h.ok(with(qg, "skip", "--key", "bad", "--event", strconv.FormatInt(ids[0], 10), "--reason", "corrupt file")...)
+	h.ok(with(qg, "drop-group", "--force", "--reason", "moving to 8 slots")...)
+	h.fails(cli.ExitFailed, []string{`no such consumer group "g"`}, with(qg, "status")...)
+
+	var dl dlqListOut
+	h.json(&dl, with(qg, "dlq", "list")...)
+	if len(dl.DeadLetters) != 1 || dl.DeadLetters[0].EventID != ids[0] {
+		t.Fatalf("dlq list of the dropped group = %+v", dl)
+	}
+	id := strconv.FormatInt(dl.DeadLetters[0].ID, 10)
+	if out := h.ok(with(qg, "dlq", "show", id)...); !strings.Contains(out, "skip: corrupt file") {
+		t.Errorf("dlq show of the dropped group:\n%s", out)
+	}
+	var rp replayOut
+	h.json(&rp, with(qg, "dlq", "replay", id, "--reason", "file fixed")...)
+	if rp.Outcome != "replayed" || rp.NewEventID <= ids[2] {
+		t.Errorf("dlq replay of the dropped group = %+v", rp)
+	}
+	var au auditOut
+	h.json(&au, with(qg, "audit")...)
+	var got []string
+	for _, e := range au.Entries {
+		got = append(got, e.Action)
+	}
+	if !slices.Equal(got, []string{"replay", "drop_group", "skip"}) {
+		t.Errorf("audit of the dropped group: %v", got)
+	}
+	// None of it set the group up again.
+	h.fails(cli.ExitFailed, []string{`no such consumer group "g"`}, with(qg, "status")...)
+}
+
+// Finding 3 of issue 13, and the one escaping rule: a key with a newline
+// (and a bidi override) is shown the same way in every table and
+// sentence, on one line (multi\nline\u{202e}key), exactly in JSON, and
+// never raw; a 100,000-character actor is clipped in the audit table.
+func TestUntrustedTextShownByOneRule(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	key := "multi\nline\u202ekey"
+	shown := `multi\nline\u{202e}key`
+	ids := h.stuckKey(t, key)
+
+	blocked := h.ok(with(qg, "blocked")...)
+	if lines := strings.Split(strings.TrimRight(blocked, "\n"), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[1], shown+"  ") {
+		t.Errorf("blocked: want a header and one row starting with %s:\n%s", shown, blocked)
+	}
+	preview := h.ok(with(qg, "preview", "--key", key)...)
+	if !strings.HasPrefix(preview, `key "`+shown+`" runs next`) {
+		t.Errorf("preview header:\n%s", preview)
+	}
+	for what, out := range map[string]string{"blocked": blocked, "preview": preview} {
+		if strings.ContainsAny(out, "\u202e\r") || strings.Contains(out, "multi\n") {
+			t.Errorf("%s writes the key raw:\n%q", what, out)
+		}
+	}
+	raw := h.ok(with(qg, "blocked", "--json")...)
+	if strings.Contains(raw, "\u202e") || !strings.Contains(raw, `multi\nline\u202ekey`) {
+		t.Errorf("blocked --json writes the key's characters raw, or not as JSON escapes:\n%s", raw)
+	}
+	var bo blockedOut
+	if err := json.Unmarshal([]byte(raw), &bo); err != nil || len(bo.BlockedKeys) != 1 || bo.BlockedKeys[0].Key != key {
+		t.Fatalf("blocked --json does not decode to the exact key: %+v, %v", bo, err)
+	}
+
+	actor := "ops-" + strings.Repeat("a", 100_000) + "-bot"
+	out := h.ok(with(qg, "skip", "--key", key, "--event", strconv.FormatInt(ids[0], 10), "--reason", "corrupt", "--actor", actor)...)
+	if !strings.HasPrefix(out, fmt.Sprintf(`skipped: event %d of key "%s"`, ids[0], shown)) {
+		t.Errorf("skip printed %q", out)
+	}
+	audit := h.ok(with(qg, "audit")...)
+	for _, l := range strings.Split(audit, "\n") {
+		if len(l) > 400 {
+			t.Fatalf("audit prints a line of %d bytes: the actor is not clipped", len(l))
+		}
+	}
+	if !strings.Contains(audit, "ops-") || !strings.Contains(audit, "…") || !strings.Contains(audit, "-bot") || !strings.Contains(audit, shown) {
+		t.Errorf("audit does not show the clipped actor's two ends and the key:\n%s", audit)
+	}
+	var au auditOut
+	h.json(&au, with(qg, "audit")...)
+	if len(au.Entries) != 1 || au.Entries[0].Actor != actor || au.Entries[0].Key != key {
+		t.Errorf("audit --json does not carry the whole actor and the exact key")
+	}
+}
+
+// The actor of an action defaults to $USER, and to the OS user when $USER
+// is unset (it was recorded empty).
+func TestActorDefaultsToTheOSUser(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setup(1)
+	delete(h.env, "USER")
+	h.ok(with(qg, "dlq", "purge", "--all", "--reason", "spring cleaning")...)
+	u, err := user.Current()
+	if err != nil {
+		t.Skipf("no OS user to compare with: %v", err)
+	}
+	var au auditOut
+	h.json(&au, with(qg, "audit")...)
+	if len(au.Entries) != 1 || au.Entries[0].Actor != u.Username || u.Username == "" {
+		t.Fatalf("audit = %+v, want the OS user %q as the actor", au.Entries, u.Username)
+	}
+}
+
+// Errors name the flag, never the library's Go field.
+func TestLibraryErrorsNameTheFlag(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setup(1)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{with(qg, "work", "--exec", "true", "--max-attempts", "-5"), "invalid --max-attempts -5: it is negative"},
+		{with(qg, "work", "--exec", "true", "--concurrency", "-3"), "invalid --concurrency -3"},
+		{with(qg, "work", "--exec", "true", "--concurrency", "4", "--drain-concurrency", "9"), "invalid --drain-concurrency 9"},
+		{with(qg, "work", "--exec", "true", "--backoff-min", "2s", "--backoff-max", "1s"), "invalid --backoff-min/--backoff-max 2s/1s"},
+		{with(qg, "setup", "--slots", "1", "--tick-max-lag", "-1s"), "invalid --tick-max-lag -1s"},
+	} {
+		r := h.fails(cli.ExitUsage, []string{c.want}, c.args...)
+		for _, gofield := range []string{"WorkerConfig", "GroupSpec", "Options.", "Client."} {
+			if strings.Contains(r.stderr, gofield) {
+				t.Errorf("partitionq %s names a Go field (%s): %s", strings.Join(c.args, " "), gofield, r.stderr)
+			}
+		}
 	}
 }

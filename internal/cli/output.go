@@ -1,15 +1,15 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
-
-	"github.com/partitionq/partitionq/internal/termsafe"
 	"io"
 	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
-	"unicode/utf8"
+
+	"github.com/partitionq/partitionq/internal/termsafe"
 )
 
 // lockedWriter serializes writes from many goroutines.
@@ -31,22 +31,55 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-// writeJSON writes v as indented JSON followed by a newline.
+// writeJSON writes v as indented JSON followed by a newline. Values are
+// exact; the characters the escaping rule of internal/termsafe escapes are
+// written as JSON escapes, never raw.
 func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := w.Write(termsafe.JSON(b.Bytes()))
+	return err
 }
 
-// table writes aligned columns. Cells are flattened to one line.
+// cellMax is the widest a table cell gets unless its column says
+// otherwise: a 100,000-character actor must not make a 100,000-character
+// line.
+const cellMax = 60
+
+// table writes aligned columns. Every cell is untrusted text until shown:
+// it is escaped by the rule of internal/termsafe (one line) and clipped to
+// its column's width, keeping both ends.
 type table struct {
-	tw *tabwriter.Writer
+	tw    *tabwriter.Writer
+	heads []string
+	max   map[int]int // by column; 0: no limit
 }
 
 func newTable(w io.Writer, headers ...string) *table {
-	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
+	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0), heads: headers, max: map[int]int{}}
 	if len(headers) > 0 {
 		t.row(headers...)
+	}
+	return t
+}
+
+// newFields is a table of "name:", value rows shown whole (dlq show):
+// escaped, never clipped.
+func newFields(w io.Writer) *table {
+	return &table{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0), max: map[int]int{0: 0, 1: 0}}
+}
+
+// widths sets the widest cells of the columns named: 0 means no limit.
+func (t *table) widths(byHeader map[string]int) *table {
+	for i, h := range t.heads {
+		if n, ok := byHeader[h]; ok {
+			t.max[i] = n
+		}
 	}
 	return t
 }
@@ -56,30 +89,24 @@ func (t *table) row(cells ...string) {
 		if i > 0 {
 			io.WriteString(t.tw, "\t") //nolint:errcheck // reported by flush
 		}
-		io.WriteString(t.tw, oneLine(c)) //nolint:errcheck // reported by flush
+		n, ok := t.max[i]
+		if !ok {
+			n = cellMax
+		}
+		c = termsafe.Line(c)
+		if n > 0 {
+			c = termsafe.Clip(c, n)
+		}
+		io.WriteString(t.tw, c) //nolint:errcheck // reported by flush
 	}
 	io.WriteString(t.tw, "\n") //nolint:errcheck // reported by flush
 }
 
 func (t *table) flush() error { return t.tw.Flush() }
 
-var lineFlattener = strings.NewReplacer("\r\n", " | ", "\n", " | ", "\r", " ", "\t", " ")
-
-// oneLine flattens s to one line and escapes what a terminal could act on
-// (keys, payloads and errors are untrusted: internal/termsafe).
-func oneLine(s string) string {
-	return termsafe.Escape(lineFlattener.Replace(strings.TrimRight(s, "\n")))
-}
-
-// clip shortens s to at most n runes, marking the cut.
-func clip(s string, n int) string {
-	s = oneLine(s)
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	return string(r[:n-3]) + "..."
-}
+// quote writes an untrusted text inside a sentence: escaped by the rule of
+// internal/termsafe, between double quotes.
+func quote(s string) string { return termsafe.Quote(s) }
 
 // Times in tables are local, to the second; in JSON they are UTC RFC 3339.
 func fmtTime(t time.Time) string {
@@ -119,7 +146,8 @@ func dash(s string) string {
 	return s
 }
 
-// indent indents a multi-line untrusted text (escaped: internal/termsafe).
+// indent indents a multi-line untrusted text shown whole (escaped by the
+// rule of internal/termsafe, its lines kept).
 func indent(s string) string {
-	return "  " + strings.ReplaceAll(termsafe.Escape(strings.TrimRight(s, "\n")), "\n", "\n  ")
+	return "  " + strings.ReplaceAll(termsafe.Text(s), "\n", "\n  ")
 }

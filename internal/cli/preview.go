@@ -16,6 +16,7 @@ type previewJSON struct {
 	Queue  string             `json:"queue"`
 	Group  string             `json:"group"`
 	Key    string             `json:"key"`
+	State  string             `json:"state"`
 	Events []previewEventJSON `json:"events"`
 }
 
@@ -42,7 +43,7 @@ order they will run: after a skip of the head, the waiting events run in
 this order, then the key's events still in the stream.`,
 		Example: "  partitionq preview --queue files --group indexer --key tenant-42",
 		Args:    cobra.NoArgs,
-		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err
 			}
@@ -57,18 +58,22 @@ this order, then the key's events still in the stream.`,
 				return err
 			}
 			defer s.close()
+			bk, err := s.client.BlockedKey(cmd.Context(), t.queue, t.group, key)
+			if err != nil {
+				return err
+			}
 			evs, err := s.client.Preview(cmd.Context(), t.queue, t.group, key, limit)
 			if err != nil {
 				return err
 			}
 			if asJSON {
-				out := previewJSON{Queue: t.queue, Group: t.group, Key: key, Events: make([]previewEventJSON, 0, len(evs))}
+				out := previewJSON{Queue: t.queue, Group: t.group, Key: key, State: string(bk.State), Events: make([]previewEventJSON, 0, len(evs))}
 				for _, ev := range evs {
 					out.Events = append(out.Events, previewEventJSON{EventID: ev.ID, Type: ev.Type, Payload: string(ev.Payload), SentAt: utc(ev.Time), Head: ev.Head})
 				}
 				return writeJSON(cmd.OutOrStdout(), out)
 			}
-			return printPreview(cmd.OutOrStdout(), key, evs)
+			return printPreview(cmd.OutOrStdout(), key, bk.State, evs)
 		}),
 	}
 	f := cmd.Flags()
@@ -79,15 +84,22 @@ this order, then the key's events still in the stream.`,
 	return cmd
 }
 
-func printPreview(w io.Writer, key string, evs []partitionq.PreviewEvent) error {
-	fmt.Fprintf(w, "key %q runs next:\n", key)
-	tb := newTable(w, "#", "EVENT", "TYPE", "SENT", "", "PAYLOAD")
+func printPreview(w io.Writer, key string, state partitionq.KeyState, evs []partitionq.PreviewEvent) error {
+	head := "its blocked head (failed), then the events waiting behind it"
+	if state == partitionq.KeyDraining {
+		head = "it is draining: its failed event was resolved, and these run next without help"
+	}
+	fmt.Fprintf(w, "key %s runs next, in this order (%s):\n", quote(key), head)
+	tb := newTable(w, "#", "EVENT", "TYPE", "SENT", "WHAT", "PAYLOAD").widths(map[string]int{"TYPE": 24, "PAYLOAD": 60})
 	for i, ev := range evs {
-		mark := ""
-		if ev.Head {
-			mark = "blocked head"
+		what := "waiting"
+		switch {
+		case ev.Head && state == partitionq.KeyDraining:
+			what = "head, never failed"
+		case ev.Head:
+			what = "blocked head"
 		}
-		tb.row(strconv.Itoa(i+1), i64(ev.ID), dash(ev.Type), fmtTime(ev.Time), mark, clip(string(ev.Payload), 60))
+		tb.row(strconv.Itoa(i+1), i64(ev.ID), dash(ev.Type), fmtTime(ev.Time), what, string(ev.Payload))
 	}
 	return tb.flush()
 }

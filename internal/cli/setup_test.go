@@ -24,7 +24,7 @@ func TestSetup(t *testing.T) {
 	// Another N fails and names both values.
 	h.fails(cli.ExitFailed, []string{"has 4 slots, not 8"}, with(qg, "setup", "--slots", "8")...)
 	// N out of range is a bad value.
-	h.fails(cli.ExitUsage, []string{"invalid number of slots"}, with(qg, "setup", "--slots", "0")...)
+	h.fails(cli.ExitUsage, []string{"invalid --slots 0"}, with(qg, "setup", "--slots", "0")...)
 
 	raw := h.raw(with(qg, "setup", "--slots", "4")...)
 	pinKeys(t, "setup", raw, "queue", "group", "slots", "consumers", "queue_created", "registered")
@@ -44,27 +44,44 @@ func TestSetup(t *testing.T) {
 }
 
 // Every command on a queue or group that does not exist fails (1) and
-// says to run setup.
+// says which setup command makes it; none names a Go field or method.
 func TestUnknownQueueAndGroup(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	for _, args := range [][]string{
 		{"status"}, {"blocked"}, {"audit"}, {"dlq", "list"}, {"dlq", "show", "1"}, {"dlq", "replay", "1"},
-		{"dlq", "purge", "--all"}, {"skip", "--key", "k"}, {"retry", "--key", "k"}, {"quarantine", "--key", "k"},
-		{"preview", "--key", "k"}, {"work", "--exec", "true"}, {"console"},
+		{"dlq", "purge", "--all"}, {"skip", "--key", "k", "--reason", "r"}, {"retry", "--key", "k"}, {"quarantine", "--key", "k", "--reason", "r"},
+		{"preview", "--key", "k"}, {"work", "--exec", "true"},
 	} {
-		h.fails(cli.ExitFailed, []string{`no such queue "q"`, "run partitionq setup"}, append(args, qg...)...)
+		r := h.fails(cli.ExitFailed, []string{`no such queue "q": create it and the group with partitionq setup --queue q --group g --slots N`}, append(args, qg...)...)
+		if strings.Contains(r.stderr, "Client.") {
+			t.Errorf("partitionq %s names a Go method: %s", args, r.stderr)
+		}
 	}
-	h.fails(cli.ExitFailed, []string{`no such queue "q"`, "run partitionq setup"}, "send", "--queue", "q", "--key", "k")
-	r := h.runStdin(`{"key":"k"}`+"\n", "send", "--queue", "q")
+	r := h.fails(cli.ExitFailed, []string{`no such queue "q"`, "run partitionq setup"}, "send", "--queue", "q", "--key", "k")
+	if strings.Contains(r.stderr, "Client.") {
+		t.Errorf("send names a Go method: %s", r.stderr)
+	}
+	r = h.runStdin(`{"key":"k"}`+"\n", "send", "--queue", "q")
 	h.expect(r, cli.ExitFailed, []string{`no such queue "q"`}, []string{"send"})
 
 	h.setup(2)
-	h.fails(cli.ExitFailed, []string{`no such consumer group "nope"`, "run partitionq setup"}, "status", "--queue", "q", "--group", "nope")
+	h.fails(cli.ExitFailed, []string{`no such consumer group "nope" on queue "q": create it with partitionq setup --queue q --group nope --slots N`}, "status", "--queue", "q", "--group", "nope")
 	h.fails(cli.ExitFailed, []string{`no such consumer group "nope"`}, "work", "--queue", "q", "--group", "nope", "--exec", "true")
-	h.fails(cli.ExitFailed, []string{`no such consumer group "nope"`}, "console", "--queue", "q", "--group", "nope")
+}
 
-	// console reaches the console package, which checks its options before
-	// it takes the terminal.
-	h.fails(cli.ExitUsage, []string{"Options.Refresh"}, with(qg, "console", "--refresh", "1ms")...)
+// The console's flags are checked in the command line's words, and without
+// a terminal it says it needs one (finding: "error creating cancelreader").
+func TestConsoleCommandLine(t *testing.T) {
+	t.Parallel()
+	h := offline(t)
+	r := h.fails(cli.ExitUsage, []string{"invalid --refresh 1ms: give at least 100ms"}, with(qg, "console", "--refresh", "1ms")...)
+	h.fails(cli.ExitUsage, []string{"invalid --refresh 0s"}, with(qg, "console", "--refresh", "0")...)
+	if strings.Contains(r.stderr, "Options.") {
+		t.Errorf("console names a Go field: %s", r.stderr)
+	}
+	// Standard input and output here are buffers: no terminal. The check
+	// comes before connecting (the offline server does not answer), and a
+	// group that does not exist is not the console's error.
+	h.fails(cli.ExitFailed, []string{"the console needs a terminal", "partitionq status"}, "console", "--queue", "q", "--group", "nosuch")
 }

@@ -34,14 +34,21 @@ type slotStatusJSON struct {
 	QueuePending    int64      `json:"queue_pending"`
 	PendingEstimate int64      `json:"pending_estimate"`
 	BlockedKeys     int        `json:"blocked_keys"`
+	DrainingKeys    int        `json:"draining_keys"`
 	SetAside        int64      `json:"set_aside"`
 }
 
 type ownerJSON struct {
-	Name  string     `json:"name"`
-	PID   int32      `json:"pid"`
-	Addr  string     `json:"addr"`
-	Since *time.Time `json:"since"` // null when the role may not see it
+	Name string `json:"name"`
+	Host string `json:"host"`
+	// PID is the worker's own process (on Host); BackendPID the PostgreSQL
+	// server process of its lease session (0 through a pooler).
+	PID              int32      `json:"pid"`
+	BackendPID       int32      `json:"backend_pid"`
+	Addr             string     `json:"addr"`
+	Since            *time.Time `json:"since"` // when the worker took the slot
+	Epoch            int64      `json:"epoch"`
+	LeaseLeftSeconds float64    `json:"lease_left_seconds"`
 }
 
 func toStatusJSON(gs partitionq.GroupStatus) statusJSON {
@@ -49,9 +56,11 @@ func toStatusJSON(gs partitionq.GroupStatus) statusJSON {
 		At: utc(gs.At), Slots: make([]slotStatusJSON, 0, len(gs.SlotStatus))}
 	for _, s := range gs.SlotStatus {
 		j := slotStatusJSON{Slot: s.Slot, Consumer: s.Consumer, LagSeconds: seconds(s.Lag), LastSeenSeconds: seconds(s.LastSeen),
-			InBatch: s.InBatch, QueuePending: s.QueuePending, PendingEstimate: s.PendingEstimate, BlockedKeys: s.BlockedKeys, SetAside: s.SetAside}
+			InBatch: s.InBatch, QueuePending: s.QueuePending, PendingEstimate: s.PendingEstimate, BlockedKeys: s.BlockedKeys,
+			DrainingKeys: s.DrainingKeys, SetAside: s.SetAside}
 		if o := s.Owner; o != nil {
-			j.Owner = &ownerJSON{Name: o.Name, PID: o.PID, Addr: o.Addr, Since: optTime(o.Since)}
+			j.Owner = &ownerJSON{Name: o.Name, Host: o.Host, PID: o.PID, BackendPID: o.BackendPID, Addr: o.Addr, Since: optTime(o.Since),
+				Epoch: o.Epoch, LeaseLeftSeconds: seconds(o.LeaseLeft)}
 		}
 		out.Slots = append(out.Slots, j)
 	}
@@ -68,16 +77,17 @@ func (a *app) statusCmd() *cobra.Command {
 		Use:   "status",
 		Short: "Show each slot: owner, lag, pending events, blocked keys, set-aside events",
 		Long: `Show the status of every slot of a group: its engine consumer, the worker
-that owns it, its lag (age of the last tick it finished), its pending
-events, its blocked keys and set-aside events; and the group's dead
-letters not yet replayed.
+that owns it (its name, and the pid of its PostgreSQL backend: a server
+process, not the worker's), its lag (age of the last tick it finished),
+its pending events, its blocked and draining keys and set-aside events;
+and the group's dead letters not yet replayed.
 
 PENDING (est.) is the queue's pending events divided by the number of
 slots: an estimate of the slot's share, exact only when keys spread evenly.
 Read-only and cheap. It waits at most --timeout for the database.`,
 		Example: "  partitionq status --queue files --group indexer --json",
 		Args:    cobra.NoArgs,
-		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if timeout <= 0 {
 				return usagef("invalid --timeout %s: give a positive duration, such as %s", timeout, tui.RefreshTimeoutDefault)
 			}
@@ -106,17 +116,22 @@ Read-only and cheap. It waits at most --timeout for the database.`,
 
 func printStatus(w io.Writer, gs partitionq.GroupStatus) error {
 	fmt.Fprintf(w, "queue %q, group %q: %d slots, engine %s\n\n", gs.Queue, gs.Group, gs.Slots, gs.Engine)
-	tb := newTable(w, "SLOT", "CONSUMER", "OWNER", "LAG", "PENDING (est.)", "BLOCKED KEYS", "SET ASIDE")
+	tb := newTable(w, "SLOT", "CONSUMER", "OWNER", "LAG", "PENDING (est.)", "BLOCKED KEYS", "DRAINING", "SET ASIDE").
+		widths(map[string]int{"OWNER": 80})
 	for _, s := range gs.SlotStatus {
 		owner := "-"
-		if s.Owner != nil {
-			owner = fmt.Sprintf("%s (pid %d, %s)", s.Owner.Name, s.Owner.PID, s.Owner.Addr)
+		if o := s.Owner; o != nil {
+			owner = fmt.Sprintf("%s (process %d on %s, backend pid %d", o.Name, o.PID, o.Host, o.BackendPID)
+			if o.Addr != "" {
+				owner += ", " + o.Addr
+			}
+			owner += ")"
 		}
 		lag := fmtDur(s.Lag)
 		if s.InBatch {
 			lag += " (in batch)"
 		}
-		tb.row(strconv.Itoa(s.Slot), s.Consumer, owner, lag, "~"+i64(s.PendingEstimate), strconv.Itoa(s.BlockedKeys), i64(s.SetAside))
+		tb.row(strconv.Itoa(s.Slot), s.Consumer, owner, lag, "~"+i64(s.PendingEstimate), strconv.Itoa(s.BlockedKeys), strconv.Itoa(s.DrainingKeys), i64(s.SetAside))
 	}
 	if err := tb.flush(); err != nil {
 		return err

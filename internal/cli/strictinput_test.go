@@ -65,7 +65,7 @@ func TestEngineNotInstalled(t *testing.T) {
 }
 
 // Errors that echo a value the user gave quote it clipped and escaped
-// (termsafe.Quote): a 100 KB --before was echoed whole, an unknown flag's
+// (termsafe.Echo): a 100 KB --before was echoed whole, an unknown flag's
 // name reached the terminal raw, escapes included. The whole error stays
 // a few hundred bytes and holds no control character, whatever was given.
 func TestErrorsClipWhatTheyEcho(t *testing.T) {

@@ -40,6 +40,16 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"status", "--queue", "q", "--group", "g", "--engine", "kafka"}, `invalid --engine "kafka"`},
 		{[]string{"status", "--queue", "q", "--group", "g", "--log-level", "loud"}, `invalid --log-level "loud"`},
 		{[]string{"tick", "--interval", "0s"}, "give positive durations"},
+		// skip and quarantine ask why, as the console does.
+		{[]string{"skip", "--queue", "q", "--group", "g", "--key", "k"}, "missing --reason"},
+		{[]string{"quarantine", "--queue", "q", "--group", "g", "--key", "k", "--reason", "  "}, "missing --reason"},
+		// 0 is not a silent "default".
+		{[]string{"work", "--queue", "q", "--group", "g", "--exec", "true", "--concurrency", "0"}, "invalid --concurrency 0: give 1 to 4096"},
+		{[]string{"work", "--queue", "q", "--group", "g", "--exec", "true", "--backoff-min", "0"}, "invalid --backoff-min 0s"},
+		{[]string{"work", "--queue", "q", "--group", "g", "--exec", "true", "--backoff-max", "0"}, "invalid --backoff-max 0s"},
+		{[]string{"work", "--queue", "q", "--group", "g", "--exec", "true", "--poll-interval", "0"}, "invalid --poll-interval 0s"},
+		{[]string{"work", "--queue", "q", "--group", "g", "--exec", "true", "--tick-interval", "0"}, "invalid --tick-interval 0s"},
+		{[]string{"work", "--queue", "q", "--group", "g", "--exec", "true", "--shutdown-timeout", "0"}, "invalid --shutdown-timeout 0s"},
 		{[]string{"version", "extra"}, "unknown command"},
 	}
 	h := offline(t)

@@ -61,7 +61,7 @@ standard error at exit.`,
 		Example: `  partitionq work --queue files --group indexer --exec ./index-file.sh
   partitionq work --queue files --group indexer --slots 0-3 --policy skip --exec 'python3 handle.py'`,
 		Args: cobra.NoArgs,
-		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err
 			}
@@ -69,7 +69,10 @@ standard error at exit.`,
 				return err
 			}
 			if w.policy != string(partitionq.PolicyPause) && w.policy != string(partitionq.PolicySkip) {
-				return usagef(`invalid --policy %s: use "pause" (a failed event blocks its key) or "skip" (retried later, the key goes on)`, termsafe.Quote(w.policy))
+				return usagef(`invalid --policy %s: use "pause" (a failed event blocks its key) or "skip" (retried later, the key goes on)`, termsafe.Echo(w.policy))
+			}
+			if err := w.validateZeros(cmd.Flags().Changed("backoff-max")); err != nil {
+				return err
 			}
 			return a.work(cmd, t, w)
 		}),
@@ -91,6 +94,33 @@ standard error at exit.`,
 	f.DurationVar(&w.tickInterval, "tick-interval", partitionq.TickIntervalDefault, "how often the in-process ticker runs (with --ticker)")
 	f.StringVar(&w.identity, "identity", "", "name of this worker in status (default partitionq:<host>:<pid>)")
 	return cmd
+}
+
+// validateZeros refuses the values the library would take for "the
+// default": a flag given as 0 means 0, never silently something else.
+// Other bad values are the library's to refuse (told with the flag by
+// inFlagWords).
+func (w workFlags) validateZeros(backoffMaxGiven bool) error {
+	if backoffMaxGiven && w.backoffMax == 0 {
+		return usagef("invalid --backoff-max 0s: give a positive duration, at least --backoff-min (default %s)", partitionq.BackoffMaxDefault)
+	}
+	if w.concurrency == 0 {
+		return usagef("invalid --concurrency 0: give 1 to 4096 keys handled at once per slot (default %d)", partitionq.ConcurrencyDefault)
+	}
+	for _, d := range []struct {
+		flag   string
+		v, def time.Duration
+	}{
+		{"--backoff-min", w.backoffMin, partitionq.BackoffMinDefault},
+		{"--shutdown-timeout", w.shutdownTimeout, partitionq.ShutdownTimeoutDefault},
+		{"--poll-interval", w.pollInterval, partitionq.PollIntervalDefault},
+		{"--tick-interval", w.tickInterval, partitionq.TickIntervalDefault},
+	} {
+		if d.v == 0 {
+			return usagef("invalid %s 0s: give a positive duration (default %s)", d.flag, d.def)
+		}
+	}
+	return nil
 }
 
 func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
@@ -135,10 +165,7 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 	case <-ctx.Done():
 	case <-worker.Done():
 	}
-	grace := w.shutdownTimeout
-	if grace <= 0 {
-		grace = partitionq.ShutdownTimeoutDefault // the library's, for 0
-	}
+	grace := max(w.shutdownTimeout, 0)
 	// Stop is bounded by the shutdown timeout (then handlers are killed);
 	// this bound only guards against a stop that hangs for another reason.
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace+30*time.Second)

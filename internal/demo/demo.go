@@ -340,14 +340,15 @@ func (d *Demo) StallBound() time.Duration {
 // ErrStalled: WaitResolved saw no event resolve for StallBound.
 var ErrStalled = errors.New("no event was resolved for too long")
 
-// Unresolved counts the events sent and neither handled nor dead. ctx
-// governs the dead-letter queries.
+// Unresolved counts the events neither handled nor dead: the producer's,
+// and the replays of dead letters that operators made (a replay is an event
+// of its own). ctx governs the dead-letter queries.
 func (d *Demo) Unresolved(ctx context.Context) (int64, error) {
-	dead, err := d.deadLetters(ctx)
+	dead, replays, err := d.deadLetters(ctx)
 	if err != nil {
 		return 0, err
 	}
-	return d.led.unresolved(dead), nil
+	return d.led.unresolved(dead, replays), nil
 }
 
 // WaitResolved waits until every event sent is handled or dead, calling
@@ -356,17 +357,21 @@ func (d *Demo) Unresolved(ctx context.Context) (int64, error) {
 // ctx's error when ctx ends first.
 func (d *Demo) WaitResolved(ctx context.Context, interval time.Duration, report func(Progress, int64)) error {
 	lastReport := time.Now()
-	best, bestAt := int64(-1), time.Now()
+	var best int64
+	bestAt, first := time.Now(), true
 	for {
 		left, err := d.Unresolved(ctx)
 		if err != nil {
 			return err
 		}
-		if left == 0 {
+		switch {
+		case left == 0:
 			return nil
+		case left < 0:
+			return fmt.Errorf("demo: %d events unresolved: the ledger counts an event twice (a bug)", left)
 		}
-		if best < 0 || left < best {
-			best, bestAt = left, time.Now()
+		if first || left < best {
+			best, bestAt, first = left, time.Now(), false
 		} else if time.Since(bestAt) > d.StallBound() {
 			return fmt.Errorf("%w (%s): %d events left", ErrStalled, d.StallBound(), left)
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -194,5 +195,168 @@ func TestRunWithSkip(t *testing.T) {
 	}
 	if !res.OK() || res.Sent == 0 || res.Handled+res.Dead != res.Sent || res.DeadBy["skipped"] == 0 {
 		t.Fatalf("check: %s, dead by %v: want OK, every event handled or dead, some skipped", res, res.DeadBy)
+	}
+}
+
+// Finding 2 of issue 13: dead letters replayed in the middle of a real run
+// (as dlq replay, or r in the console, does), some replays failing and
+// dying again, one replayed again, and a skip: the wait ends, nothing is
+// counted twice, and the check knows replays (it said "99 order
+// violations" and the wait showed "-1 events left").
+func TestRunWithReplay(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = int32(PoolConns)
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	c, err := partitionq.NewClient(t.Context(), pool, partitionq.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Many failures, few attempts: dead letters (poison events, which fail
+	// every time) come fast, and a poison one's replay dies again; the
+	// others succeed by their fourth attempt.
+	d, err := New(c, Config{Queue: "files", Group: "storage", Tenants: 6, Rate: 100, Slots: 2, Concurrency: 2,
+		FailRate: 0.3, MaxAttempts: 4, BackoffMin: 20 * time.Millisecond, BackoffMax: 50 * time.Millisecond, TickMaxLag: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Setup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stopRun := context.WithCancel(t.Context())
+	defer stopRun()
+	if err := d.Start(runCtx); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop(context.Background()) //nolint:errcheck // stopped below on the normal path
+
+	q := partitionq.DeadLetterQuery{Queue: "files", Group: "storage", Limit: 1000}
+	replayed := map[int64]bool{}
+	replayAll := func() (int, error) { // what an operator does with dlq replay
+		dls, err := c.DeadLetters(t.Context(), q)
+		if err != nil {
+			return 0, err
+		}
+		for _, dl := range dls {
+			if dl.ReplayID != nil || replayed[dl.ID] {
+				continue
+			}
+			if _, err := c.Replay(t.Context(), "files", "storage", dl.ID, "test", "tester"); err != nil {
+				return 0, err
+			}
+			replayed[dl.ID] = true
+		}
+		return len(replayed), nil
+	}
+	// While the producer runs: a skip of a head that is failing now (one
+	// that would succeed on a later attempt, so that its replay does)...
+	pgtest.WaitFor(t, 30*time.Second, "a failing head skipped", func() (bool, error) {
+		bks, err := c.BlockedKeys(t.Context(), "files", "storage")
+		if err != nil {
+			return false, err
+		}
+		for _, bk := range bks {
+			e, ours := d.led.event(bk.Head.ID)
+			if bk.State != partitionq.KeyBlocked || !ours {
+				continue
+			}
+			if _, poison := fate(d.run, e.key, e.seq, d.cfg.FailRate); poison {
+				continue
+			}
+			res, err := c.Skip(t.Context(), partitionq.Action{Queue: "files", Group: "storage", Key: bk.Key, HeadID: bk.Head.ID, Reason: "test"})
+			if errors.Is(err, partitionq.ErrHeadBusy) {
+				continue
+			}
+			if err != nil {
+				return false, err
+			}
+			if res.Outcome == partitionq.OutcomeSkipped {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	// ...then replays of the dead letters, and of the replays that died again.
+	pgtest.WaitFor(t, 60*time.Second, "dead letters replayed mid-run, a replay's among them", func() (bool, error) {
+		n, err := replayAll()
+		if err != nil {
+			return false, err
+		}
+		dls, err := c.DeadLetters(t.Context(), q)
+		if err != nil {
+			return false, err
+		}
+		again := 0
+		for _, dl := range dls {
+			if _, ours := d.led.event(dl.EventID); !ours && dl.ReplayID != nil {
+				again++
+			}
+		}
+		return n >= 4 && again >= 1, nil
+	})
+	stopRun()
+	if err := d.StopProducing(); err != nil {
+		t.Fatal(err)
+	}
+	waitCtx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	if err := d.WaitResolved(waitCtx, time.Hour, nil); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := d.Unresolved(t.Context()); err != nil || left != 0 {
+		t.Fatalf("unresolved after the wait: %d, %v", left, err)
+	}
+	if err := d.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	res, err := d.Check(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := res.Replays
+	if !res.OK() || res.Handled+res.Dead != res.Sent || rp.Replays < 4 || rp.Handled+rp.Dead != rp.Replays || rp.Dead == 0 || rp.Handled == 0 || res.DeadBy["skipped"] == 0 {
+		t.Fatalf("check: %s; replays %+v; dead by %v: want OK, every event and replay handled or dead, some replays handled and some dead again, a skip", res.Report, rp, res.DeadBy)
+	}
+}
+
+// The replay rules can fail: a tenant's event handled while its replay is
+// failing, and a replay run before an event sent before it was resolved,
+// are violations; a clean log is not.
+func TestCheckReplays(t *testing.T) {
+	t.Parallel()
+	// Events 1 to 3 of key k are sent before event 1 dies (its last
+	// failed call ends at tick 5); event 4 after.
+	byID := map[int64]sentEvent{1: {key: "k", seq: 0, at: 1}, 2: {key: "k", seq: 1, at: 1}, 3: {key: "k", seq: 2, at: 1}, 4: {key: "k", seq: 3, at: 6}}
+	dead := map[int64]bool{1: true}
+	replay := map[int64]int64{10: 1} // event 10 replays dead letter of event 1
+	fail1 := []call{{id: 1, key: "k", begin: 2, end: 3}, {id: 1, key: "k", begin: 4, end: 5}}
+	cases := []struct {
+		name       string
+		log        []call
+		violations int
+	}{
+		{"in order", slices.Concat(fail1, []call{{id: 2, key: "k", seq: 1, ok: true, begin: 6, end: 7}, {id: 3, key: "k", seq: 2, ok: true, begin: 8, end: 9},
+			{id: 10, key: "k", begin: 10, end: 11}, {id: 10, key: "k", ok: true, begin: 12, end: 13}, {id: 4, key: "k", seq: 3, ok: true, begin: 14, end: 15}}), 0},
+		{"handled while the replay fails", slices.Concat(fail1, []call{{id: 2, key: "k", seq: 1, ok: true, begin: 6, end: 7}, {id: 3, key: "k", seq: 2, ok: true, begin: 8, end: 9},
+			{id: 10, key: "k", begin: 10, end: 11}, {id: 4, key: "k", seq: 3, ok: true, begin: 12, end: 13}, {id: 10, key: "k", ok: true, begin: 14, end: 15}}), 1},
+		{"replay overtakes", slices.Concat(fail1, []call{{id: 10, key: "k", ok: true, begin: 6, end: 7},
+			{id: 2, key: "k", seq: 1, ok: true, begin: 8, end: 9}, {id: 3, key: "k", seq: 2, ok: true, begin: 10, end: 11}, {id: 4, key: "k", seq: 3, ok: true, begin: 12, end: 13}}), 2},
+	}
+	for _, c := range cases {
+		r := checkReplays(byID, c.log, dead, replay)
+		if r.Violations != c.violations || r.Replays != 1 || r.Handled != 1 || r.Lost != 0 {
+			t.Errorf("%s: %+v, want %d violations and the replay handled", c.name, r, c.violations)
+		}
+	}
+	if r := checkReplays(byID, fail1, dead, replay); r.Lost != 1 || r.OK() {
+		t.Errorf("a replay never handled nor dead: %+v, want lost", r)
 	}
 }

@@ -116,12 +116,14 @@ func (p *producer) next(t *tenant) (typ string, pl payload) {
 // made; if the send fails they are given back.
 type batch struct {
 	msgs   []partitionq.Message
+	seqs   []int // each message's seq in its tenant's order
 	counts map[*tenant]int
 }
 
 func (p *producer) add(b *batch, t *tenant, typ string, pl payload) {
 	body, _ := json.Marshal(pl) // a struct of strings and ints: cannot fail
 	b.msgs = append(b.msgs, partitionq.Message{Key: t.key, Type: typ, Payload: body})
+	b.seqs = append(b.seqs, pl.Seq)
 	if b.counts == nil {
 		b.counts = map[*tenant]int{}
 	}
@@ -137,15 +139,18 @@ func (p *producer) send(b *batch) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := p.c.SendBatch(ctx, p.cfg.Queue, b.msgs); err != nil {
+	ids, err := p.c.SendBatch(ctx, p.cfg.Queue, b.msgs)
+	if err != nil {
 		for t, n := range b.counts {
 			t.sent -= n
 		}
 		return fmt.Errorf("demo producer: send %d events: %w", len(b.msgs), err)
 	}
-	for t, n := range b.counts {
-		p.led.addSent(t.key, n)
+	keys := make([]string, len(b.msgs))
+	for i, m := range b.msgs {
+		keys[i] = m.Key
 	}
+	p.led.addSent(keys, b.seqs, ids)
 	return nil
 }
 

@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"sync"
 	"time"
 
-	"github.com/partitionq/partitionq/internal/ordercheck"
 	"github.com/partitionq/partitionq/partitionq"
 )
 
@@ -32,86 +30,6 @@ const (
 	FileOverwritten = "FileOverwritten"
 	FileDeleted     = "FileDeleted"
 )
-
-// ledger records what was sent and every handler call, for the progress
-// summary and the order check. It is safe for concurrent use.
-type ledger struct {
-	mu       sync.Mutex
-	sent     map[string]int    // events sent per tenant (seqs 0..n-1)
-	handled  map[string][]bool // per tenant, by seq: handled successfully
-	nSent    int64
-	nHandled int64 // distinct events handled
-	calls    int64
-	failures int64
-	log      []ordercheck.Handling // every handler call, in the order they returned
-}
-
-func newLedger() *ledger {
-	return &ledger{sent: map[string]int{}, handled: map[string][]bool{}}
-}
-
-// addSent records that n more events of key were sent.
-func (l *ledger) addSent(key string, n int) {
-	l.mu.Lock()
-	l.sent[key] += n
-	l.nSent += int64(n)
-	l.mu.Unlock()
-}
-
-// call records one handler call. Calls of one key never overlap (the
-// worker runs them one at a time), so the log holds each key's calls in
-// the order they happened.
-func (l *ledger) call(key string, seq int, ok bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.calls++
-	l.log = append(l.log, ordercheck.Handling{Key: key, Seq: seq, OK: ok})
-	if !ok {
-		l.failures++
-		return
-	}
-	h := l.handled[key]
-	for len(h) <= seq {
-		h = append(h, false)
-	}
-	if !h[seq] {
-		h[seq] = true
-		l.nHandled++
-	}
-	l.handled[key] = h
-}
-
-func (l *ledger) progress() Progress {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return Progress{Sent: l.nSent, Handled: l.nHandled, Calls: l.calls, Failures: l.failures}
-}
-
-// unresolved counts events sent that are neither handled nor in dead.
-func (l *ledger) unresolved(dead map[string][]int) int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := l.nSent - l.nHandled
-	for k, seqs := range dead {
-		for _, s := range seqs {
-			if s < l.sent[k] && (s >= len(l.handled[k]) || !l.handled[k][s]) {
-				n--
-			}
-		}
-	}
-	return n
-}
-
-// snapshot copies what the order check needs.
-func (l *ledger) snapshot() (sent map[string]int, log []ordercheck.Handling) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	sent = make(map[string]int, len(l.sent))
-	for k, n := range l.sent {
-		sent[k] = n
-	}
-	return sent, append([]ordercheck.Handling(nil), l.log...)
-}
 
 // service is the storage service's event handler: it "stores" the file
 // (a short wait that grows with its size) and fails some events on
@@ -172,11 +90,13 @@ func (s *service) Handle(ctx context.Context, ev *partitionq.Event) error {
 		// this does not happen unless someone sends to it).
 		return nil
 	}
+	begin := s.led.begin()
+	done := func(ok bool) { s.led.call(ev.ID, ev.Key, p.Seq, ok, begin) }
 	t := time.NewTimer(workTime(ev.Type, p.Size))
 	select {
 	case <-ctx.Done():
 		t.Stop()
-		s.led.call(ev.Key, p.Seq, false)
+		done(false)
 		return ctx.Err()
 	case <-t.C:
 	}
@@ -186,14 +106,14 @@ func (s *service) Handle(ctx context.Context, ev *partitionq.Event) error {
 	}
 	switch {
 	case poison:
-		s.led.call(ev.Key, p.Seq, false)
-		return fmt.Errorf("%s %s: corrupt file: checksum mismatch (the upload is damaged; it will fail on every attempt)", ev.Type, p.Path)
+		done(false)
+		return fmt.Errorf("%s %s: corrupt file: checksum mismatch, the upload is damaged", ev.Type, p.Path)
 	case ev.Attempt <= failures:
-		s.led.call(ev.Key, p.Seq, false)
+		done(false)
 		node := storageNodes[(p.Seq+len(ev.Key))%len(storageNodes)]
 		return fmt.Errorf("%s %s: write to storage node %s: %w (attempt %d)", ev.Type, p.Path, node, errTimeout, ev.Attempt)
 	}
-	s.led.call(ev.Key, p.Seq, true)
+	done(true)
 	return nil
 }
 

@@ -6,7 +6,7 @@ import (
 	"unicode/utf8"
 )
 
-func TestQuote(t *testing.T) {
+func TestEcho(t *testing.T) {
 	long := strings.Repeat("x", 100_000)
 	cases := map[string]string{
 		"":                      `""`,
@@ -14,19 +14,19 @@ func TestQuote(t *testing.T) {
 		"naïve 租户":              `"naïve 租户"`,
 		"say \"hi\"\\":          `"say \"hi\"\\"`,
 		"\x1b[2J":               `"\x1b[2J"`,
-		"\u202eevil":            `"\u202eevil"`,
+		"\u202eevil":            `"\u{202e}evil"`, // the rule of Line (termsafe.go)
 		"a\xffb":                `"a\xffb"`,
-		"\xed\xa0\x80":          `"\ud800"`,
-		"a\xed\xb0\x80b":        `"a\udc00b"`,
-		"\xed\x9f\xbf":          `"\ud7ff"`, // U+D7FF: not a surrogate, quoted as Go does
-		long:                    `"` + strings.Repeat("x", QuoteMax) + `"... (100000 bytes)`,
-		strings.Repeat("é", 30): `"` + strings.Repeat("é", QuoteMax/2) + `"... (60 bytes)`,
+		"\xed\xa0\x80":          `"\xed\xa0\x80"`, // a surrogate in UTF-8 is not UTF-8: its bytes
+		"a\xed\xb0\x80b":        `"a\xed\xb0\x80b"`,
+		"\xed\x9f\xbf":          "\"\ud7ff\"", // U+D7FF: a character like any other
+		long:                    `"` + strings.Repeat("x", EchoMax) + `"... (100000 bytes)`,
+		strings.Repeat("é", 30): `"` + strings.Repeat("é", EchoMax/2) + `"... (60 bytes)`,
 		// An escape is never cut in half.
-		strings.Repeat("\x1b", 20): `"` + strings.Repeat(`\x1b`, QuoteMax/4) + `"... (20 bytes)`,
+		strings.Repeat("\x1b", 20): `"` + strings.Repeat(`\x1b`, EchoMax/4) + `"... (20 bytes)`,
 	}
 	for in, want := range cases {
-		if got := Quote(in); got != want {
-			t.Errorf("Quote(%q) = %s, want %s", in, got, want)
+		if got := Echo(in); got != want {
+			t.Errorf("Echo(%q) = %s, want %s", in, got, want)
 		}
 	}
 }
@@ -44,21 +44,21 @@ func TestSurrogate(t *testing.T) {
 	}
 }
 
-func FuzzQuote(f *testing.F) {
+func FuzzEcho(f *testing.F) {
 	for _, s := range []string{"", "a", "\x1b]0;x\a", "\xff", "\xed\xa0\x80", strings.Repeat("é", 100), strings.Repeat("\u0085", 100)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		q := Quote(s)
-		// The quotes, QuoteMax bytes, and `"... (N bytes)`.
-		if len(q) > QuoteMax+len(`""... (1000000000 bytes)`) {
-			t.Fatalf("Quote(%q) is %d bytes long: %s", s, len(q), q)
+		q := Echo(s)
+		// The quotes, EchoMax bytes, and `"... (N bytes)`.
+		if len(q) > EchoMax+len(`""... (1000000000 bytes)`) {
+			t.Fatalf("Echo(%q) is %d bytes long: %s", s, len(q), q)
 		}
 		if !utf8.ValidString(q) || strings.ContainsAny(q, "\x00\x1b\a\r\n\x7f\u0085\u202e") {
-			t.Fatalf("Quote(%q) = %q holds what a terminal acts on", s, q)
+			t.Fatalf("Echo(%q) = %q holds what a terminal acts on", s, q)
 		}
-		if len(s) <= QuoteMax/10 && strings.HasSuffix(q, "bytes)") {
-			t.Fatalf("Quote(%q) = %s cuts a short value", s, q)
+		if len(s) <= EchoMax/10 && strings.HasSuffix(q, "bytes)") {
+			t.Fatalf("Echo(%q) = %s cuts a short value", s, q)
 		}
 	})
 }

@@ -279,9 +279,9 @@ func TestViewerOnlyLooks(t *testing.T) {
 		_, err = e.pool("viewer", 2).Exec(e.ctx, consumeSQL)
 		denied(t, "next_batch", err)
 		for _, args := range [][]string{
-			{"skip", "--queue", "q", "--group", "g", "--key", "k"},
+			{"skip", "--queue", "q", "--group", "g", "--key", "k", "--reason", "viewer tries"},
 			{"retry", "--queue", "q", "--group", "g", "--key", "k"},
-			{"quarantine", "--queue", "q", "--group", "g", "--key", "k2"},
+			{"quarantine", "--queue", "q", "--group", "g", "--key", "k2", "--reason", "viewer tries"},
 		} {
 			code, out, errs := e.cli("viewer", "", args...)
 			if code != cli.ExitFailed || !strings.Contains(errs, "permission denied") {

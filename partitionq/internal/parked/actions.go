@@ -22,9 +22,23 @@ var (
 	ErrHeadBusy = errors.New("the blocked head is being handled by a worker right now")
 	// ErrNeverFailed: the key's head never failed (the key is draining: its
 	// failed head was resolved and its waiting events run next), and the
-	// action did not name it.
-	ErrNeverFailed = errors.New("the key's next event has not failed: the key is draining")
+	// action did not name it; the error is a *NeverFailedError.
+	ErrNeverFailed = errors.New("the key is draining: its head event has never failed")
 )
+
+// NeverFailedError refuses an action that named no head on a key whose
+// head never failed. It matches ErrNeverFailed.
+type NeverFailedError struct {
+	Key     string
+	EventID int64
+}
+
+func (e *NeverFailedError) Error() string {
+	return fmt.Sprintf("key %s is draining: its head, event %d, has never failed", termsafe.Echo(e.Key), e.EventID)
+}
+
+// Is makes errors.Is(err, ErrNeverFailed) true.
+func (e *NeverFailedError) Is(target error) bool { return target == ErrNeverFailed }
 
 // Kind is an operator action on a key's head.
 type Kind string
@@ -87,24 +101,20 @@ func Act(ctx context.Context, pool db.TxStarter, eng *engine.Engine, s Slot, a A
 			return err
 		}
 		if len(heads) == 0 && a.HeadID == 0 {
-			return fmt.Errorf("%w: key %s has no unresolved head in its slot", ErrNotBlocked, termsafe.Quote(a.Key))
+			return fmt.Errorf("%w: key %s has no unresolved head in its slot", ErrNotBlocked, termsafe.Echo(a.Key))
 		}
 		if len(heads) == 0 || (a.HeadID != 0 && heads[0].ID != a.HeadID) {
 			res.Outcome = OutcomeAlreadyResolved
 			return audit(ctx, tx, res)
 		}
 		head := heads[0]
-		if head.Draining() && a.HeadID == 0 {
-			return fmt.Errorf("%w (key %s, next event %d): a worker runs it soon; to act on it anyway, name it (--event %d)",
-				ErrNeverFailed, termsafe.Quote(a.Key), head.ID, head.ID)
-		}
 		res.EventID = head.ID
 		if head.Parked() {
 			// Wait for a worker handling it to finish with it. (A timed
 			// engine retry is held by the table lock above.)
-			_, ok, err := eng.LockRetry(ctx, tx, s.SubID, head.ID, true)
+			locked, ok, err := eng.LockRetry(ctx, tx, s.SubID, head.ID, true)
 			if errors.Is(err, engine.ErrLocked) {
-				return fmt.Errorf("%w (key %s, event %d): try again in a moment", ErrHeadBusy, termsafe.Quote(a.Key), head.ID)
+				return fmt.Errorf("%w (key %s, event %d): try again in a moment", ErrHeadBusy, termsafe.Echo(a.Key), head.ID)
 			}
 			if err != nil {
 				return err
@@ -113,6 +123,20 @@ func Act(ctx context.Context, pool db.TxStarter, eng *engine.Engine, s Slot, a A
 				res.Outcome = OutcomeAlreadyResolved
 				return audit(ctx, tx, res)
 			}
+			// The head as the worker left it: its ev_retry, and its failure
+			// record, read after the worker committed.
+			head.Event = locked
+			fails, err := failures(ctx, tx, s, []int64{head.ID})
+			if err != nil {
+				return err
+			}
+			head.Failure = nil
+			if f, ok := fails[head.ID]; ok {
+				head.Failure = &f
+			}
+		}
+		if head.Draining() && a.HeadID == 0 {
+			return &NeverFailedError{Key: a.Key, EventID: head.ID}
 		}
 		if err := act(ctx, tx, eng, s, a, head, &res); err != nil {
 			return err

@@ -374,6 +374,15 @@ func CountDeadLetters(ctx context.Context, db DB, queue, group string) (int64, e
 	return n, err
 }
 
+// HasRecords reports whether a group has dead letters or audit entries:
+// a group dropped from the engine keeps them (see partitionq.DropGroup).
+func HasRecords(ctx context.Context, db DB, queue, group string) (bool, error) {
+	var ok bool
+	err := db.QueryRow(ctx, `select exists (select 1 from partitionq.dead_letter where queue = $1 and grp = $2)
+		or exists (select 1 from partitionq.audit where queue = $1 and grp = $2)`, queue, group).Scan(&ok)
+	return ok, err
+}
+
 // ------------------------------------------------------------------ audit
 
 // AuditEntry is one operator action.
