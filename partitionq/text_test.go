@@ -23,9 +23,9 @@ func TestMessageValidateNamesTheProblem(t *testing.T) {
 	}{
 		{partitionq.Message{Key: "\xff"}, "key", `"\xff"`, []string{"not valid UTF-8", "byte 0xff at offset 0"}},
 		{partitionq.Message{Key: "\xfe"}, "key", `"\xfe"`, []string{"not valid UTF-8", "byte 0xfe at offset 0"}},
-		{partitionq.Message{Key: "\xed\xa0\x80"}, "key", `"\ud800"`, []string{"U+D800", "at offset 0", "unpaired UTF-16 surrogate", `\ud800 escape`}},
-		{partitionq.Message{Key: "k", Type: "a\xed\xb0\x80b"}, "type", `"a\udc00b"`, []string{"U+DC00", "at offset 1"}},
-		{partitionq.Message{Key: "k", Payload: []byte("{\"a\":\"\xed\xbf\xbf\"}")}, "payload", `"{\"a\":\"\udfff\"}"`, []string{"U+DFFF", "at offset 6"}},
+		{partitionq.Message{Key: "\xed\xa0\x80"}, "key", `"\u{d800}"`, []string{"U+D800", "at offset 0", "unpaired UTF-16 surrogate", `\ud800 escape`}},
+		{partitionq.Message{Key: "k", Type: "a\xed\xb0\x80b"}, "type", `"a\u{dc00}b"`, []string{"U+DC00", "at offset 1"}},
+		{partitionq.Message{Key: "k", Payload: []byte("{\"a\":\"\xed\xbf\xbf\"}")}, "payload", `"{\"a\":\"\u{dfff}\"}"`, []string{"U+DFFF", "at offset 6"}},
 		{partitionq.Message{Key: "k", Payload: []byte("ok\x00")}, "payload", `"ok\x00"`, []string{"NUL byte", "at offset 2"}},
 	}
 	for _, c := range cases {

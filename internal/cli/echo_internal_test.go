@@ -23,7 +23,7 @@ func TestAuditTableClipsTheActor(t *testing.T) {
 			t.Errorf("a line of %d bytes: %.120s...", len(l), l)
 		}
 	}
-	if !strings.Contains(out.String(), "aaa...") {
+	if !strings.Contains(out.String(), "a…") {
 		t.Errorf("the cut is not marked:\n%s", out.String())
 	}
 }

@@ -32,11 +32,14 @@ type statusOut struct {
 		Slot     int    `json:"slot"`
 		Consumer string `json:"consumer"`
 		Owner    *struct {
-			Name       string    `json:"name"`
-			PID        int32     `json:"pid"`
-			BackendPID int32     `json:"backend_pid"`
-			Addr       string    `json:"addr"`
-			Since      time.Time `json:"since"`
+			Name             string    `json:"name"`
+			Host             string    `json:"host"`
+			PID              int32     `json:"pid"`
+			BackendPID       int32     `json:"backend_pid"`
+			Addr             string    `json:"addr"`
+			Since            time.Time `json:"since"`
+			Epoch            int64     `json:"epoch"`
+			LeaseLeftSeconds float64   `json:"lease_left_seconds"`
 		} `json:"owner"`
 		LagSeconds      float64 `json:"lag_seconds"`
 		LastSeenSeconds float64 `json:"last_seen_seconds"`

@@ -77,7 +77,7 @@ fi
 	pinKeys(t, "status", raw, "queue", "group", "engine", "slot_count", "dead_letters", "at", "slots")
 	pinKeys(t, "status slot", field(t, raw, "slots", bk.Slot), "slot", "consumer", "owner", "lag_seconds", "last_seen_seconds",
 		"in_batch", "queue_pending", "pending_estimate", "blocked_keys", "draining_keys", "set_aside")
-	pinKeys(t, "status owner", field(t, field(t, raw, "slots", bk.Slot), "owner", -1), "name", "pid", "backend_pid", "addr", "since")
+	pinKeys(t, "status owner", field(t, field(t, raw, "slots", bk.Slot), "owner", -1), "name", "host", "pid", "backend_pid", "addr", "since", "epoch", "lease_left_seconds")
 	var st statusOut
 	h.json(&st, with(qg, "status")...)
 	if s := st.Slots[bk.Slot]; s.BlockedKeys != 1 || s.SetAside != 3 {
@@ -423,7 +423,7 @@ func TestLibraryErrorsNameTheFlag(t *testing.T) {
 	}{
 		{with(qg, "work", "--exec", "true", "--max-attempts", "-5"), "invalid --max-attempts -5: it is negative"},
 		{with(qg, "work", "--exec", "true", "--concurrency", "-3"), "invalid --concurrency -3"},
-		{with(qg, "work", "--exec", "true", "--concurrency", "4", "--drain-concurrency", "9"), "invalid --drain-concurrency 9"},
+		{with(qg, "work", "--exec", "true", "--drain-concurrency", "300"), "invalid --drain-concurrency 300"},
 		{with(qg, "work", "--exec", "true", "--backoff-min", "2s", "--backoff-max", "1s"), "invalid --backoff-min/--backoff-max 2s/1s"},
 		{with(qg, "setup", "--slots", "1", "--tick-max-lag", "-1s"), "invalid --tick-max-lag -1s"},
 	} {

@@ -144,14 +144,14 @@ func TestSendRefusesTextThatJSONWouldChange(t *testing.T) {
 	}{
 		{"{\"key\":\"\xff\"}", `invalid key "\xff"`, "not valid UTF-8"},
 		{"{\"key\":\"\xfe\"}", `invalid key "\xfe"`, "not valid UTF-8"},
-		{`{"key":"\ud800"}`, `invalid key "\ud800"`, "U+D800"},
-		{`{"key":"tenant-\uDBFF"}`, `invalid key "tenant-\udbff"`, "U+DBFF"},
-		{`{"key":"a\ud800\ud800"}`, `invalid key "a\ud800\ud800"`, "U+D800"},
-		{`{"key":"a\udc00\ud800"}`, `invalid key "a\udc00\ud800"`, "U+DC00"},
-		{`{"key":"k","type":"a\udc00b"}`, `invalid type "a\udc00b"`, "U+DC00"},
+		{`{"key":"\ud800"}`, `invalid key "\u{d800}"`, "U+D800"},
+		{`{"key":"tenant-\uDBFF"}`, `invalid key "tenant-\u{dbff}"`, "U+DBFF"},
+		{`{"key":"a\ud800\ud800"}`, `invalid key "a\u{d800}\u{d800}"`, "U+D800"},
+		{`{"key":"a\udc00\ud800"}`, `invalid key "a\u{dc00}\u{d800}"`, "U+DC00"},
+		{`{"key":"k","type":"a\udc00b"}`, `invalid type "a\u{dc00}b"`, "U+DC00"},
 		{"{\"key\":\"k\",\"type\":\"T\xc3\"}", `invalid type "T\xc3"`, "not valid UTF-8"},
-		{`{"key":"k","payload":"a\udc00b"}`, `invalid payload "a\udc00b"`, "U+DC00"},
-		{"{\"key\":\"k\",\"payload\":\"\xed\xa0\x80\"}", `invalid payload "\ud800"`, "U+D800"},
+		{`{"key":"k","payload":"a\udc00b"}`, `invalid payload "a\u{dc00}b"`, "U+DC00"},
+		{"{\"key\":\"k\",\"payload\":\"\xed\xa0\x80\"}", `invalid payload "\u{d800}"`, "U+D800"},
 		{"{\"key\":\"k\",\"payload\":{\"path\":\"/a\xff\"}}", `invalid payload "{\"path\":\"/a\xff\"}"`, "not valid UTF-8"},
 	}
 	for _, c := range cases {
@@ -219,8 +219,8 @@ func TestSendFlagsFollowTheTextRule(t *testing.T) {
 		want string
 	}{
 		{[]string{"--key", "\xff"}, `invalid key "\xff"`},
-		{[]string{"--key", "\xed\xa0\x80"}, `invalid key "\ud800": it contains U+D800`},
-		{[]string{"--key", "k", "--type", "a\xed\xb0\x80b"}, `invalid type "a\udc00b"`},
+		{[]string{"--key", "\xed\xa0\x80"}, `invalid key "\u{d800}": it contains U+D800`},
+		{[]string{"--key", "k", "--type", "a\xed\xb0\x80b"}, `invalid type "a\u{dc00}b"`},
 		{[]string{"--key", "k", "--payload", "\xfe"}, `invalid payload "\xfe"`},
 		{[]string{"--key", "k", "--payload", "a\x00"}, `invalid payload "a\x00": it contains a NUL byte`},
 	} {

@@ -23,11 +23,11 @@ func TestTextFlagsFollowTheTextRule(t *testing.T) {
 		args []string
 		want string
 	}{
-		{with(qg, "skip", "--key", "k", "--actor", "\xff"), `invalid actor "\xff"`},
-		{with(qg, "retry", "--key", "k", "--reason", "a\xed\xa0\x80"), `invalid reason "a\ud800"`},
-		{with(qg, "quarantine", "--key", "k", "--actor", "al\x00ice"), `invalid actor "al\x00ice"`},
-		{with(qg, "skip", "--key", "\xfe"), `invalid key "\xfe"`},
-		{with(qg, "preview", "--key", "\xed\xbf\xbf"), `invalid key "\udfff"`},
+		{with(qg, "skip", "--key", "k", "--reason", "r", "--actor", "\xff"), `invalid actor "\xff"`},
+		{with(qg, "retry", "--key", "k", "--reason", "a\xed\xa0\x80"), `invalid reason "a\u{d800}"`},
+		{with(qg, "quarantine", "--key", "k", "--reason", "r", "--actor", "al\x00ice"), `invalid actor "al\x00ice"`},
+		{with(qg, "skip", "--key", "\xfe", "--reason", "r"), `invalid key "\xfe"`},
+		{with(qg, "preview", "--key", "\xed\xbf\xbf"), `invalid key "\u{dfff}"`},
 		{with(qg, "dlq", "list", "--key", "\xff"), `invalid key "\xff"`},
 		{with(qg, "dlq", "replay", "1", "--actor", "\xff"), `invalid actor "\xff"`},
 		{with(qg, "dlq", "purge", "--all", "--actor", "\xff"), `invalid actor "\xff"`},

@@ -31,6 +31,8 @@ type workFlags struct {
 	tickInterval    time.Duration
 	identity        string
 	drains          int
+	lease           time.Duration
+	noProgress      bool
 }
 
 func (a *app) workCmd() *cobra.Command {
@@ -82,7 +84,9 @@ standard error at exit.`,
 	f.StringVar(&w.exec, "exec", "", "shell command run for each event (required)")
 	f.StringVar(&w.slots, "slots", "all", `slots to run: "all", or a list such as 0,2,5-7`)
 	f.IntVar(&w.concurrency, "concurrency", partitionq.ConcurrencyDefault, "events of different keys handled at once per slot")
-	f.IntVar(&w.drains, "drain-concurrency", 0, "pause policy: blocked keys of a slot retried and drained at once, each on a connection of its own (default min(concurrency, 4))")
+	f.IntVar(&w.drains, "drain-concurrency", 0, fmt.Sprintf("pause policy: blocked keys retried and drained at once, across all the worker's slots, each on a connection of its own (default %d)", partitionq.DrainConcurrencyDefault))
+	f.DurationVar(&w.lease, "lease-duration", partitionq.LeaseDurationDefault, "how long the worker's slots stay its own without a renewal of its lease; a standby takes the slots of a worker that died about this long after")
+	f.BoolVar(&w.noProgress, "no-progress", false, "do not record progress inside open batches (after a fault the whole open batch runs again)")
 	f.StringVar(&w.policy, "policy", string(partitionq.PolicyPause), `on failure: "pause" blocks the key until resolved, "skip" retries later and lets the key go on`)
 	f.IntVar(&w.maxAttempts, "max-attempts", 0, fmt.Sprintf("tries before an event becomes a dead letter; 0: unlimited under pause, %d under skip; -1: unlimited", partitionq.MaxAttemptsSkipDefault))
 	f.DurationVar(&w.backoffMin, "backoff-min", partitionq.BackoffMinDefault, "delay before the first retry; doubled on each retry")
@@ -144,7 +148,7 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 		Concurrency: w.concurrency, Policy: partitionq.Policy(w.policy), MaxAttempts: w.maxAttempts,
 		BackoffMin: w.backoffMin, HandlerTimeout: w.handlerTimeout, ShutdownTimeout: w.shutdownTimeout,
 		PollInterval: w.pollInterval, RunTicker: w.ticker, TickInterval: w.tickInterval, Identity: w.identity,
-		DrainConcurrency: w.drains,
+		DrainConcurrency: w.drains, LeaseDuration: w.lease, DisableProgress: w.noProgress,
 	}
 	if cmd.Flags().Changed("backoff-max") {
 		cfg.BackoffMax = w.backoffMax // else the library's default, raised to BackoffMin

@@ -16,8 +16,8 @@ func TestEcho(t *testing.T) {
 		"\x1b[2J":               `"\x1b[2J"`,
 		"\u202eevil":            `"\u{202e}evil"`, // the rule of Line (termsafe.go)
 		"a\xffb":                `"a\xffb"`,
-		"\xed\xa0\x80":          `"\xed\xa0\x80"`, // a surrogate in UTF-8 is not UTF-8: its bytes
-		"a\xed\xb0\x80b":        `"a\xed\xb0\x80b"`,
+		"\xed\xa0\x80":          `"\u{d800}"`, // a surrogate in UTF-8 bytes, as JSON's lone \ud800 decodes
+		"a\xed\xb0\x80b":        `"a\u{dc00}b"`,
 		"\xed\x9f\xbf":          "\"\ud7ff\"", // U+D7FF: a character like any other
 		long:                    `"` + strings.Repeat("x", EchoMax) + `"... (100000 bytes)`,
 		strings.Repeat("é", 30): `"` + strings.Repeat("é", EchoMax/2) + `"... (60 bytes)`,
@@ -61,4 +61,13 @@ func FuzzEcho(f *testing.F) {
 			t.Fatalf("Echo(%q) = %s cuts a short value", s, q)
 		}
 	})
+}
+
+// A surrogate's bytes come back from Unescape as they were.
+func TestSurrogateRoundTrip(t *testing.T) {
+	for _, s := range []string{"\xed\xa0\x80", "a\xed\xb0\x80b", "tenant-\xed\xaf\xbf"} {
+		if got := Unescape(Line(s)); got != s {
+			t.Errorf("Unescape(Line(%q)) = %q", s, got)
+		}
+	}
 }

@@ -11,7 +11,9 @@
 //   - the backslash is written \\;
 //   - newline, carriage return and tab are written \n, \r and \t;
 //   - the other C0 control characters, DEL, and bytes that are not UTF-8
-//     are written \xNN;
+//     are written \xNN, except a UTF-16 surrogate code point encoded in
+//     UTF-8 bytes (ED A0 80 to ED BF BF: what a lone "\ud800" escape of
+//     JSON becomes when decoded without loss), written \u{d800};
 //   - C1 control characters and invisible format characters (Unicode
 //     category Cf: bidirectional overrides, zero-width characters, BOM)
 //     are written \u{NNNN};
@@ -48,7 +50,7 @@ func needsEscape(s string, quote bool) bool {
 	for i := 0; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])
 		if (r == utf8.RuneError && size == 1) || unsafeRune(r) || (quote && r == '"') {
-			return true
+			return true // (a surrogate's bytes are not UTF-8: the first case)
 		}
 		i += size
 	}
@@ -64,6 +66,11 @@ func escape(s string, text, quote bool) string {
 	var b strings.Builder
 	b.Grow(len(s) + 8)
 	for i := 0; i < len(s); {
+		if sr, ok := Surrogate(s[i:]); ok {
+			fmt.Fprintf(&b, `\u{%04x}`, sr)
+			i += 3
+			continue
+		}
 		r, size := utf8.DecodeRuneInString(s[i:])
 		switch {
 		case r == utf8.RuneError && size == 1:
@@ -142,7 +149,11 @@ func Unescape(s string) string {
 		case 'u':
 			if end := strings.IndexByte(s[i:], '}'); i+2 < len(s) && s[i+2] == '{' && end > 0 {
 				if v, err := strconv.ParseUint(s[i+3:i+end], 16, 32); err == nil {
-					b.WriteRune(rune(v))
+					if v >= 0xd800 && v <= 0xdfff { // a surrogate: its three bytes, as the input had them
+						b.Write([]byte{0xed, byte(0x80 | (v>>6)&0x3f), byte(0x80 | v&0x3f)})
+					} else {
+						b.WriteRune(rune(v))
+					}
 					i += end
 					continue
 				}
