@@ -100,7 +100,6 @@ func ownerDetail(o *partitionq.Owner, at time.Time) string {
 	return fmt.Sprintf("owner %s (%s)", ownerName(o), strings.Join(parts, ", "))
 }
 
-
 // slotInput is what the diagnosis of one slot reads.
 type slotInput struct {
 	s     partitionq.SlotStatus
