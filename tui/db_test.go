@@ -196,7 +196,7 @@ func TestDatabaseGoesAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	c, err := partitionq.NewClient(b.ctx, pool, partitionq.Config{EngineSchema: "pgq"})
+	c, err := partitionq.NewClient(b.ctx, pool, partitionq.Config{EngineSchema: b.db.Schema})
 	if err != nil {
 		t.Fatal(err)
 	}
