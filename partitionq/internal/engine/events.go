@@ -41,11 +41,11 @@ func (e *Engine) Insert(ctx context.Context, db DB, queue string, ev NewEvent) (
 }
 
 // InsertMany inserts events and returns their ids in input order. In a
-// transaction on PgQ, a batch of BulkInsertMin events or more is loaded
-// with COPY when the session may (see insertBulk); otherwise one statement
-// calls insert_event per event.
+// transaction, a batch of BulkInsertMin events or more is loaded with COPY
+// when the session may (see insertBulk); otherwise one statement calls
+// insert_event per event.
 func (e *Engine) InsertMany(ctx context.Context, db DB, queue string, evs []NewEvent) ([]int64, error) {
-	if tx, ok := db.(pgx.Tx); ok && e.schema == SchemaPgQ && len(evs) >= BulkInsertMin {
+	if tx, ok := db.(pgx.Tx); ok && len(evs) >= BulkInsertMin {
 		ids, done, err := e.insertBulk(ctx, tx, queue, evs)
 		if err != nil {
 			return nil, fmt.Errorf("insert %d events into queue %q: %w", len(evs), queue, err)
@@ -75,7 +75,8 @@ func (e *Engine) InsertMany(ctx context.Context, db DB, queue string, evs []NewE
 }
 
 // BulkInsertMin is the smallest batch InsertMany loads with COPY: below it
-// the extra round trip costs more than insert_event's per-event work.
+// the extra round trip costs more than insert_event's per-event work (on
+// PgQ; PgQue's insert_event, in PL/pgSQL, costs about twice as much).
 const BulkInsertMin = 64
 
 // insertBulk loads evs into the queue's current event table with COPY, in
@@ -84,18 +85,20 @@ const BulkInsertMin = 64
 // per-event path; the caller then uses insert_event, which raises the
 // engine's own errors (unknown queue, inserts disabled).
 //
-// It writes the rows PgQ's insert_event_raw writes (ev_id from the queue's
-// event sequence, ev_time now(), ev_txid by the table's default, no owner
-// or retry) into the table pgq.current_event_table names: PgQ documents
-// that table as the place to add events "without going via functions, e.g.
-// by COPY", valid for the rest of the transaction. insert_event_raw does
-// per event a lookup of the queue and a one-row INSERT through SPI, about
-// ten times the server time of COPY (docs/benchmarks.md). Its checks are
-// kept: a queue with inserts disabled, or with a per-transaction limit
-// (which only the engine counts), goes through insert_event. The session
-// needs INSERT on the event table and USAGE on the sequence (the queue's
-// owner, pgq_admin); a producer with pgq_writer alone does not have them
-// and goes through insert_event.
+// It writes the rows the engine's insert_event_raw writes (ev_id from the
+// queue's event sequence, ev_time now(), ev_txid by the table's default:
+// bigint on PgQ, xid8 on PgQue; no owner or retry) into the table
+// current_event_table names: both engines document that table as the
+// place to add events "without going via functions, e.g. by COPY", valid
+// for the rest of the transaction. insert_event_raw does per event a
+// lookup of the queue and a one-row INSERT (SPI in PgQ's C, dynamic SQL in
+// PgQue's PL/pgSQL), about ten times the server time of COPY on PgQ and
+// twenty on PgQue (docs/benchmarks.md). Its checks are kept: a queue with
+// inserts disabled, or (PgQ only) with a per-transaction limit, which only
+// the engine counts, goes through insert_event. The session needs INSERT
+// on the event table and USAGE on the sequence (the queue's owner,
+// pgq_admin or pgque_admin); a producer with the writer role alone does not
+// have them and goes through insert_event.
 func (e *Engine) insertBulk(ctx context.Context, tx pgx.Tx, queue string, evs []NewEvent) (ids []int64, done bool, err error) {
 	var (
 		prefix  string
@@ -113,7 +116,7 @@ func (e *Engine) insertBulk(ctx context.Context, tx pgx.Tx, queue string, evs []
 		       case when a.ok then (select array_agg(s.id) from (select nextval(a.seq) as id from generate_series(1, $2)) s) end
 		  from (select q.queue_data_pfx as pfx, q.queue_cur_table as tbl, q.queue_event_seq as seq,
 		               (not q.queue_disable_insert or current_setting('session_replication_role') = 'replica')
-		               and q.queue_per_tx_limit is null
+		               `+e.perTxLimitUnset()+`
 		               and has_table_privilege(q.queue_data_pfx || '_' || q.queue_cur_table::text, 'insert')
 		               and has_sequence_privilege(q.queue_event_seq, 'usage') as ok
 		          from pgq.queue q where q.queue_name = $1) a`), queue, len(evs)).Scan(&prefix, &table, &allowed, &now, &ids)
@@ -142,6 +145,15 @@ func (e *Engine) insertBulk(ctx context.Context, tx pgx.Tx, queue string, evs []
 		return nil, false, fmt.Errorf("copied %d of %d events", n, len(evs))
 	}
 	return ids, true, nil
+}
+
+// perTxLimitUnset is insertBulk's check that the queue has no limit of
+// events per transaction: PgQ's queue_per_tx_limit, which PgQue dropped.
+func (e *Engine) perTxLimitUnset() string {
+	if e.schema == SchemaPgQue {
+		return ""
+	}
+	return "and q.queue_per_tx_limit is null"
 }
 
 // NextBatch returns the consumer's open batch, opening one when a new tick
@@ -174,13 +186,12 @@ func scanEvent(r pgx.CollectableRow) (Event, error) {
 
 // scanCursorRow reads a row fetched from the batch cursor, which has the
 // engine's own columns: ev_id, ev_time, ev_txid, ev_retry, ev_type, ev_data,
-// ev_extra1..4.
+// ev_extra1..4. ev_txid is skipped: PgQ's is bigint, PgQue's xid8.
 func scanCursorRow(r pgx.CollectableRow) (Event, error) {
 	var ev Event
-	var txid *int64
 	var retry *int32
 	var typ, data, key *string
-	err := r.Scan(&ev.ID, &ev.Time, &txid, &retry, &typ, &data, &key, &ev.Extra2, &ev.Extra3, &ev.Extra4)
+	err := r.Scan(&ev.ID, &ev.Time, nil, &retry, &typ, &data, &key, &ev.Extra2, &ev.Extra3, &ev.Extra4)
 	if retry != nil {
 		ev.Retry = *retry
 	}
