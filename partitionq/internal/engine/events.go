@@ -18,13 +18,16 @@ type Event struct {
 	Retry  int32 // ev_retry: 0 when fresh
 	Type   string
 	Data   string
-	Key    string // ev_extra1
+	Key    string // ev_extra1; "" when the event has none
+	NoKey  bool   // ev_extra1 is NULL: sent without a key (by another producer)
 	Extra2 *string
 	Extra3 *string
 	Extra4 *string
 }
 
-// NewEvent is one event to insert.
+// NewEvent is one event to insert. An empty Key stores none (NULL
+// ev_extra1, which routes to slot 0): partitionq's producers always give
+// one; a dead letter of an event without a key is replayed without one.
 type NewEvent struct {
 	Key, Type, Data string
 }
@@ -32,7 +35,7 @@ type NewEvent struct {
 // Insert inserts one event and returns its id.
 func (e *Engine) Insert(ctx context.Context, db DB, queue string, ev NewEvent) (int64, error) {
 	var id int64
-	err := db.QueryRow(ctx, e.f(`select pgq.insert_event($1, $2, $3, $4, null, null, null)`),
+	err := db.QueryRow(ctx, e.f(`select pgq.insert_event($1, $2, $3, nullif($4, ''), null, null, null)`),
 		queue, ev.Type, ev.Data, ev.Key).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("insert event into queue %q: %w", queue, err)
@@ -61,7 +64,7 @@ func (e *Engine) InsertMany(ctx context.Context, db DB, queue string, evs []NewE
 		types[i], datas[i], keys[i] = ev.Type, ev.Data, ev.Key
 	}
 	rows, err := db.Query(ctx, e.f(`
-		select pgq.insert_event($1, u.t, u.d, u.k, null, null, null)
+		select pgq.insert_event($1, u.t, u.d, nullif(u.k, ''), null, null, null)
 		  from unnest($2::text[], $3::text[], $4::text[]) with ordinality as u(t, d, k, n)
 		 order by u.n`), queue, types, datas, keys)
 	if err != nil {
@@ -136,7 +139,11 @@ func (e *Engine) insertBulk(ctx context.Context, tx pgx.Tx, queue string, evs []
 	}
 	n, err := tx.CopyFrom(ctx, name, []string{"ev_id", "ev_time", "ev_type", "ev_data", "ev_extra1"},
 		pgx.CopyFromSlice(len(evs), func(i int) ([]any, error) {
-			return []any{ids[i], now, evs[i].Type, evs[i].Data, evs[i].Key}, nil
+			var key any
+			if evs[i].Key != "" {
+				key = evs[i].Key
+			}
+			return []any{ids[i], now, evs[i].Type, evs[i].Data, key}, nil
 		}))
 	if err != nil {
 		return nil, false, err
@@ -176,13 +183,17 @@ func (e *Engine) FinishBatch(ctx context.Context, db DB, batch int64) (bool, err
 	return n == 1, err
 }
 
-const eventCols = `ev_id, ev_time, coalesce(ev_retry, 0), coalesce(ev_type, ''), coalesce(ev_data, ''), coalesce(ev_extra1, ''), ev_extra2, ev_extra3, ev_extra4`
+const eventCols = `ev_id, ev_time, coalesce(ev_retry, 0), coalesce(ev_type, ''), coalesce(ev_data, ''), coalesce(ev_extra1, ''), ev_extra2, ev_extra3, ev_extra4, ev_extra1 is null`
 
 func scanEvent(r pgx.CollectableRow) (Event, error) {
 	var ev Event
-	err := r.Scan(&ev.ID, &ev.Time, &ev.Retry, &ev.Type, &ev.Data, &ev.Key, &ev.Extra2, &ev.Extra3, &ev.Extra4)
+	err := r.Scan(&ev.ID, &ev.Time, &ev.Retry, &ev.Type, &ev.Data, &ev.Key, &ev.Extra2, &ev.Extra3, &ev.Extra4, &ev.NoKey)
 	return ev, err
 }
+
+// keyIs is the condition that a retry-queue row belongs to the key of $n:
+// an event without a key (NULL) has the key "", as Event.Key says.
+func keyIs(n int) string { return fmt.Sprintf("coalesce(ev_extra1, '') = $%d", n) }
 
 // scanCursorRow reads a row fetched from the batch cursor, which has the
 // engine's own columns: ev_id, ev_time, ev_txid, ev_retry, ev_type, ev_data,
@@ -203,6 +214,8 @@ func scanCursorRow(r pgx.CollectableRow) (Event, error) {
 	}
 	if key != nil {
 		ev.Key = *key
+	} else {
+		ev.NoKey = true
 	}
 	return ev, err
 }
@@ -284,13 +297,16 @@ func (e *Engine) PutRetry(ctx context.Context, db DB, queue, consumer string, ro
 	retries := make([]int32, n)
 	types := make([]string, n)
 	datas := make([]string, n)
-	keys := make([]string, n)
+	keys := make([]*string, n)
 	x2 := make([]*string, n)
 	x3 := make([]*string, n)
 	x4 := make([]*string, n)
 	for i, r := range rows {
 		after[i], ids[i], times[i], retries[i] = r.After, r.ID, r.Time, r.Retry
-		types[i], datas[i], keys[i] = r.Type, r.Data, r.Key
+		types[i], datas[i] = r.Type, r.Data
+		if !r.NoKey {
+			keys[i] = &r.Key
+		}
 		x2[i], x3[i], x4[i] = r.Extra2, r.Extra3, r.Extra4
 	}
 	_, err := db.Exec(ctx, e.f(`
@@ -312,8 +328,8 @@ func (e *Engine) KeysWithRetry(ctx context.Context, db DB, subID int32, keys []s
 		return out, nil
 	}
 	rows, err := db.Query(ctx, e.f(`
-		select distinct ev_extra1 from pgq.retry_queue
-		 where ev_owner = $1 and ev_extra1 = any($2::text[])`), subID, keys)
+		select distinct coalesce(ev_extra1, '') from pgq.retry_queue
+		 where ev_owner = $1 and coalesce(ev_extra1, '') = any($2::text[])`), subID, keys)
 	if err != nil {
 		return nil, fmt.Errorf("read retry queue: %w", err)
 	}
@@ -349,11 +365,11 @@ type RetryHead struct {
 func (e *Engine) RetryHeads(ctx context.Context, db DB, subID int32, key *string) ([]RetryHead, error) {
 	rows, err := db.Query(ctx, e.f(`
 		select h.ev_id, h.ev_time, coalesce(h.ev_retry, 0), coalesce(h.ev_type, ''), coalesce(h.ev_data, ''),
-		       coalesce(h.ev_extra1, ''), h.ev_extra2, h.ev_extra3, h.ev_extra4, h.ev_retry_after, k.n - 1
-		  from (select ev_extra1, min(ev_id) as head, count(*) as n
+		       coalesce(h.ev_extra1, ''), h.ev_extra2, h.ev_extra3, h.ev_extra4, h.ev_extra1 is null, h.ev_retry_after, k.n - 1
+		  from (select coalesce(ev_extra1, '') as key, min(ev_id) as head, count(*) as n
 		          from pgq.retry_queue
-		         where ev_owner = $1 and ($2::text is null or ev_extra1 = $2)
-		         group by ev_extra1) k
+		         where ev_owner = $1 and ($2::text is null or `+keyIs(2)+`)
+		         group by 1) k
 		  join pgq.retry_queue h on h.ev_owner = $1 and h.ev_id = k.head
 		 order by h.ev_id`), subID, key)
 	if err != nil {
@@ -361,7 +377,7 @@ func (e *Engine) RetryHeads(ctx context.Context, db DB, subID int32, key *string
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (RetryHead, error) {
 		var h RetryHead
-		err := r.Scan(&h.ID, &h.Time, &h.Retry, &h.Type, &h.Data, &h.Key, &h.Extra2, &h.Extra3, &h.Extra4, &h.After, &h.Waiting)
+		err := r.Scan(&h.ID, &h.Time, &h.Retry, &h.Type, &h.Data, &h.Key, &h.Extra2, &h.Extra3, &h.Extra4, &h.NoKey, &h.After, &h.Waiting)
 		return h, err
 	})
 }
@@ -371,7 +387,7 @@ func (e *Engine) RetryHeads(ctx context.Context, db DB, subID int32, key *string
 func (e *Engine) RetryEvents(ctx context.Context, db DB, subID int32, key string, limit int) ([]Event, error) {
 	rows, err := db.Query(ctx, e.f(`
 		select `+eventCols+` from pgq.retry_queue
-		 where ev_owner = $1 and ev_extra1 = $2
+		 where ev_owner = $1 and `+keyIs(2)+`
 		 order by ev_id limit $3`), subID, key, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read retry queue: %w", err)
@@ -418,7 +434,7 @@ func (e *Engine) lockEvents(ctx context.Context, tx pgx.Tx, sql string, args ...
 func (e *Engine) HasOlderRetry(ctx context.Context, db DB, subID int32, key string, evID int64) (bool, error) {
 	var ok bool
 	err := db.QueryRow(ctx, e.f(`select exists (select 1 from pgq.retry_queue
-		where ev_owner = $1 and ev_extra1 = $2 and ev_id < $3)`), subID, key, evID).Scan(&ok)
+		where ev_owner = $1 and `+keyIs(2)+` and ev_id < $3)`), subID, key, evID).Scan(&ok)
 	return ok, err
 }
 
@@ -461,7 +477,7 @@ func (e *Engine) RetryCount(ctx context.Context, db DB, subID int32) (timed, par
 func (e *Engine) NextRetry(ctx context.Context, db DB, subID int32, key string, afterID int64) (Event, bool, error) {
 	rows, err := db.Query(ctx, e.f(`
 		select `+eventCols+` from pgq.retry_queue
-		 where ev_owner = $1 and ev_id > $3 and ev_extra1 = $2
+		 where ev_owner = $1 and ev_id > $3 and `+keyIs(2)+`
 		 order by ev_id limit 1`), subID, key, afterID)
 	if err != nil {
 		return Event{}, false, err
@@ -485,7 +501,7 @@ func (e *Engine) LockRetryQueue(ctx context.Context, tx pgx.Tx) error {
 // tx (waiting up to lock_timeout, then ErrLocked) and returns them in ev_id order.
 func (e *Engine) LockKeyRetries(ctx context.Context, tx pgx.Tx, subID int32, key string) ([]Event, error) {
 	return e.lockEvents(ctx, tx, `select `+eventCols+` from pgq.retry_queue
-		where ev_owner = $1 and ev_extra1 = $2 order by ev_id for update`, subID, key)
+		where ev_owner = $1 and `+keyIs(2)+` order by ev_id for update`, subID, key)
 }
 
 // LockParkedRun locks up to limit parked rows (at Far) of key of subID, in
@@ -493,7 +509,7 @@ func (e *Engine) LockKeyRetries(ctx context.Context, tx pgx.Tx, subID int32, key
 // of them is locked by another transaction it fails with ErrLocked.
 func (e *Engine) LockParkedRun(ctx context.Context, tx pgx.Tx, subID int32, key string, fromID int64, limit int) ([]Event, error) {
 	return e.lockEvents(ctx, tx, `select `+eventCols+` from pgq.retry_queue
-		where ev_owner = $1 and ev_extra1 = $2 and ev_id >= $3 and ev_retry_after >= $4
+		where ev_owner = $1 and `+keyIs(2)+` and ev_id >= $3 and ev_retry_after >= $4
 		order by ev_id limit $5 for update nowait`, subID, key, fromID, Far, limit)
 }
 
