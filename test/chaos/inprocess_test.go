@@ -14,6 +14,7 @@ import (
 	"github.com/partitionq/partitionq/internal/ordercheck"
 	"github.com/partitionq/partitionq/partitionq"
 	"github.com/partitionq/partitionq/test/chaos"
+	"github.com/partitionq/partitionq/test/pgtest"
 )
 
 // inproc is a library worker running in the test process on a database of
@@ -38,7 +39,7 @@ func newInproc(t *testing.T, slots int) *inproc {
 	cl := needCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	url, err := chaos.NewDatabase(ctx, cl)
+	url, err := chaos.NewDatabase(ctx, cl, pgtest.Engine(t))
 	if err != nil {
 		t.Fatal(err)
 	}
