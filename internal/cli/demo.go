@@ -63,8 +63,9 @@ events were handled in order. Exit status 1 if the check fails.
 
 The demo makes its own database, --demo-db, on the server of --db or
 DATABASE_URL (dropping the one an earlier run made), with the PgQ
-extension. With --in-place it runs in the --db database itself, which
-must have PgQ or PgQue, on a new queue --queue. 'make demo' brings up a
+extension, or with --engine pgque PgQue from the SQL file named by
+PARTITIONQ_PGQUE_SQL. With --in-place it runs in the --db database
+itself, which must have PgQ or PgQue, on a new queue --queue. 'make demo' brings up a
 PostgreSQL server with PgQ first (scripts/devdb.sh).`,
 		Example: `  partitionq demo
   partitionq demo --tenants 20 --rate 50 --slots 2 --fail-rate 0.05
