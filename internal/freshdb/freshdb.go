@@ -114,10 +114,11 @@ type Step string
 
 // The steps of Create.
 const (
-	StepConnect Step = "connect"
-	StepCreate  Step = "create database"
-	StepComment Step = "comment on database"
-	StepInstall Step = "install the engine"
+	StepConnect   Step = "connect"
+	StepCreate    Step = "create database"
+	StepComment   Step = "comment on database"
+	StepInstall   Step = "install the engine"
+	StepExtension Step = "create an extension"
 )
 
 // Error is a failure of Create or Install: the step, the database, and the
@@ -130,8 +131,11 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	if e.Step == StepInstall {
+	switch e.Step {
+	case StepInstall:
 		return fmt.Sprintf("install %s in the database %q: %v", e.Engine, e.Database, e.Err)
+	case StepExtension:
+		return fmt.Sprintf("in the database %q: %v", e.Database, e.Err)
 	}
 	return fmt.Sprintf("%s %q: %v", e.Step, e.Database, e.Err)
 }
@@ -196,7 +200,7 @@ func Create(ctx context.Context, admin *pgx.ConnConfig, s Spec) (*pgx.ConnConfig
 	}
 	for _, ext := range s.Extensions {
 		if _, err := db.Exec(ctx, "create extension if not exists "+pgx.Identifier{ext}.Sanitize()); err != nil {
-			return nil, &Error{Step: StepInstall, Database: s.Name, Engine: Engine{Name: ext}, Err: err}
+			return nil, &Error{Step: StepExtension, Database: s.Name, Err: fmt.Errorf("create extension %s: %w", ext, err)}
 		}
 	}
 	return cfg, nil
