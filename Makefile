@@ -21,6 +21,40 @@ DEMOFLAGS ?=
 WITH_DB = url="$$($(DEVDB) url)"; \
 	export DATABASE_URL="$$url" PARTITIONQ_TEST_DATABASE_URL="$$url" PARTITIONQ_REQUIRE_DB=1;
 
+# The engines make test runs the whole suite on, one after the other
+# (docs/engines.md): PgQ (the extension), then PgQue, installed in each test
+# database from PgQue's SQL file: $PARTITIONQ_PGQUE_SQL when set, else
+# ../shared/engines/pgque/pgque.sql beside the repository, else
+# /work/shared/engines/pgque/pgque.sql. The file is never copied into the
+# repository; where none is found the PgQue half is skipped, with a line
+# saying so. make test ENGINES=pgq runs one half.
+ENGINES ?= pgq pgque
+REPO := $(patsubst %/,%,$(dir $(abspath $(firstword $(MAKEFILE_LIST)))))
+PGQUE_SQL := $(or $(abspath $(PARTITIONQ_PGQUE_SQL)),$(firstword $(wildcard $(abspath $(REPO)/../shared/engines/pgque/pgque.sql) /work/shared/engines/pgque/pgque.sql)))
+
+# Shell prefix that runs the command after it once per engine of ENGINES,
+# with PARTITIONQ_ENGINE (and PARTITIONQ_PGQUE_SQL) set; every half runs,
+# and the recipe fails if any half failed.
+PER_ENGINE = per_engine() { \
+	failed=""; \
+	for e in $(ENGINES); do \
+		case "$$e" in \
+		pgq) ;; \
+		pgque) \
+			if [ -z "$(PGQUE_SQL)" ]; then \
+				echo "make: skipping the PgQue half: no PgQue install file (set PARTITIONQ_PGQUE_SQL to PgQue's sql/pgque.sql; none at ../shared/engines/pgque/pgque.sql)"; \
+				continue; \
+			fi; \
+			if [ ! -f "$(PGQUE_SQL)" ]; then echo "make: PARTITIONQ_PGQUE_SQL=$(PGQUE_SQL) is not a file"; exit 2; fi ;; \
+		*) echo "make: unknown engine $$e in ENGINES: use pgq and/or pgque"; exit 2 ;; \
+		esac; \
+		echo "===== $$e half: $$*"; \
+		if PARTITIONQ_ENGINE=$$e PARTITIONQ_PGQUE_SQL="$(PGQUE_SQL)" "$$@"; then echo "===== $$e half: passed"; \
+		else echo "===== $$e half: FAILED"; failed="$$failed $$e"; fi; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make: failed on:$$failed"; return 1; fi; \
+}; per_engine
+
 .DEFAULT_GOAL := help
 .PHONY: help test test-short demo bench bench-short db db-stop build vet
 
@@ -32,11 +66,11 @@ help: ## List the targets
 # One package at a time (-p 1): the packages that run worker processes
 # (crash, chaos, CLI) each open some 60 connections at their peak, and two
 # at once go past a default server's max_connections of 100.
-test: ## Run all tests with the race detector against PostgreSQL+PgQ
-	@$(WITH_DB) set -x; go test -race -count=1 -p 1 -timeout 15m $(TESTFLAGS) ./...
+test: ## Run all tests with the race detector, on PgQ and then on PgQue (ENGINES=...)
+	@$(WITH_DB) $(PER_ENGINE) go test -race -count=1 -p 1 -timeout 15m $(TESTFLAGS) ./...
 
 test-short: ## Same as test, with -short
-	@$(WITH_DB) set -x; go test -race -count=1 -p 1 -timeout 15m -short $(TESTFLAGS) ./...
+	@$(WITH_DB) $(PER_ENGINE) go test -race -count=1 -p 1 -timeout 15m -short $(TESTFLAGS) ./...
 
 demo: ## Run the demo: a storage service in miniature, in the console (DEMOFLAGS=...)
 	@$(WITH_DB) set -x; go run ./cmd/partitionq demo $(DEMOFLAGS)

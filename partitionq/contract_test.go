@@ -174,7 +174,7 @@ func TestBadInput(t *testing.T) {
 		t.Fatalf("bad batch: %v", err)
 	}
 	var n int
-	if err := b.pool.QueryRow(b.ctx, `select count(*) from pgq.event_1`).Scan(&n); err != nil {
+	if err := b.pool.QueryRow(b.ctx, b.db.SQL(`select count(*) from pgq.event_1`)).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	if n != 0 {
@@ -224,7 +224,7 @@ func TestHostileStringsAreData(t *testing.T) {
 		}
 	}
 	var queues int
-	if err := b.pool.QueryRow(b.ctx, `select count(*) from pgq.queue`).Scan(&queues); err != nil || queues != 1 {
+	if err := b.pool.QueryRow(b.ctx, b.db.SQL(`select count(*) from pgq.queue`)).Scan(&queues); err != nil || queues != 1 {
 		t.Fatalf("queue table: %d, %v", queues, err)
 	}
 }
@@ -235,7 +235,7 @@ func TestEngineUntouched(t *testing.T) {
 	b := setup(t)
 	defs := func() map[string]string {
 		rows, err := b.pool.Query(b.ctx, `select p.oid::regprocedure::text, pg_get_functiondef(p.oid)
-			from pg_proc p join pg_namespace n on n.oid = p.pronamespace where n.nspname = 'pgq' and p.prokind = 'f'`)
+			from pg_proc p join pg_namespace n on n.oid = p.pronamespace where n.nspname = $1 and p.prokind = 'f'`, b.db.Schema)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -313,7 +313,7 @@ func TestDropGroup(t *testing.T) {
 		t.Fatalf("after drop: %v", err)
 	}
 	var rq int
-	if err := b.pool.QueryRow(b.ctx, `select count(*) from pgq.retry_queue`).Scan(&rq); err != nil || rq != 0 {
+	if err := b.pool.QueryRow(b.ctx, b.db.SQL(`select count(*) from pgq.retry_queue`)).Scan(&rq); err != nil || rq != 0 {
 		t.Fatalf("retry queue rows after a forced drop: %d, %v", rq, err)
 	}
 	// A new group with another N can be set up on the same queue.

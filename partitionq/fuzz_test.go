@@ -172,6 +172,7 @@ func FuzzValidateName(f *testing.F) {
 // fuzzDB is one database for a fuzz target, with queue "q" and a canary
 // table that injected SQL would drop.
 type fuzzDB struct {
+	db     pgtest.DB
 	pool   *pgxpool.Pool
 	client *partitionq.Client
 	ctx    context.Context
@@ -192,7 +193,7 @@ func newFuzzDB(f *testing.F) *fuzzDB {
 	if _, err := pool.Exec(ctx, `create table canary (x int); insert into canary values (1)`); err != nil {
 		f.Fatal(err)
 	}
-	return &fuzzDB{pool: pool, client: c, ctx: ctx}
+	return &fuzzDB{db: db, pool: pool, client: c, ctx: ctx}
 }
 
 func (d *fuzzDB) canaryAlive(t *testing.T) {
@@ -206,7 +207,7 @@ func (d *fuzzDB) canaryAlive(t *testing.T) {
 // count is the number of events in queue "q" and of queues.
 func (d *fuzzDB) count(t *testing.T) (events, queues int) {
 	t.Helper()
-	if err := d.pool.QueryRow(d.ctx, `select (select count(*) from pgq.event_1), (select count(*) from pgq.queue)`).Scan(&events, &queues); err != nil {
+	if err := d.pool.QueryRow(d.ctx, d.db.SQL(`select (select count(*) from pgq.event_1), (select count(*) from pgq.queue)`)).Scan(&events, &queues); err != nil {
 		t.Fatal(err)
 	}
 	return events, queues
@@ -252,7 +253,7 @@ func FuzzSendBatch(f *testing.F) {
 			t.Fatalf("a batch of 3 wrote %d events", after-before)
 		}
 		var gotKey, gotType, gotData string
-		if err := d.pool.QueryRow(d.ctx, `select ev_extra1, ev_type, ev_data from pgq.event_1 where ev_id = $1`, ids[1]).Scan(&gotKey, &gotType, &gotData); err != nil {
+		if err := d.pool.QueryRow(d.ctx, d.db.SQL(`select ev_extra1, ev_type, ev_data from pgq.event_1 where ev_id = $1`), ids[1]).Scan(&gotKey, &gotType, &gotData); err != nil {
 			t.Fatal(err)
 		}
 		if gotKey != key || gotType != typ || gotData != string(payload) {
@@ -279,13 +280,13 @@ func FuzzSetup(f *testing.F) {
 			slots = slots%16 + 1
 		}
 		var queuesBefore, consumersBefore int
-		if err := d.pool.QueryRow(d.ctx, `select (select count(*) from pgq.queue), (select count(*) from pgq.subscription)`).Scan(&queuesBefore, &consumersBefore); err != nil {
+		if err := d.pool.QueryRow(d.ctx, d.db.SQL(`select (select count(*) from pgq.queue), (select count(*) from pgq.subscription)`)).Scan(&queuesBefore, &consumersBefore); err != nil {
 			t.Fatal(err)
 		}
 		res, err := d.client.Setup(d.ctx, partitionq.GroupSpec{Queue: queue, Group: group, Slots: slots})
 		d.canaryAlive(t)
 		var queuesAfter, consumersAfter int
-		if err := d.pool.QueryRow(d.ctx, `select (select count(*) from pgq.queue), (select count(*) from pgq.subscription)`).Scan(&queuesAfter, &consumersAfter); err != nil {
+		if err := d.pool.QueryRow(d.ctx, d.db.SQL(`select (select count(*) from pgq.queue), (select count(*) from pgq.subscription)`)).Scan(&queuesAfter, &consumersAfter); err != nil {
 			t.Fatal(err)
 		}
 		var field string
@@ -321,11 +322,11 @@ func FuzzSetup(f *testing.F) {
 			t.Fatalf("setup of %q %q %d made %+v", queue, group, slots, res.Group)
 		}
 		var stored string
-		if err := d.pool.QueryRow(d.ctx, `select queue_name from pgq.queue where queue_name = $1`, queue).Scan(&stored); err != nil {
+		if err := d.pool.QueryRow(d.ctx, d.db.SQL(`select queue_name from pgq.queue where queue_name = $1`), queue).Scan(&stored); err != nil {
 			t.Fatalf("queue %q not stored under its name: %v", queue, err)
 		}
 		if queue != "q" { // keep the database small while fuzzing
-			if _, err := d.pool.Exec(d.ctx, `select pgq.drop_queue($1, true)`, queue); err != nil {
+			if _, err := d.pool.Exec(d.ctx, d.db.SQL(`select pgq.drop_queue($1, true)`), queue); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -211,7 +211,9 @@ func (c *Client) lookupGroup(ctx context.Context, db engine.DB, queue, group str
 }
 
 // SlotOf returns the slot of key in a group of n slots. The server computes
-// it with the same expression the workers filter with, so it is exact.
+// it with the same expression the workers filter with, so it is exact:
+// (hashtextextended(key, 0) % n + n) % n, upstream PgQue's routing. Events
+// without a key (NULL ev_extra1, sent by other producers) go to slot 0.
 func (c *Client) SlotOf(ctx context.Context, key string, n int) (int, error) {
 	if err := ValidateKey(key); err != nil {
 		return 0, err

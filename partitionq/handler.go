@@ -13,7 +13,7 @@ type Event struct {
 	Queue   string    // the queue it was read from
 	Group   string    // the consumer group handling it
 	Slot    int       // the slot of its key
-	Key     string    // its partition key
+	Key     string    // its partition key; "" for an event another producer sent without one (all on slot 0)
 	Type    string    // its type
 	Payload []byte    // its body
 	Time    time.Time // when it was sent

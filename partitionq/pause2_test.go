@@ -235,7 +235,7 @@ func TestHotBlockedKeyMovesEachEventOnce(t *testing.T) {
 		return err == nil && bk.Head.Attempts >= attemptsAtFull+20, err
 	})
 	var maxRetry int
-	if err := b.pool.QueryRow(b.ctx, `select coalesce(max(ev_retry), 0) from pgq.retry_queue where ev_extra1 = $1 and ev_data <> '0'`, hot).Scan(&maxRetry); err != nil {
+	if err := b.pool.QueryRow(b.ctx, b.db.SQL(`select coalesce(max(ev_retry), 0) from pgq.retry_queue where ev_extra1 = $1 and ev_data <> '0'`), hot).Scan(&maxRetry); err != nil {
 		t.Fatal(err)
 	}
 	if maxRetry != 0 {
@@ -275,8 +275,8 @@ func TestHappyPathLeavesNoState(t *testing.T) {
 	b.sendRounds(t, 50, 10)
 	rec.waitTotal(t, 500)
 	var rq, fl, dl int
-	err := b.pool.QueryRow(b.ctx, `select (select count(*) from pgq.retry_queue), (select count(*) from partitionq.failure),
-		(select count(*) from partitionq.dead_letter)`).Scan(&rq, &fl, &dl)
+	err := b.pool.QueryRow(b.ctx, b.db.SQL(`select (select count(*) from pgq.retry_queue), (select count(*) from partitionq.failure),
+		(select count(*) from partitionq.dead_letter)`)).Scan(&rq, &fl, &dl)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,8 @@ import (
 
 // A large batch is loaded with COPY into the queue's current event table
 // when the session may (here: the superuser), and goes through
-// insert_event otherwise (a role with pgq_writer only, as producers are).
+// insert_event otherwise (a role with the engine's writer role only, as
+// producers are: pgq_writer, pgque_writer).
 // The rows are the same either way, each id belongs to its own message and
 // the ids rise in input order; the engine's own checks still apply. The
 // server counts which engine functions each path called (track_functions).
@@ -25,7 +26,7 @@ func TestSendPathsWriteTheSameRows(t *testing.T) {
 	buf := make([]byte, 4)
 	_, _ = rand.Read(buf)
 	role := "pq_send_path_" + hex.EncodeToString(buf)
-	if _, err := b.pool.Exec(b.ctx, "create role "+role+" nologin in role pgq_writer"); err != nil {
+	if _, err := b.pool.Exec(b.ctx, "create role "+role+" nologin in role "+b.db.Schema+"_writer"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -45,7 +46,7 @@ func TestSendPathsWriteTheSameRows(t *testing.T) {
 	// function (not yet reported: read before and after).
 	calls := func(tx pgx.Tx) (n int64, err error) {
 		err = tx.QueryRow(b.ctx, `select coalesce(sum(calls), 0) from pg_stat_xact_user_functions
-			where schemaname = 'pgq' and funcname = 'insert_event_raw'`).Scan(&n)
+			where schemaname = $1 and funcname = 'insert_event_raw'`, b.db.Schema).Scan(&n)
 		return n, err
 	}
 	send := func(asRole string, ms []partitionq.Message) (ids []int64, engineCalls int64, rows []row) {
@@ -74,10 +75,12 @@ func TestSendPathsWriteTheSameRows(t *testing.T) {
 				return err
 			}
 			engineCalls = after - before
-			rs, err := tx.Query(b.ctx, `
+			// ev_txid: bigint on PgQ, xid8 on PgQue; as text, both are the
+			// transaction's full id.
+			rs, err := tx.Query(b.ctx, b.db.SQL(`
 				select ev_id, ev_type, ev_data, ev_extra1, ev_owner, ev_retry, ev_extra2, ev_extra3, ev_extra4,
-				       ev_time = now(), ev_txid = txid_current()
-				  from pgq.event_template where ev_id = any($1)`, ids)
+				       ev_time = now(), ev_txid::text = pg_current_xact_id()::text
+				  from pgq.event_template where ev_id = any($1)`), ids)
 			if err != nil {
 				return err
 			}
@@ -124,18 +127,22 @@ func TestSendPathsWriteTheSameRows(t *testing.T) {
 	check("COPY", bulkIDs, rows)
 	viaIDs, n, rows := send(role, ms)
 	if n != int64(len(ms)) {
-		t.Errorf("pgq_writer role: insert_event_raw called %d times, want %d (insert_event)", n, len(ms))
+		t.Errorf("%s_writer role: insert_event_raw called %d times, want %d (insert_event)", b.db.Schema, n, len(ms))
 	}
 	check("insert_event", viaIDs, rows)
 	if viaIDs[0] <= bulkIDs[len(bulkIDs)-1] {
 		t.Errorf("ids of the second batch start at %d, not after the first's last %d (one sequence)", viaIDs[0], bulkIDs[len(bulkIDs)-1])
 	}
 
-	// The engine's own checks apply: its limit of events per transaction,
-	// and a queue closed to inserts (set in the queue's row, as an
-	// administrator does).
-	for _, set := range []string{"queue_per_tx_limit = 5", "queue_per_tx_limit = null, queue_disable_insert = true"} {
-		if _, err := b.pool.Exec(b.ctx, "update pgq.queue set "+set+" where queue_name = 'q'"); err != nil {
+	// The engine's own checks apply: its limit of events per transaction
+	// (PgQ only: PgQue has none), and a queue closed to inserts (set in
+	// the queue's row, as an administrator does).
+	sets := []string{"queue_disable_insert = true"}
+	if b.db.Schema == "pgq" {
+		sets = []string{"queue_per_tx_limit = 5", "queue_per_tx_limit = null, queue_disable_insert = true"}
+	}
+	for _, set := range sets {
+		if _, err := b.pool.Exec(b.ctx, b.db.SQL("update pgq.queue set "+set+" where queue_name = 'q'")); err != nil {
 			t.Fatal(err)
 		}
 		if ids, err := b.client.SendBatch(b.ctx, "q", ms); err == nil {

@@ -54,7 +54,7 @@ func proxied(t *testing.T, b *dbBundle, sslmode string) (*partitionq.Client, *ne
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	c, err := partitionq.NewClient(b.ctx, pool, partitionq.Config{EngineSchema: "pgq"})
+	c, err := partitionq.NewClient(b.ctx, pool, partitionq.Config{EngineSchema: b.db.Schema})
 	if err != nil {
 		t.Fatal(err)
 	}

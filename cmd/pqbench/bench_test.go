@@ -23,7 +23,8 @@ import (
 // run when npm ci works in bench/peers; their order violations are
 // measurements (graphile-worker lets later jobs overtake a failed one by
 // design; pg-boss's bulk insert ties creation times), so only their
-// completeness is asserted.
+// completeness is asserted. With the tests on PgQue (PARTITIONQ_ENGINE), the
+// producer and W1 also run on PgQue, partitionq and the plain consumer alike.
 func TestShortBench(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -44,6 +45,9 @@ func TestShortBench(t *testing.T) {
 	cfg.DBPrefix = "pqbench_t" + hex.EncodeToString(suffix)
 	cfg.Out = t.TempDir()
 	cfg.PeersDir = filepath.Join("..", "..", "bench", "peers")
+	if eng := pgtest.Engine(t); eng.Name == "pgque" {
+		cfg.Engines, cfg.PgQueSQL = []string{"pgq", "pgque"}, eng.SQLFile
+	}
 
 	rep, err := bench.Run(ctx, cfg, testLog{t})
 	if err != nil {
@@ -54,6 +58,9 @@ func TestShortBench(t *testing.T) {
 	seen := map[string]bool{}
 	for _, r := range rep.Results {
 		seen[r.Workload+" "+r.System] = true
+		if r.Engine == "pgque" {
+			seen[r.Workload+" "+r.System+" on PgQue"] = true
+		}
 		if r.Err != "" {
 			t.Errorf("%s %s %s: %s", r.Workload, r.System, r.Config, r.Err)
 			continue
@@ -75,6 +82,12 @@ func TestShortBench(t *testing.T) {
 	want := []string{"producer partitionq", "producer limit", "latency partitionq"}
 	for _, w := range []string{"W1", "W2", "W3"} {
 		want = append(want, w+" "+bench.SysPartitionq, w+" "+bench.SysBaseline, w+" "+bench.SysLimit)
+	}
+	if len(cfg.Engines) == 2 {
+		want = append(want, "producer partitionq on PgQue", "W1 "+bench.SysPartitionq+" on PgQue", "W1 "+bench.SysBaseline+" on PgQue")
+		if !strings.Contains(rep.Text(), "## W1 on PgQue") {
+			t.Errorf("the report has no table of W1 on PgQue")
+		}
 	}
 	if rep.PeersSkipped == "" {
 		want = append(want, "W2 "+bench.SysPgBoss, "W2 "+bench.SysGraphile)

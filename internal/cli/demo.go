@@ -20,6 +20,7 @@ import (
 	"github.com/partitionq/partitionq/internal/connstr"
 	"github.com/partitionq/partitionq/internal/demo"
 	"github.com/partitionq/partitionq/internal/termsafe"
+	"github.com/partitionq/partitionq/internal/freshdb"
 	"github.com/partitionq/partitionq/partitionq"
 	"github.com/partitionq/partitionq/tui"
 )
@@ -64,8 +65,9 @@ events were handled in order. Exit status 1 if the check fails.
 
 The demo makes its own database, --demo-db, on the server of --db or
 DATABASE_URL (dropping the one an earlier run made), with the PgQ
-extension. With --in-place it runs in the --db database itself, which
-must have PgQ or PgQue, on a new queue --queue. 'make demo' brings up a
+extension, or with --engine pgque PgQue from the SQL file named by
+PARTITIONQ_PGQUE_SQL. With --in-place it runs in the --db database
+itself, which must have PgQ or PgQue, on a new queue --queue. 'make demo' brings up a
 PostgreSQL server with PgQ first (scripts/devdb.sh).`,
 		Example: `  partitionq demo
   partitionq demo --tenants 20 --rate 50 --slots 2 --fail-rate 0.05
@@ -153,8 +155,12 @@ func (a *app) demo(cmd *cobra.Command, f demoFlags) error {
 	if err != nil {
 		return usagef("no database: pass --db URL or set DATABASE_URL to a PostgreSQL server with PgQ (or run make demo, which brings one up)")
 	}
-	if a.engine == "pgque" && !f.inPlace {
-		return usagef("--engine pgque needs --in-place: the demo's own database gets the PgQ extension; run the demo in a database that has PgQue")
+	var eng freshdb.Engine
+	if !f.inPlace {
+		var err error
+		if eng, err = a.demoEngine(); err != nil {
+			return err
+		}
 	}
 	level, err := parseLogLevel(a.logLevel)
 	if err != nil {
@@ -171,7 +177,7 @@ func (a *app) demo(cmd *cobra.Command, f demoFlags) error {
 		if cfg.ConnConfig.Database == f.demoDB {
 			return usagef("--db names the database %q, which is also --demo-db: the demo drops and makes --demo-db again; point --db at another database of the server (such as postgres), or use --in-place", f.demoDB)
 		}
-		if err := makeDemoDB(ctx, cfg.ConnConfig, f.demoDB); err != nil {
+		if err := makeDemoDB(ctx, cfg.ConnConfig, f.demoDB, eng); err != nil {
 			return err
 		}
 		cfg.ConnConfig.Database = f.demoDB
@@ -245,15 +251,14 @@ func demoHintDB(connStr, demoDB string) string {
 }
 
 // makeDemoDB drops the database name if an earlier demo made it, makes it
-// again, and creates the PgQ extension in it. It never drops a database
-// the demo did not make. ctx governs the whole call.
-func makeDemoDB(ctx context.Context, admin *pgx.ConnConfig, name string) error {
+// again, and installs the engine in it (internal/freshdb). It never drops a
+// database the demo did not make. ctx governs the whole call.
+func makeDemoDB(ctx context.Context, admin *pgx.ConnConfig, name string, eng freshdb.Engine) error {
 	conn, err := pgx.ConnectConfig(ctx, admin.Copy())
 	if err != nil {
 		return connectFailed(ctx, admin, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	ident := pgx.Identifier{name}.Sanitize()
 	var comment *string
 	err = conn.QueryRow(ctx, `select shobj_description(oid, 'pg_database') from pg_database where datname = $1`, name).Scan(&comment)
 	switch {
@@ -263,43 +268,24 @@ func makeDemoDB(ctx context.Context, admin *pgx.ConnConfig, name string) error {
 	case comment == nil || *comment != demoDBMarker:
 		return fmt.Errorf("the database %q exists and was not made by partitionq demo, so the demo leaves it alone: pass --demo-db with another name, or --in-place to run in the --db database", name)
 	default:
-		if _, err := conn.Exec(ctx, "drop database "+ident+" with (force)"); err != nil {
+		if err := freshdb.Drop(ctx, admin, name); err != nil {
 			return fmt.Errorf("drop the database %q an earlier demo made: %w", name, err)
 		}
 	}
-	if _, err := conn.Exec(ctx, "create database "+ident); err != nil {
-		if sqlState(err) == "42501" {
-			return fmt.Errorf("the role %q may not create databases (%w): connect as a role with CREATEDB, or use --in-place to run in the --db database", admin.User, err)
-		}
-		return fmt.Errorf("create the database %q: %w", name, err)
-	}
-	if _, err := conn.Exec(ctx, "comment on database "+ident+" is '"+demoDBMarker+"'"); err != nil {
+	_, err = freshdb.Create(ctx, admin, freshdb.Spec{Name: name, Engine: eng, Comment: demoDBMarker})
+	var fe *freshdb.Error
+	if !errors.As(err, &fe) {
 		return err
 	}
-	// The first create extension pgq of a cluster creates its roles with a
-	// check-then-create that races between databases: runs made at once
-	// take turns on this lock (test/pgtest takes the same one).
-	if _, err := conn.Exec(ctx, "select pg_advisory_lock(28753, -100)"); err != nil {
-		return err
+	switch st := fe.SQLState(); {
+	case fe.Step == freshdb.StepCreate && st == "42501":
+		return fmt.Errorf("the role %q may not create databases (%w): connect as a role with CREATEDB, or use --in-place to run in the --db database", admin.User, err)
+	case fe.Step == freshdb.StepInstall && eng.Name == freshdb.PgQ && (st == "0A000" || st == "58P01"):
+		return fmt.Errorf("the server has no PgQ extension (%w): install it (Debian: apt-get install postgresql-<major>-pgq3; scripts/devdb.sh does), or run the demo --in-place in a database that has PgQ or PgQue", err)
+	case fe.Step == freshdb.StepInstall && st == "42501":
+		return fmt.Errorf("the role %q may not install %s (%w): connect as a superuser, or run the demo --in-place in a database that has PgQ or PgQue", admin.User, eng, err)
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), "select pg_advisory_unlock(28753, -100)") //nolint:errcheck // released with the session anyway
-	dbCfg := admin.Copy()
-	dbCfg.Database = name
-	dbConn, err := pgx.ConnectConfig(ctx, dbCfg)
-	if err != nil {
-		return fmt.Errorf("connect to the demo's database %q: %w", name, err)
-	}
-	defer dbConn.Close(context.WithoutCancel(ctx))
-	if _, err := dbConn.Exec(ctx, "create extension if not exists pgq"); err != nil {
-		switch sqlState(err) {
-		case "0A000", "58P01":
-			return fmt.Errorf("the server has no PgQ extension (%w): install it (Debian: apt-get install postgresql-<major>-pgq3; scripts/devdb.sh does), or run the demo --in-place in a database that has PgQ or PgQue", err)
-		case "42501":
-			return fmt.Errorf("the role %q may not create the extension pgq (%w): connect as a superuser, or run the demo --in-place in a database that has PgQ or PgQue", admin.User, err)
-		}
-		return fmt.Errorf("create extension pgq in %q: %w", name, err)
-	}
-	return nil
+	return err
 }
 
 func sqlState(err error) string {
@@ -504,4 +490,17 @@ func plural(n int64, noun string) string {
 		return "1 " + noun
 	}
 	return strconv.FormatInt(n, 10) + " " + noun + "s"
+}
+
+// demoEngine is the engine the demo installs in the database it makes:
+// PgQ, or with --engine pgque PgQue from the file PARTITIONQ_PGQUE_SQL names.
+func (a *app) demoEngine() (freshdb.Engine, error) {
+	if a.engine != freshdb.PgQue {
+		return freshdb.Engine{Name: freshdb.PgQ}, nil
+	}
+	eng, err := freshdb.New(freshdb.PgQue, a.env.Getenv(freshdb.EnvPgQueSQL))
+	if err != nil {
+		return freshdb.Engine{}, usagef("--engine pgque: the demo installs PgQue in the database it makes: %v; or run it --in-place in a database that has PgQue", err)
+	}
+	return eng, nil
 }

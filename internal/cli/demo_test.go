@@ -59,19 +59,24 @@ func TestDemoInPlace(t *testing.T) {
 	h.fails(cli.ExitFailed, []string{`queue "files"`, "--queue"}, "demo", "--in-place", "--duration", "1s")
 }
 
-// The binary, without a terminal, makes its own database on the server,
-// runs in it, and makes it again on the next run; it never drops a
-// database it did not make.
+// The binary, without a terminal, makes its own database on the server
+// with the engine of --engine (the tests' engine; PgQue from the file
+// PARTITIONQ_PGQUE_SQL names), runs in it, and makes it again on the next
+// run; it never drops a database it did not make.
 func TestDemoBinaryMakesItsOwnDatabase(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t) // the server; its fresh database serves as --db
 	name := "pqtest_demo_" + randomHex(6)
 	t.Cleanup(func() { dropDatabase(t, name) })
 	for run := 1; run <= 2; run++ {
-		r := runBinary(t, db.URL, "", "demo", "--demo-db", name, "--duration", "1s", "--tenants", "5", "--rate", "50", "--fail-rate", "0")
+		r := runBinary(t, db.URL, "", "--engine", db.Schema, "demo", "--demo-db", name, "--duration", "1s", "--tenants", "5", "--rate", "50", "--fail-rate", "0")
 		if r.code != cli.ExitOK || !strings.Contains(r.stdout, "order check: OK") || !strings.Contains(r.stdout, name+" (made for this run") {
 			t.Fatalf("run %d: %s", run, r)
 		}
+	}
+	demoURL := pgtest.ReplaceDB(db.URL, db.Name, name)
+	if r := runBinary(t, demoURL, "", "status", "--queue", "files", "--group", "storage"); r.code != cli.ExitOK || !strings.Contains(r.stdout, "engine "+db.Schema) {
+		t.Fatalf("status of the demo's database: want engine %s, got %s", db.Schema, r)
 	}
 
 	foreign := "pqtest_demo_" + randomHex(6)
@@ -147,7 +152,7 @@ func TestDemoUsage(t *testing.T) {
 		{[]string{"--duration", "-1s"}, "invalid --duration"},
 		{[]string{"--demo-db", "Bad-Name"}, "invalid --demo-db"},
 		{[]string{"--queue", "a b"}, "queue name"},
-		{[]string{"--engine", "pgque"}, "--engine pgque needs --in-place"},
+		{[]string{"--engine", "pgque"}, "--engine pgque: the demo installs PgQue in the database it makes: PgQue is installed from its SQL file"},
 	} {
 		h.fails(cli.ExitUsage, []string{c.want}, append([]string{"demo"}, c.args...)...)
 	}

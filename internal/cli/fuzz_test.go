@@ -58,7 +58,7 @@ func FuzzSendLines(f *testing.F) {
 	}
 	lineRe := regexp.MustCompile(`^partitionq: standard input, line ([0-9]+): `)
 	f.Fuzz(func(t *testing.T, input string) {
-		before := countEvents(t, pool)
+		before := countEvents(t, db, pool)
 		var out, errb bytes.Buffer
 		code := cli.Main(ctx, []string{"send", "--queue", "q", "--json"}, cli.Env{
 			Stdin: strings.NewReader(input), Stdout: &out, Stderr: &errb,
@@ -69,7 +69,7 @@ func FuzzSendLines(f *testing.F) {
 				return ""
 			},
 		})
-		sent := countEvents(t, pool) - before
+		sent := countEvents(t, db, pool) - before
 		var alive int
 		if err := pool.QueryRow(ctx, `select count(*) from canary`).Scan(&alive); err != nil || alive != 1 {
 			t.Fatalf("the canary table was touched: %v", err)
@@ -105,7 +105,7 @@ func FuzzSendLines(f *testing.F) {
 				t.Fatalf("the input writes %d U+FFFD, the events hold %d: a line was changed, not refused", spelled, stored)
 			}
 			if len(keys) > 0 {
-				rows, err := pool.Query(ctx, `select ev_extra1 from pgq.event_1 order by ev_id desc limit $1`, len(keys))
+				rows, err := pool.Query(ctx, db.SQL(`select ev_extra1 from pgq.event_1 order by ev_id desc limit $1`), len(keys))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -145,10 +145,10 @@ func FuzzSendLines(f *testing.F) {
 	})
 }
 
-func countEvents(t *testing.T, db *pgxpool.Pool) int {
+func countEvents(t *testing.T, db pgtest.DB, pool *pgxpool.Pool) int {
 	t.Helper()
 	var n int
-	if err := db.QueryRow(context.Background(), `select count(*) from pgq.event_1`).Scan(&n); err != nil {
+	if err := pool.QueryRow(context.Background(), db.SQL(`select count(*) from pgq.event_1`)).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n

@@ -26,14 +26,16 @@ import (
 // harness runs commands in process against one fresh database.
 type harness struct {
 	t   *testing.T
+	db  pgtest.DB
 	url string
 	env map[string]string // what Getenv sees
 }
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	url := pgtest.New(t).URL
-	return &harness{t: t, url: url, env: map[string]string{"DATABASE_URL": url, "USER": "tester"}}
+	db := pgtest.New(t)
+	url := db.URL
+	return &harness{t: t, db: db, url: url, env: map[string]string{"DATABASE_URL": url, "USER": "tester"}}
 }
 
 // offline is a harness whose database does not answer: for checks that
@@ -154,7 +156,7 @@ func (h *harness) events(queue string) []storedEvent {
 	}
 	defer conn.Close(ctx)
 	var table string
-	if err := conn.QueryRow(ctx, `select queue_data_pfx from pgq.queue where queue_name = $1`, queue).Scan(&table); err != nil {
+	if err := conn.QueryRow(ctx, h.db.SQL(`select queue_data_pfx from pgq.queue where queue_name = $1`), queue).Scan(&table); err != nil {
 		h.t.Fatalf("queue %s: %v", queue, err)
 	}
 	rows, err := conn.Query(ctx, `select ev_id, coalesce(ev_extra1, ''), coalesce(ev_type, ''), coalesce(ev_data, '') from `+

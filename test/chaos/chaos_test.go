@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/partitionq/partitionq/test/chaos"
+	"github.com/partitionq/partitionq/test/pgtest"
 )
 
 // The short form of the chaos suite: under the pause policy with about 2%
@@ -25,7 +26,7 @@ import (
 // PQ_CHAOS_SEED reruns a given seed.
 func TestChaos(t *testing.T) {
 	cl := needCluster(t)
-	cfg := chaos.Config{WorkerBin: workerBin, WorkerLog: workerLog(t), Logf: t.Logf}
+	cfg := chaos.Config{WorkerBin: workerBin, WorkerLog: workerLog(t), Logf: t.Logf, Engine: pgtest.Engine(t)}
 	if s := os.Getenv("PQ_CHAOS_SEED"); s != "" {
 		seed, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {

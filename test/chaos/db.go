@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/partitionq/partitionq/internal/freshdb"
 	"github.com/partitionq/partitionq/internal/ordercheck"
 	"github.com/partitionq/partitionq/partitionq"
 )
@@ -27,29 +28,34 @@ create table pq_run_log (
 	ok bool not null, pid int not null, at timestamptz not null default clock_timestamp());
 create table pq_sent_batch (id int primary key, events int not null);`
 
-// NewDatabase creates a fresh database with the pgq extension in the
-// cluster and returns its URL.
-func NewDatabase(ctx context.Context, cl *Cluster) (string, error) {
-	admin, err := pgx.Connect(ctx, cl.URL("postgres"))
+// NewDatabase creates a fresh database with the engine eng in the cluster
+// (PgQ when eng is the zero Engine) and returns its URL.
+func NewDatabase(ctx context.Context, cl *Cluster, eng freshdb.Engine) (string, error) {
+	if eng.Name == "" {
+		eng.Name = freshdb.PgQ
+	}
+	admin, err := pgx.ParseConfig(cl.URL("postgres"))
 	if err != nil {
 		return "", err
 	}
-	defer admin.Close(context.Background())
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	name := "chaos_" + hex.EncodeToString(b)
-	if _, err := admin.Exec(ctx, "create database "+name); err != nil {
+	if _, err := freshdb.Create(ctx, admin, freshdb.Spec{Name: name, Engine: eng}); err != nil {
+		if eng.Name == freshdb.PgQ {
+			return "", fmt.Errorf("%w (install postgresql-<major>-pgq3)", err)
+		}
 		return "", err
-	}
-	conn, err := pgx.Connect(ctx, cl.URL(name))
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "create extension if not exists pgq"); err != nil {
-		return "", fmt.Errorf("create extension pgq: %w (install postgresql-<major>-pgq3)", err)
 	}
 	return cl.URL(name), nil
+}
+
+// engineSQL is sql with "pgq." replaced by the engine's schema.
+func engineSQL(schema, sql string) string {
+	if schema == "" || schema == freshdb.PgQ {
+		return sql
+	}
+	return strings.ReplaceAll(sql, "pgq.", schema+".")
 }
 
 // harnessPool opens the harness's pool on url, named so the chaos spares it.
@@ -166,10 +172,10 @@ func slotOwners(ctx context.Context, c *partitionq.Client, queue, group string) 
 // with where the engine holds them, the slot consumers' positions, and what
 // the workers' sessions are doing. It is logged when a wait times out, so
 // a failure in CI can be read without a rerun.
-func diagnose(ctx context.Context, db *pgxpool.Pool) string {
+func diagnose(ctx context.Context, db *pgxpool.Pool, schema string) string {
 	var b strings.Builder
 	q := func(title, sql string) {
-		rows, err := db.Query(ctx, sql)
+		rows, err := db.Query(ctx, engineSQL(schema, sql))
 		if err != nil {
 			fmt.Fprintf(&b, "\n%s: %v", title, err)
 			return

@@ -39,7 +39,7 @@ func newInproc(t *testing.T, slots int) *inproc {
 	cl := needCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	url, err := chaos.NewDatabase(ctx, cl)
+	url, err := chaos.NewDatabase(ctx, cl, pgtest.Engine(t))
 	if err != nil {
 		t.Fatal(err)
 	}

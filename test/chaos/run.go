@@ -31,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/partitionq/partitionq/internal/freshdb"
 	"github.com/partitionq/partitionq/internal/ordercheck"
 	"github.com/partitionq/partitionq/partitionq"
 )
@@ -74,6 +75,8 @@ type Config struct {
 	WorkerLog io.Writer
 	// Logf receives progress messages. Defaults to discarding them.
 	Logf func(format string, args ...any)
+	// Engine is the queue engine the run's database gets. Defaults to PgQ.
+	Engine freshdb.Engine
 }
 
 // Long returns the long form: minutes, many workers and keys.
@@ -83,6 +86,9 @@ func Long() Config {
 }
 
 func (c Config) withDefaults() Config {
+	if c.Engine.Name == "" {
+		c.Engine.Name = freshdb.PgQ
+	}
 	def := func(v *int, d int) {
 		if *v == 0 {
 			*v = d
@@ -257,7 +263,7 @@ func Run(ctx context.Context, cl *Cluster, cfg Config) (Report, error) {
 	rep := &Report{Seed: cfg.Seed}
 	r := &run{cfg: cfg, cl: cl, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), rep: rep}
 	var err error
-	if r.url, err = NewDatabase(ctx, cl); err != nil {
+	if r.url, err = NewDatabase(ctx, cl, cfg.Engine); err != nil {
 		return *rep, err
 	}
 	if r.pool, err = harnessPool(ctx, r.url, 8); err != nil {
@@ -687,7 +693,7 @@ func (r *run) finish(ctx context.Context, p plan, heads map[string]int64) error 
 		return err
 	}
 	r.rep.Report = rep
-	return r.pool.QueryRow(ctx, `select (select count(*) from pgq.retry_queue) + (select count(*) from partitionq.failure)`).Scan(&r.rep.Leftover)
+	return r.pool.QueryRow(ctx, engineSQL(r.cfg.Engine.Schema(), `select (select count(*) from pgq.retry_queue) + (select count(*) from partitionq.failure)`)).Scan(&r.rep.Leftover)
 }
 
 // stuckRun adds what the database shows to a wait that timed out. The
@@ -695,7 +701,7 @@ func (r *run) finish(ctx context.Context, p plan, heads map[string]int64) error 
 func (r *run) stuckRun(err error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	return fmt.Errorf("%w; the database shows:%s", err, diagnose(ctx, r.pool))
+	return fmt.Errorf("%w; the database shows:%s", err, diagnose(ctx, r.pool, r.cfg.Engine.Schema()))
 }
 
 // stallTimeout is how long waitResolved waits without a single event being

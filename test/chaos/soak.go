@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/partitionq/partitionq/internal/freshdb"
 	"github.com/partitionq/partitionq/partitionq"
 )
 
@@ -44,9 +45,14 @@ type SoakConfig struct {
 	WorkerBin      string // required
 	WorkerLog      io.Writer
 	Logf           func(format string, args ...any)
+	// Engine is the queue engine the run's database gets. Defaults to PgQ.
+	Engine freshdb.Engine
 }
 
 func (c SoakConfig) withDefaults() SoakConfig {
+	if c.Engine.Name == "" {
+		c.Engine.Name = freshdb.PgQ
+	}
 	if c.Duration == 0 {
 		c.Duration = 5 * time.Minute
 	}
@@ -129,7 +135,8 @@ func Soak(ctx context.Context, cl *Cluster, cfg SoakConfig) (SoakReport, error) 
 	if cfg.WorkerBin == "" {
 		return rep, errors.New("chaos.SoakConfig.WorkerBin is required: build it with BuildWorker")
 	}
-	url, err := NewDatabase(ctx, cl)
+	schema := cfg.Engine.Schema()
+	url, err := NewDatabase(ctx, cl, cfg.Engine)
 	if err != nil {
 		return rep, err
 	}
@@ -145,7 +152,7 @@ func Soak(ctx context.Context, cl *Cluster, cfg SoakConfig) (SoakReport, error) 
 	if _, err := client.Setup(ctx, partitionq.GroupSpec{Queue: queueName, Group: groupName, Slots: cfg.Slots, TickMaxLag: 50 * time.Millisecond}); err != nil {
 		return rep, err
 	}
-	if _, err := pool.Exec(ctx, `select pgq.set_queue_config($1, 'rotation_period', $2)`, queueName,
+	if _, err := pool.Exec(ctx, engineSQL(schema, `select pgq.set_queue_config($1, 'rotation_period', $2)`), queueName,
 		fmt.Sprintf("%d seconds", int(cfg.RotationPeriod.Seconds()))); err != nil {
 		return rep, err
 	}
@@ -187,7 +194,7 @@ func Soak(ctx context.Context, cl *Cluster, cfg SoakConfig) (SoakReport, error) 
 			<-prodDone
 		case <-tick.C:
 		}
-		s, sw, err := sample(ctx, pool, client, procs)
+		s, sw, err := sample(ctx, pool, schema, client, procs)
 		if err != nil {
 			return rep, err
 		}
@@ -197,7 +204,7 @@ func Soak(ctx context.Context, cl *Cluster, cfg SoakConfig) (SoakReport, error) 
 		lastSwitch = sw
 		s.At, s.Rotations, s.Sent = time.Since(t0).Round(time.Second), rotations, sent.Load()
 		rep.Samples = append(rep.Samples, s)
-		cfg.Logf("soak: %s", s.line())
+		cfg.Logf("soak: %s", s.line(schema))
 	}
 	rep.judge()
 	return rep, nil
@@ -247,7 +254,7 @@ func produceSteady(ctx context.Context, c *partitionq.Client, cfg SoakConfig, se
 
 // sample reads one SoakSample (without At, Rotations, Sent) and the
 // queue's switch time.
-func sample(ctx context.Context, pool *pgxpool.Pool, c *partitionq.Client, procs []*Proc) (SoakSample, time.Time, error) {
+func sample(ctx context.Context, pool *pgxpool.Pool, schema string, c *partitionq.Client, procs []*Proc) (SoakSample, time.Time, error) {
 	s := SoakSample{Tables: map[string]TableStats{}}
 	for _, p := range procs {
 		st := p.Stats()
@@ -263,18 +270,18 @@ func sample(ctx context.Context, pool *pgxpool.Pool, c *partitionq.Client, procs
 	}
 	var qid int
 	var sw time.Time
-	if err := pool.QueryRow(ctx, `select queue_id, queue_cur_table, queue_switch_time, now() - queue_switch_time
-		from pgq.queue where queue_name = $1`, queueName).Scan(&qid, &s.CurTable, &sw, &s.SinceSwitch); err != nil {
+	if err := pool.QueryRow(ctx, engineSQL(schema, `select queue_id, queue_cur_table, queue_switch_time, now() - queue_switch_time
+		from pgq.queue where queue_name = $1`), queueName).Scan(&qid, &s.CurTable, &sw, &s.SinceSwitch); err != nil {
 		return s, time.Time{}, err
 	}
 	// pg_stat_user_tables lags a little behind; fine for a trend.
 	rows, err := pool.Query(ctx, `select schemaname || '.' || relname, n_live_tup, n_dead_tup,
 		autovacuum_count + vacuum_count, autoanalyze_count + analyze_count from pg_stat_user_tables
-		where schemaname in ('pgq', 'partitionq')`)
+		where schemaname in ($1, 'partitionq')`, schema)
 	if err != nil {
 		return s, sw, err
 	}
-	prefix := fmt.Sprintf("pgq.event_%d_", qid)
+	prefix := fmt.Sprintf("%s.event_%d_", schema, qid)
 	for rows.Next() {
 		var name string
 		var ts TableStats
@@ -285,7 +292,7 @@ func sample(ctx context.Context, pool *pgxpool.Pool, c *partitionq.Client, procs
 		switch {
 		case strings.HasPrefix(name, prefix):
 			name = "event_" + strings.TrimPrefix(name, prefix)
-		case strings.HasPrefix(name, "pgq.event_"):
+		case strings.HasPrefix(name, schema+".event_"):
 			continue
 		}
 		s.Tables[name] = ts
@@ -305,7 +312,7 @@ func sample(ctx context.Context, pool *pgxpool.Pool, c *partitionq.Client, procs
 	return s, sw, nil
 }
 
-func (s SoakSample) line() string {
+func (s SoakSample) line(schema string) string {
 	mb := func(v []uint64) string {
 		var out []string
 		for _, x := range v {
@@ -324,7 +331,7 @@ func (s SoakSample) line() string {
 	return fmt.Sprintf("t=%-5s sent=%-7d handlings=%-7d goroutines=%v heapMiB=%s rssMiB=%s cur_table=%d rotations=%d table_age=%s "+
 		"event_tables live/dead=%d/%d retry_queue=%s failure=%s tick=%s subscription=%s lag=%s blocked=%d parked=%d",
 		s.At, s.Sent, s.Handlings, s.Goroutines, mb(s.HeapInuse), mb(s.RSS), s.CurTable, s.Rotations, s.SinceSwitch.Round(time.Second),
-		evLive, evDead, tb("pgq.retry_queue"), tb("partitionq.failure"), tb("pgq.tick"), tb("pgq.subscription"),
+		evLive, evDead, tb(schema+".retry_queue"), tb("partitionq.failure"), tb(schema+".tick"), tb(schema+".subscription"),
 		s.MaxLag.Round(time.Millisecond), s.Blocked, s.Parked)
 }
 
@@ -356,7 +363,8 @@ func (r *SoakReport) judge() {
 	// Autovacuum wakes every minute (autovacuum_naptime): judge the dead
 	// tuples of the tables that are updated and deleted from only over runs
 	// long enough for it to have run a few times.
-	for _, tbl := range []string{"pgq.retry_queue", "pgq.tick", "pgq.subscription", "partitionq.failure"} {
+	schema := r.Config.Engine.Schema()
+	for _, tbl := range []string{schema + ".retry_queue", schema + ".tick", schema + ".subscription", "partitionq.failure"} {
 		if r.Config.Duration < 3*time.Minute {
 			break
 		}

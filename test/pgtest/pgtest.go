@@ -1,5 +1,7 @@
 // Package pgtest gives tests a fresh database on the real PostgreSQL with
-// the real engine, and drops it afterwards.
+// the real engine, and drops it afterwards. The engine is PgQ, or PgQue
+// with PARTITIONQ_ENGINE=pgque and PARTITIONQ_PGQUE_SQL naming its install
+// file (make test runs the suite once on each).
 //
 // The server comes from PARTITIONQ_TEST_DATABASE_URL, else DATABASE_URL,
 // else postgres://postgres@127.0.0.1:5432/postgres (make test sets them;
@@ -13,6 +15,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partitionq/partitionq/internal/connstr"
+	"github.com/partitionq/partitionq/internal/freshdb"
 )
 
 // AdminURL returns the URL of the server's maintenance database.
@@ -34,64 +38,68 @@ func AdminURL() string {
 
 // DB is one fresh database.
 type DB struct {
-	Name string
-	URL  string // connection string of the fresh database
+	Name   string
+	URL    string // connection string of the fresh database
+	Schema string // the engine's schema: "pgq" or "pgque"
 }
 
-// New creates a fresh database with the pgq extension and registers its
-// drop with t.Cleanup.
+// SQL returns sql with every "pgq." replaced by the engine's schema, for
+// tests that read the engine's tables or call its functions by hand.
+func (db DB) SQL(sql string) string {
+	if db.Schema == freshdb.PgQ {
+		return sql
+	}
+	return strings.ReplaceAll(sql, "pgq.", db.Schema+".")
+}
+
+// Engine returns the engine the tests run on, from PARTITIONQ_ENGINE and
+// PARTITIONQ_PGQUE_SQL (see internal/freshdb); it fails the test when they
+// are wrong.
+func Engine(t testing.TB) freshdb.Engine {
+	t.Helper()
+	eng, err := freshdb.FromEnv(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng
+}
+
+// New creates a fresh database with the engine of PARTITIONQ_ENGINE (PgQ
+// by default) and registers its drop with t.Cleanup.
 func New(t testing.TB) DB {
 	t.Helper()
+	eng := Engine(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	admin, err := pgx.Connect(ctx, AdminURL())
+	admin, err := pgx.ParseConfig(AdminURL())
 	if err != nil {
+		t.Fatalf("PARTITIONQ_TEST_DATABASE_URL or DATABASE_URL: %v", err)
+	}
+	if conn, err := pgx.ConnectConfig(ctx, admin); err != nil {
 		if os.Getenv("PARTITIONQ_REQUIRE_DB") != "" {
 			t.Fatalf("no test database server at %s: %v (run scripts/devdb.sh)", AdminURL(), err)
 		}
 		t.Skipf("no test database server at %s: %v (run `make test`, which brings one up)", AdminURL(), err)
+	} else {
+		conn.Close(ctx)
 	}
-	defer admin.Close(ctx)
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	name := "pqtest_" + hex.EncodeToString(b)
-	if _, err := admin.Exec(ctx, "create database "+name); err != nil {
-		t.Fatalf("create database %s: %v", name, err)
-	}
-	cfg, err := pgx.ParseConfig(AdminURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := ReplaceDB(AdminURL(), cfg.Database, name)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		admin, err := pgx.Connect(ctx, AdminURL())
-		if err != nil {
-			t.Errorf("drop database %s: %v", name, err)
-			return
-		}
-		defer admin.Close(ctx)
-		if _, err := admin.Exec(ctx, "drop database if exists "+name+" with (force)"); err != nil {
+		if err := freshdb.Drop(ctx, admin, name); err != nil {
 			t.Errorf("drop database %s: %v", name, err)
 		}
 	})
-	// The first create extension pgq of a cluster creates cluster-wide roles
-	// (pgq_reader, ...) with a check-then-create that races between
-	// databases: serialize it with a lock taken in the shared admin database.
-	if _, err := admin.Exec(ctx, "select pg_advisory_lock(28753, -100)"); err != nil {
+	if _, err := freshdb.Create(ctx, admin, freshdb.Spec{Name: name, Engine: eng}); err != nil {
+		if eng.Name == freshdb.PgQ {
+			t.Fatalf("%v (install postgresql-<major>-pgq3; scripts/devdb.sh does)", err)
+		}
 		t.Fatal(err)
 	}
-	defer admin.Exec(ctx, "select pg_advisory_unlock(28753, -100)") //nolint:errcheck
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatalf("connect to %s: %v", name, err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "create extension if not exists pgq"); err != nil {
-		t.Fatalf("create extension pgq in %s: %v (install postgresql-<major>-pgq3; scripts/devdb.sh does)", name, err)
-	}
-	return DB{Name: name, URL: url}
+	return DB{Name: name, URL: ReplaceDB(AdminURL(), admin.Database, name), Schema: eng.Schema()}
 }
 
 // ReplaceDB points a URL or keyword/value connection string at the

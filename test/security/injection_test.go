@@ -84,8 +84,8 @@ func newHostileEnv(t *testing.T) *hostileEnv {
 func (e *hostileEnv) intact(t *testing.T) {
 	t.Helper()
 	var canary, queues, consumers, deadTable int
-	err := e.admin.QueryRow(e.ctx, `select (select count(*) from canary), (select count(*) from pgq.queue),
-		(select count(*) from pgq.consumer), (select count(*) from pg_tables where schemaname = 'partitionq' and tablename = 'dead_letter')`).
+	err := e.admin.QueryRow(e.ctx, e.db.SQL(`select (select count(*) from canary), (select count(*) from pgq.queue),
+		(select count(*) from pgq.consumer), (select count(*) from pg_tables where schemaname = 'partitionq' and tablename = 'dead_letter')`)).
 		Scan(&canary, &queues, &consumers, &deadTable)
 	if err != nil || canary != 1 || queues != 1 || consumers != 2 || deadTable != 1 {
 		t.Fatalf("something was executed: canary %d, queues %d, consumers %d, dead_letter table %d, %v", canary, queues, consumers, deadTable, err)

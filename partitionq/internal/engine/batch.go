@@ -191,7 +191,7 @@ func (e *Engine) OpenRead(ctx context.Context, tx pgx.Tx, spec ReadSpec, limit i
 	if spec.AfterID > 0 {
 		where = append(where, "ev_id > "+strconv.FormatInt(spec.AfterID, 10))
 	}
-	q := "declare " + readCursor + " no scroll cursor for select " + slotCol + ", ev_id, ev_time, coalesce(ev_retry, 0), coalesce(ev_type, ''), coalesce(ev_data, ''), coalesce(ev_extra1, ''), ev_extra2, ev_extra3, ev_extra4 from (" + sql + ") _evs"
+	q := "declare " + readCursor + " no scroll cursor for select " + slotCol + ", ev_id, ev_time, coalesce(ev_retry, 0), coalesce(ev_type, ''), coalesce(ev_data, ''), coalesce(ev_extra1, ''), ev_extra2, ev_extra3, ev_extra4, ev_extra1 is null from (" + sql + ") _evs"
 	if len(where) > 0 {
 		q += " where " + strings.Join(where, " and ")
 	}
@@ -219,7 +219,7 @@ func (c *Cursor) Next(ctx context.Context, limit int) ([]SlotEvent, error) {
 	}
 	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SlotEvent, error) {
 		var ev SlotEvent
-		err := r.Scan(&ev.Slot, &ev.ID, &ev.Time, &ev.Retry, &ev.Type, &ev.Data, &ev.Key, &ev.Extra2, &ev.Extra3, &ev.Extra4)
+		err := r.Scan(&ev.Slot, &ev.ID, &ev.Time, &ev.Retry, &ev.Type, &ev.Data, &ev.Key, &ev.Extra2, &ev.Extra3, &ev.Extra4, &ev.NoKey)
 		return ev, err
 	})
 	if err != nil {

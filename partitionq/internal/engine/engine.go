@@ -271,22 +271,14 @@ func quoteQualified(name string) string {
 // --------------------------------------------------------------- routing
 
 // SlotExpr is the SQL expression that computes an event's slot out of n from
-// its key column: the sign-normalized remainder of hashtextextended(key, 0).
-// An event without a key (NULL ev_extra1, written by some other producer)
-// hashes as the empty string. Only integers are pasted.
+// its key column: the sign-normalized remainder of hashtextextended(key, 0),
+// and slot 0 for an event without a key (NULL ev_extra1, written by some
+// other producer). It is upstream PgQue's partition routing, so a group's
+// events are assigned the same way by partitionq and by PgQue's own
+// receive_partitioned. Only integers are pasted.
 func SlotExpr(keyColumn string, n int) string {
 	ns := strconv.Itoa(n)
-	return "((hashtextextended(coalesce(" + keyColumn + ", ''), 0) % " + ns + " + " + ns + ") % " + ns + ")"
-}
-
-// SlotFilter is get_batch_cursor's extra_where for slot of n, or nil when
-// n is 1 (every event belongs to the only slot).
-func SlotFilter(slot, n int) *string {
-	if n <= 1 {
-		return nil
-	}
-	s := SlotExpr("ev_extra1", n) + " = " + strconv.Itoa(slot)
-	return &s
+	return "(case when " + keyColumn + " is null then 0 else (hashtextextended(" + keyColumn + ", 0) % " + ns + " + " + ns + ") % " + ns + " end)"
 }
 
 // SlotOf asks the server for the slot of key among n.

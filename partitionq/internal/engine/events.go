@@ -18,13 +18,16 @@ type Event struct {
 	Retry  int32 // ev_retry: 0 when fresh
 	Type   string
 	Data   string
-	Key    string // ev_extra1
+	Key    string // ev_extra1; "" when the event has none
+	NoKey  bool   // ev_extra1 is NULL: sent without a key (by another producer)
 	Extra2 *string
 	Extra3 *string
 	Extra4 *string
 }
 
-// NewEvent is one event to insert.
+// NewEvent is one event to insert. An empty Key stores none (NULL
+// ev_extra1, which routes to slot 0): partitionq's producers always give
+// one; a dead letter of an event without a key is replayed without one.
 type NewEvent struct {
 	Key, Type, Data string
 }
@@ -32,7 +35,7 @@ type NewEvent struct {
 // Insert inserts one event and returns its id.
 func (e *Engine) Insert(ctx context.Context, db DB, queue string, ev NewEvent) (int64, error) {
 	var id int64
-	err := db.QueryRow(ctx, e.f(`select pgq.insert_event($1, $2, $3, $4, null, null, null)`),
+	err := db.QueryRow(ctx, e.f(`select pgq.insert_event($1, $2, $3, nullif($4, ''), null, null, null)`),
 		queue, ev.Type, ev.Data, ev.Key).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("insert event into queue %q: %w", queue, err)
@@ -41,11 +44,11 @@ func (e *Engine) Insert(ctx context.Context, db DB, queue string, ev NewEvent) (
 }
 
 // InsertMany inserts events and returns their ids in input order. In a
-// transaction on PgQ, a batch of BulkInsertMin events or more is loaded
-// with COPY when the session may (see insertBulk); otherwise one statement
-// calls insert_event per event.
+// transaction, a batch of BulkInsertMin events or more is loaded with COPY
+// when the session may (see insertBulk); otherwise one statement calls
+// insert_event per event.
 func (e *Engine) InsertMany(ctx context.Context, db DB, queue string, evs []NewEvent) ([]int64, error) {
-	if tx, ok := db.(pgx.Tx); ok && e.schema == SchemaPgQ && len(evs) >= BulkInsertMin {
+	if tx, ok := db.(pgx.Tx); ok && len(evs) >= BulkInsertMin {
 		ids, done, err := e.insertBulk(ctx, tx, queue, evs)
 		if err != nil {
 			return nil, fmt.Errorf("insert %d events into queue %q: %w", len(evs), queue, err)
@@ -61,7 +64,7 @@ func (e *Engine) InsertMany(ctx context.Context, db DB, queue string, evs []NewE
 		types[i], datas[i], keys[i] = ev.Type, ev.Data, ev.Key
 	}
 	rows, err := db.Query(ctx, e.f(`
-		select pgq.insert_event($1, u.t, u.d, u.k, null, null, null)
+		select pgq.insert_event($1, u.t, u.d, nullif(u.k, ''), null, null, null)
 		  from unnest($2::text[], $3::text[], $4::text[]) with ordinality as u(t, d, k, n)
 		 order by u.n`), queue, types, datas, keys)
 	if err != nil {
@@ -75,7 +78,8 @@ func (e *Engine) InsertMany(ctx context.Context, db DB, queue string, evs []NewE
 }
 
 // BulkInsertMin is the smallest batch InsertMany loads with COPY: below it
-// the extra round trip costs more than insert_event's per-event work.
+// the extra round trip costs more than insert_event's per-event work (on
+// PgQ; PgQue's insert_event, in PL/pgSQL, costs about twice as much).
 const BulkInsertMin = 64
 
 // insertBulk loads evs into the queue's current event table with COPY, in
@@ -84,18 +88,20 @@ const BulkInsertMin = 64
 // per-event path; the caller then uses insert_event, which raises the
 // engine's own errors (unknown queue, inserts disabled).
 //
-// It writes the rows PgQ's insert_event_raw writes (ev_id from the queue's
-// event sequence, ev_time now(), ev_txid by the table's default, no owner
-// or retry) into the table pgq.current_event_table names: PgQ documents
-// that table as the place to add events "without going via functions, e.g.
-// by COPY", valid for the rest of the transaction. insert_event_raw does
-// per event a lookup of the queue and a one-row INSERT through SPI, about
-// ten times the server time of COPY (docs/benchmarks.md). Its checks are
-// kept: a queue with inserts disabled, or with a per-transaction limit
-// (which only the engine counts), goes through insert_event. The session
-// needs INSERT on the event table and USAGE on the sequence (the queue's
-// owner, pgq_admin); a producer with pgq_writer alone does not have them
-// and goes through insert_event.
+// It writes the rows the engine's insert_event_raw writes (ev_id from the
+// queue's event sequence, ev_time now(), ev_txid by the table's default:
+// bigint on PgQ, xid8 on PgQue; no owner or retry) into the table
+// current_event_table names: both engines document that table as the
+// place to add events "without going via functions, e.g. by COPY", valid
+// for the rest of the transaction. insert_event_raw does per event a
+// lookup of the queue and a one-row INSERT (SPI in PgQ's C, dynamic SQL in
+// PgQue's PL/pgSQL), about ten times the server time of COPY on PgQ and
+// twenty on PgQue (docs/benchmarks.md). Its checks are kept: a queue with
+// inserts disabled, or (PgQ only) with a per-transaction limit, which only
+// the engine counts, goes through insert_event. The session needs INSERT
+// on the event table and USAGE on the sequence (the queue's owner,
+// pgq_admin or pgque_admin); a producer with the writer role alone does not
+// have them and goes through insert_event.
 func (e *Engine) insertBulk(ctx context.Context, tx pgx.Tx, queue string, evs []NewEvent) (ids []int64, done bool, err error) {
 	var (
 		prefix  string
@@ -113,7 +119,7 @@ func (e *Engine) insertBulk(ctx context.Context, tx pgx.Tx, queue string, evs []
 		       case when a.ok then (select array_agg(s.id) from (select nextval(a.seq) as id from generate_series(1, $2)) s) end
 		  from (select q.queue_data_pfx as pfx, q.queue_cur_table as tbl, q.queue_event_seq as seq,
 		               (not q.queue_disable_insert or current_setting('session_replication_role') = 'replica')
-		               and q.queue_per_tx_limit is null
+		               `+e.perTxLimitUnset()+`
 		               and has_table_privilege(q.queue_data_pfx || '_' || q.queue_cur_table::text, 'insert')
 		               and has_sequence_privilege(q.queue_event_seq, 'usage') as ok
 		          from pgq.queue q where q.queue_name = $1) a`), queue, len(evs)).Scan(&prefix, &table, &allowed, &now, &ids)
@@ -133,7 +139,11 @@ func (e *Engine) insertBulk(ctx context.Context, tx pgx.Tx, queue string, evs []
 	}
 	n, err := tx.CopyFrom(ctx, name, []string{"ev_id", "ev_time", "ev_type", "ev_data", "ev_extra1"},
 		pgx.CopyFromSlice(len(evs), func(i int) ([]any, error) {
-			return []any{ids[i], now, evs[i].Type, evs[i].Data, evs[i].Key}, nil
+			var key any
+			if evs[i].Key != "" {
+				key = evs[i].Key
+			}
+			return []any{ids[i], now, evs[i].Type, evs[i].Data, key}, nil
 		}))
 	if err != nil {
 		return nil, false, err
@@ -144,107 +154,26 @@ func (e *Engine) insertBulk(ctx context.Context, tx pgx.Tx, queue string, evs []
 	return ids, true, nil
 }
 
-// NextBatch returns the consumer's open batch, opening one when a new tick
-// exists; ok is false when there is nothing new.
-func (e *Engine) NextBatch(ctx context.Context, db DB, queue, consumer string) (id int64, ok bool, err error) {
-	var b *int64
-	if err := db.QueryRow(ctx, e.f(`select pgq.next_batch($1, $2)`), queue, consumer).Scan(&b); err != nil {
-		return 0, false, err
+// perTxLimitUnset is insertBulk's check that the queue has no limit of
+// events per transaction: PgQ's queue_per_tx_limit, which PgQue dropped.
+func (e *Engine) perTxLimitUnset() string {
+	if e.schema == SchemaPgQue {
+		return ""
 	}
-	if b == nil {
-		return 0, false, nil
-	}
-	return *b, true, nil
+	return "and q.queue_per_tx_limit is null"
 }
 
-// FinishBatch closes a batch; it reports false when the batch was not open.
-func (e *Engine) FinishBatch(ctx context.Context, db DB, batch int64) (bool, error) {
-	var n int
-	err := db.QueryRow(ctx, e.f(`select pgq.finish_batch($1)`), batch).Scan(&n)
-	return n == 1, err
-}
-
-const eventCols = `ev_id, ev_time, coalesce(ev_retry, 0), coalesce(ev_type, ''), coalesce(ev_data, ''), coalesce(ev_extra1, ''), ev_extra2, ev_extra3, ev_extra4`
+const eventCols = `ev_id, ev_time, coalesce(ev_retry, 0), coalesce(ev_type, ''), coalesce(ev_data, ''), coalesce(ev_extra1, ''), ev_extra2, ev_extra3, ev_extra4, ev_extra1 is null`
 
 func scanEvent(r pgx.CollectableRow) (Event, error) {
 	var ev Event
-	err := r.Scan(&ev.ID, &ev.Time, &ev.Retry, &ev.Type, &ev.Data, &ev.Key, &ev.Extra2, &ev.Extra3, &ev.Extra4)
+	err := r.Scan(&ev.ID, &ev.Time, &ev.Retry, &ev.Type, &ev.Data, &ev.Key, &ev.Extra2, &ev.Extra3, &ev.Extra4, &ev.NoKey)
 	return ev, err
 }
 
-// scanCursorRow reads a row fetched from the batch cursor, which has the
-// engine's own columns: ev_id, ev_time, ev_txid, ev_retry, ev_type, ev_data,
-// ev_extra1..4.
-func scanCursorRow(r pgx.CollectableRow) (Event, error) {
-	var ev Event
-	var txid *int64
-	var retry *int32
-	var typ, data, key *string
-	err := r.Scan(&ev.ID, &ev.Time, &txid, &retry, &typ, &data, &key, &ev.Extra2, &ev.Extra3, &ev.Extra4)
-	if retry != nil {
-		ev.Retry = *retry
-	}
-	if typ != nil {
-		ev.Type = *typ
-	}
-	if data != nil {
-		ev.Data = *data
-	}
-	if key != nil {
-		ev.Key = *key
-	}
-	return ev, err
-}
-
-// BatchCursor streams the events of one batch that belong to one slot, in
-// engine order. It must be used inside a transaction (tx), which the
-// cursor lives in.
-type BatchCursor struct {
-	tx   pgx.Tx
-	name string
-	done bool
-}
-
-// OpenBatchCursor declares a cursor over the batch's events of slot (of n)
-// and returns the first chunk of at most limit events.
-func (e *Engine) OpenBatchCursor(ctx context.Context, tx pgx.Tx, batch int64, slot, n, limit int) (*BatchCursor, []Event, error) {
-	c := &BatchCursor{tx: tx, name: "partitionq_batch"}
-	rows, err := tx.Query(ctx, e.f(`select `+eventCols+` from pgq.get_batch_cursor($1, $2, $3, $4)`),
-		batch, c.name, limit, SlotFilter(slot, n))
-	if err != nil {
-		return nil, nil, fmt.Errorf("read batch %d: %w", batch, err)
-	}
-	evs, err := pgx.CollectRows(rows, scanEvent)
-	if err != nil {
-		return nil, nil, fmt.Errorf("read batch %d: %w", batch, err)
-	}
-	c.done = len(evs) < limit
-	return c, evs, nil
-}
-
-// Next returns the next chunk of at most limit events; an empty chunk means
-// the batch is exhausted.
-func (c *BatchCursor) Next(ctx context.Context, limit int) ([]Event, error) {
-	if c.done {
-		return nil, nil
-	}
-	rows, err := c.tx.Query(ctx, fmt.Sprintf("fetch %d from %s", limit, c.name))
-	if err != nil {
-		return nil, err
-	}
-	evs, err := pgx.CollectRows(rows, scanCursorRow)
-	if err != nil {
-		return nil, err
-	}
-	c.done = len(evs) < limit
-	return evs, nil
-}
-
-// Close closes the cursor.
-func (c *BatchCursor) Close(ctx context.Context) error {
-	_, err := c.tx.Exec(ctx, "close "+c.name)
-	return err
-}
+// keyIs is the condition that a retry-queue row belongs to the key of $n:
+// an event without a key (NULL) has the key "", as Event.Key says.
+func keyIs(n int) string { return fmt.Sprintf("coalesce(ev_extra1, '') = $%d", n) }
 
 // ------------------------------------------------------------ retry queue
 
@@ -273,13 +202,16 @@ func (e *Engine) PutRetry(ctx context.Context, db DB, queue, consumer string, ro
 	retries := make([]int32, n)
 	types := make([]string, n)
 	datas := make([]string, n)
-	keys := make([]string, n)
+	keys := make([]*string, n)
 	x2 := make([]*string, n)
 	x3 := make([]*string, n)
 	x4 := make([]*string, n)
 	for i, r := range rows {
 		after[i], ids[i], times[i], retries[i] = r.After, r.ID, r.Time, r.Retry
-		types[i], datas[i], keys[i] = r.Type, r.Data, r.Key
+		types[i], datas[i] = r.Type, r.Data
+		if !r.NoKey {
+			keys[i] = &r.Key
+		}
 		x2[i], x3[i], x4[i] = r.Extra2, r.Extra3, r.Extra4
 	}
 	_, err := db.Exec(ctx, e.f(`
@@ -293,37 +225,6 @@ func (e *Engine) PutRetry(ctx context.Context, db DB, queue, consumer string, ro
 	return nil
 }
 
-// KeysWithRetry returns which of keys have at least one event in the retry
-// queue of the subscription subID.
-func (e *Engine) KeysWithRetry(ctx context.Context, db DB, subID int32, keys []string) (map[string]bool, error) {
-	out := map[string]bool{}
-	if len(keys) == 0 {
-		return out, nil
-	}
-	rows, err := db.Query(ctx, e.f(`
-		select distinct ev_extra1 from pgq.retry_queue
-		 where ev_owner = $1 and ev_extra1 = any($2::text[])`), subID, keys)
-	if err != nil {
-		return nil, fmt.Errorf("read retry queue: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			return nil, err
-		}
-		out[k] = true
-	}
-	return out, rows.Err()
-}
-
-// HasRetry reports whether the subscription has any row in the retry queue.
-func (e *Engine) HasRetry(ctx context.Context, db DB, subID int32) (bool, error) {
-	var ok bool
-	err := db.QueryRow(ctx, e.f(`select exists (select 1 from pgq.retry_queue where ev_owner = $1)`), subID).Scan(&ok)
-	return ok, err
-}
-
 // RetryHead is the oldest retry-queue event of one key of a subscription,
 // with the number of events of that key behind it.
 type RetryHead struct {
@@ -332,35 +233,12 @@ type RetryHead struct {
 	Waiting int64
 }
 
-// RetryHeads returns, for every key with events in the retry queue of subID
-// (only the given key when key is not nil), its oldest event (by ev_id) and
-// how many more events of the key are there.
-func (e *Engine) RetryHeads(ctx context.Context, db DB, subID int32, key *string) ([]RetryHead, error) {
-	rows, err := db.Query(ctx, e.f(`
-		select h.ev_id, h.ev_time, coalesce(h.ev_retry, 0), coalesce(h.ev_type, ''), coalesce(h.ev_data, ''),
-		       coalesce(h.ev_extra1, ''), h.ev_extra2, h.ev_extra3, h.ev_extra4, h.ev_retry_after, k.n - 1
-		  from (select ev_extra1, min(ev_id) as head, count(*) as n
-		          from pgq.retry_queue
-		         where ev_owner = $1 and ($2::text is null or ev_extra1 = $2)
-		         group by ev_extra1) k
-		  join pgq.retry_queue h on h.ev_owner = $1 and h.ev_id = k.head
-		 order by h.ev_id`), subID, key)
-	if err != nil {
-		return nil, fmt.Errorf("read retry queue: %w", err)
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (RetryHead, error) {
-		var h RetryHead
-		err := r.Scan(&h.ID, &h.Time, &h.Retry, &h.Type, &h.Data, &h.Key, &h.Extra2, &h.Extra3, &h.Extra4, &h.After, &h.Waiting)
-		return h, err
-	})
-}
-
 // RetryEvents returns the retry-queue events of one key of subID in ev_id
 // order, at most limit of them.
 func (e *Engine) RetryEvents(ctx context.Context, db DB, subID int32, key string, limit int) ([]Event, error) {
 	rows, err := db.Query(ctx, e.f(`
 		select `+eventCols+` from pgq.retry_queue
-		 where ev_owner = $1 and coalesce(ev_extra1, '') = $2
+		 where ev_owner = $1 and `+keyIs(2)+`
 		 order by ev_id limit $3`), subID, key, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read retry queue: %w", err)
@@ -407,19 +285,8 @@ func (e *Engine) lockEvents(ctx context.Context, tx pgx.Tx, sql string, args ...
 func (e *Engine) HasOlderRetry(ctx context.Context, db DB, subID int32, key string, evID int64) (bool, error) {
 	var ok bool
 	err := db.QueryRow(ctx, e.f(`select exists (select 1 from pgq.retry_queue
-		where ev_owner = $1 and coalesce(ev_extra1, '') = $2 and ev_id < $3)`), subID, key, evID).Scan(&ok)
+		where ev_owner = $1 and `+keyIs(2)+` and ev_id < $3)`), subID, key, evID).Scan(&ok)
 	return ok, err
-}
-
-// DeleteRetry removes one row from the retry queue; it reports whether the
-// row was there. Callers hold the row lock (LockRetry), and only delete rows
-// parked at Far, which the engine's mover never selects.
-func (e *Engine) DeleteRetry(ctx context.Context, db DB, subID int32, evID int64) (bool, error) {
-	tag, err := db.Exec(ctx, e.f(`delete from pgq.retry_queue where ev_owner = $1 and ev_id = $2`), subID, evID)
-	if err != nil {
-		return false, err
-	}
-	return tag.RowsAffected() == 1, nil
 }
 
 // SetRetryCount stores ev_retry of one parked row.
@@ -437,20 +304,12 @@ func (e *Engine) HasDueRetry(ctx context.Context, db DB) (bool, error) {
 	return ok, err
 }
 
-// RetryCount counts the rows in subID's retry queue that the engine's mover
-// will re-deliver (time set) and the parked ones (at Far).
-func (e *Engine) RetryCount(ctx context.Context, db DB, subID int32) (timed, parked int64, err error) {
-	err = db.QueryRow(ctx, e.f(`select count(*) filter (where ev_retry_after < $2), count(*) filter (where ev_retry_after >= $2)
-		from pgq.retry_queue where ev_owner = $1`), subID, Far).Scan(&timed, &parked)
-	return
-}
-
 // NextRetry returns the oldest retry-queue event of key of subID with an id
 // above afterID (a walk of the primary key from afterID on).
 func (e *Engine) NextRetry(ctx context.Context, db DB, subID int32, key string, afterID int64) (Event, bool, error) {
 	rows, err := db.Query(ctx, e.f(`
 		select `+eventCols+` from pgq.retry_queue
-		 where ev_owner = $1 and ev_id > $3 and coalesce(ev_extra1, '') = $2
+		 where ev_owner = $1 and ev_id > $3 and `+keyIs(2)+`
 		 order by ev_id limit 1`), subID, key, afterID)
 	if err != nil {
 		return Event{}, false, err
@@ -474,7 +333,7 @@ func (e *Engine) LockRetryQueue(ctx context.Context, tx pgx.Tx) error {
 // tx (waiting up to lock_timeout, then ErrLocked) and returns them in ev_id order.
 func (e *Engine) LockKeyRetries(ctx context.Context, tx pgx.Tx, subID int32, key string) ([]Event, error) {
 	return e.lockEvents(ctx, tx, `select `+eventCols+` from pgq.retry_queue
-		where ev_owner = $1 and coalesce(ev_extra1, '') = $2 order by ev_id for update`, subID, key)
+		where ev_owner = $1 and `+keyIs(2)+` order by ev_id for update`, subID, key)
 }
 
 // LockParkedRun locks up to limit parked rows (at Far) of key of subID, in
@@ -482,7 +341,7 @@ func (e *Engine) LockKeyRetries(ctx context.Context, tx pgx.Tx, subID int32, key
 // of them is locked by another transaction it fails with ErrLocked.
 func (e *Engine) LockParkedRun(ctx context.Context, tx pgx.Tx, subID int32, key string, fromID int64, limit int) ([]Event, error) {
 	return e.lockEvents(ctx, tx, `select `+eventCols+` from pgq.retry_queue
-		where ev_owner = $1 and coalesce(ev_extra1, '') = $2 and ev_id >= $3 and ev_retry_after >= $4
+		where ev_owner = $1 and `+keyIs(2)+` and ev_id >= $3 and ev_retry_after >= $4
 		order by ev_id limit $5 for update nowait`, subID, key, fromID, Far, limit)
 }
 

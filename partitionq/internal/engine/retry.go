@@ -20,7 +20,7 @@ type GroupRetryHead struct {
 func (e *Engine) RetryHeadsOf(ctx context.Context, db DB, subs []int32, key *string) ([]GroupRetryHead, error) {
 	rows, err := db.Query(ctx, e.f(`
 		select h.ev_owner, h.ev_id, h.ev_time, coalesce(h.ev_retry, 0), coalesce(h.ev_type, ''), coalesce(h.ev_data, ''),
-		       coalesce(h.ev_extra1, ''), h.ev_extra2, h.ev_extra3, h.ev_extra4, h.ev_retry_after, k.n - 1
+		       coalesce(h.ev_extra1, ''), h.ev_extra2, h.ev_extra3, h.ev_extra4, h.ev_extra1 is null, h.ev_retry_after, k.n - 1
 		  from (select ev_owner, coalesce(ev_extra1, '') as key, min(ev_id) as head, count(*) as n
 		          from pgq.retry_queue
 		         where ev_owner = any($1::int4[]) and ($2::text is null or coalesce(ev_extra1, '') = $2)
@@ -32,7 +32,7 @@ func (e *Engine) RetryHeadsOf(ctx context.Context, db DB, subs []int32, key *str
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (GroupRetryHead, error) {
 		var h GroupRetryHead
-		err := r.Scan(&h.Sub, &h.ID, &h.Time, &h.Retry, &h.Type, &h.Data, &h.Key, &h.Extra2, &h.Extra3, &h.Extra4, &h.After, &h.Waiting)
+		err := r.Scan(&h.Sub, &h.ID, &h.Time, &h.Retry, &h.Type, &h.Data, &h.Key, &h.Extra2, &h.Extra3, &h.Extra4, &h.NoKey, &h.After, &h.Waiting)
 		return h, err
 	})
 }

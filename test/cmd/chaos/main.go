@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/partitionq/partitionq/internal/freshdb"
 	"github.com/partitionq/partitionq/test/chaos"
 )
 
@@ -59,12 +60,28 @@ type common struct {
 	port      int
 	keep      bool
 	workerLog string
+	engine    string
+	pgqueSQL  string
 }
 
 func (c *common) bind(fs *flag.FlagSet) {
 	fs.IntVar(&c.port, "port", 0, "port of the throwaway cluster on 127.0.0.1 (default: a free port)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the cluster's directory (stopped) when the verdict is not clean")
 	fs.StringVar(&c.workerLog, "worker-log", "", "file for the workers' stderr (default: in the cluster's directory, deleted with it)")
+	fs.StringVar(&c.engine, "engine", os.Getenv(freshdb.EnvEngine), `queue engine of the run's database: "pgq" or "pgque" (default: $`+freshdb.EnvEngine+`, else pgq)`)
+	fs.StringVar(&c.pgqueSQL, "pgque-sql", os.Getenv(freshdb.EnvPgQueSQL), "PgQue's install file, for -engine pgque (default: $"+freshdb.EnvPgQueSQL+")")
+}
+
+// eng is the engine the flags choose.
+func (c *common) eng() (freshdb.Engine, error) {
+	if c.engine == "" {
+		return freshdb.Engine{Name: freshdb.PgQ}, nil
+	}
+	eng, err := freshdb.New(c.engine, c.pgqueSQL)
+	if err != nil {
+		return freshdb.Engine{}, fmt.Errorf("-engine, -pgque-sql: %w", err)
+	}
+	return eng, nil
 }
 
 // parseExit is the exit status after a flag parse error: 0 for -h.
@@ -143,6 +160,11 @@ func runChaos(ctx context.Context, args []string) int {
 			cfg.Duration = l.Duration
 		}
 	}
+	var err error
+	if cfg.Engine, err = c.eng(); err != nil {
+		logf("error: %v", err)
+		return 2
+	}
 	cl, bin, wlog, cleanup, err := c.setup(ctx)
 	if err != nil {
 		logf("error: %v", err)
@@ -186,6 +208,11 @@ func runSoak(ctx context.Context, args []string) int {
 	jsonOut := fs.String("json", "", "also write the samples as JSON to this file")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
+	}
+	var err error
+	if cfg.Engine, err = c.eng(); err != nil {
+		logf("error: %v", err)
+		return 2
 	}
 	cl, bin, wlog, cleanup, err := c.setup(ctx)
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// runBaseline drains queue's batch the way a plain PgQ consumer does: one
+// runBaseline drains queue's batch the way a plain PgQ (or PgQue) consumer does: one
 // consumer, next_batch / get_batch_events / finish_batch, the handler
 // called for each event in order. A failed event is retried in place after
 // the backoff, holding up everything behind it: the only way a single
@@ -17,8 +17,8 @@ func (b *bench) runBaseline(ctx context.Context, wl *Workload, queue string, ids
 	res := &Result{Workload: wl.Name, System: SysBaseline, Config: "N=1 c=1", N: 1, Conc: 1, Events: len(wl.Events), Checked: true}
 	rec := NewRecorder(wl, false)
 	var elapsed time.Duration
-	cost, err := b.measure(ctx, b.pgqDB, rec.Handled, func() error {
-		conn, err := pgx.Connect(ctx, replaceDB(b.cfg.AdminURL, b.pgqDB))
+	cost, err := b.measure(ctx, b.on.db, rec.Handled, func() error {
+		conn, err := pgx.Connect(ctx, replaceDB(b.cfg.AdminURL, b.on.db))
 		if err != nil {
 			return err
 		}
@@ -39,17 +39,17 @@ func (b *bench) runBaseline(ctx context.Context, wl *Workload, queue string, ids
 				return nil
 			}
 			var batch *int64
-			if err := conn.QueryRow(runCtx, `select pgq.next_batch($1, $2)`, queue, baselineConsumer(trial)).Scan(&batch); err != nil {
+			if err := conn.QueryRow(runCtx, b.sql(`select pgq.next_batch($1, $2)`), queue, baselineConsumer(trial)).Scan(&batch); err != nil {
 				return err
 			}
 			if batch == nil {
 				time.Sleep(100 * time.Millisecond)
 				continue
 			}
-			if err := baselineBatch(runCtx, conn, *batch, wl, ids, rec, backoff); err != nil {
+			if err := b.baselineBatch(runCtx, conn, *batch, wl, ids, rec, backoff); err != nil {
 				return err
 			}
-			if _, err := conn.Exec(runCtx, `select pgq.finish_batch($1)`, *batch); err != nil {
+			if _, err := conn.Exec(runCtx, b.sql(`select pgq.finish_batch($1)`), *batch); err != nil {
 				return err
 			}
 		}
@@ -63,8 +63,8 @@ func (b *bench) runBaseline(ctx context.Context, wl *Workload, queue string, ids
 	return res
 }
 
-func baselineBatch(ctx context.Context, conn *pgx.Conn, batch int64, wl *Workload, ids *idIndex, rec *Recorder, backoff time.Duration) error {
-	rows, err := conn.Query(ctx, `select ev_id, ev_time, ev_type, ev_data, ev_extra1 from pgq.get_batch_events($1)`, batch)
+func (b *bench) baselineBatch(ctx context.Context, conn *pgx.Conn, batch int64, wl *Workload, ids *idIndex, rec *Recorder, backoff time.Duration) error {
+	rows, err := conn.Query(ctx, b.sql(`select ev_id, ev_time, ev_type, ev_data, ev_extra1 from pgq.get_batch_events($1)`), batch)
 	if err != nil {
 		return err
 	}

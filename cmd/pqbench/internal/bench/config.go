@@ -8,19 +8,29 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/partitionq/partitionq/internal/freshdb"
 )
 
 // Config is one benchmark run. Full and Short return the two standard forms.
 type Config struct {
 	// AdminURL is the server's maintenance database; the bench creates its
-	// own databases (DBPrefix_pgq, DBPrefix_pgboss, DBPrefix_graphile) there
-	// and drops them at the end unless Keep is set.
+	// own databases (DBPrefix_pgq, DBPrefix_pgque, DBPrefix_pgboss,
+	// DBPrefix_graphile) there and drops them at the end unless Keep is set.
 	AdminURL string
 	DBPrefix string
 	Keep     bool
+
+	// Engines lists the queue engines measured: "pgq" (always, first: every
+	// step runs on it) and "pgque", on which the producer and W1 steps run
+	// again, partitionq and the plain consumer alike, in a database of its
+	// own with PgQue installed from PgQueSQL.
+	Engines  []string
+	PgQueSQL string
 
 	// Out is the directory for results.json, results.md and w2.svg.
 	Out string
@@ -78,7 +88,7 @@ type Config struct {
 // Full is the configuration of `make bench`.
 func Full() Config {
 	return Config{
-		DBPrefix: "pqbench", Out: "bench-out", PeersDir: "bench/peers", Peers: true, Seed: 1,
+		DBPrefix: "pqbench", Out: "bench-out", PeersDir: "bench/peers", Peers: true, Seed: 1, Engines: []string{freshdb.PgQ},
 		W1Events: 200_000, W1Keys: 1000, W1Trials: 3,
 		W2Events: 20_000, W2Keys: 1000, W2Handler: 5 * time.Millisecond,
 		W3Events: 20_000, W3Keys: 1000, W3Handler: 5 * time.Millisecond, W3FailRate: 0.01,
@@ -97,7 +107,7 @@ func Full() Config {
 // still hold, never to judge speed.
 func Short() Config {
 	return Config{
-		DBPrefix: "pqbench_short", Out: "bench-out/short", PeersDir: "bench/peers", Peers: true, Short: true, Seed: 1,
+		DBPrefix: "pqbench_short", Out: "bench-out/short", PeersDir: "bench/peers", Peers: true, Short: true, Seed: 1, Engines: []string{freshdb.PgQ},
 		W1Events: 4000, W1Keys: 100, W1Trials: 1,
 		W2Events: 600, W2Keys: 100, W2Handler: 5 * time.Millisecond,
 		W3Events: 600, W3Keys: 100, W3Handler: 2 * time.Millisecond, W3FailRate: 0.02,
@@ -132,6 +142,8 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the bench process to this file")
 	only := fs.String("only", "", "comma-separated steps to run: producer, W1, W2, W3, latency, peers (default all)")
 	peerRuns := fs.String("peer-runs", "", "comma-separated peer runs: W1, W2, W2bulk, W3, latency (default all; W2 with -short)")
+	engines := fs.String("engines", "pgq", "comma-separated queue engines: pgq, and pgque to run the producer and W1 on PgQue as well")
+	pgqueSQL := fs.String("pgque-sql", os.Getenv(freshdb.EnvPgQueSQL), "PgQue's install file (PgQue's sql/pgque.sql), for -engines pgq,pgque (default $"+freshdb.EnvPgQueSQL+")")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: pqbench [flags]\n\nRuns the partitionq benchmark (docs/benchmarks.md) and prints its tables.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -191,7 +203,26 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 			return Config{}, err
 		}
 	}
+	cfg.Engines, cfg.PgQueSQL = strings.Split(*engines, ","), *pgqueSQL
+	if err := cfg.validateEngines(); err != nil {
+		return Config{}, err
+	}
 	return cfg, nil
+}
+
+// validateEngines checks Engines (pgq first, then maybe pgque) and that
+// PgQue's install file is there when asked for.
+func (c Config) validateEngines() error {
+	if len(c.Engines) == 0 || c.Engines[0] != freshdb.PgQ || len(c.Engines) > 2 ||
+		(len(c.Engines) == 2 && c.Engines[1] != freshdb.PgQue) {
+		return fmt.Errorf("invalid -engines %q: give pgq, or pgq,pgque", strings.Join(c.Engines, ","))
+	}
+	if len(c.Engines) == 2 {
+		if _, err := freshdb.New(freshdb.PgQue, c.PgQueSQL); err != nil {
+			return fmt.Errorf("-engines pgq,pgque: %w (or -pgque-sql)", err)
+		}
+	}
+	return nil
 }
 
 func intList(name, s string) ([]int, error) {

@@ -25,13 +25,13 @@ func (b *bench) latencyRun(ctx context.Context, wl *Workload, queue, label strin
 		Events: len(wl.Events), Checked: true}
 	rec := NewRecorder(wl, true)
 	var elapsed time.Duration
-	cost, err := b.measure(ctx, b.pgqDB, rec.Handled, func() error {
-		pool, err := b.pool(ctx, b.pgqDB, partitionq.PoolConns(n, c)+2)
+	cost, err := b.measure(ctx, b.on.db, rec.Handled, func() error {
+		pool, err := b.pool(ctx, b.on.db, partitionq.PoolConns(n, c)+2)
 		if err != nil {
 			return err
 		}
 		defer pool.Close()
-		client, err := partitionq.NewClient(ctx, pool, partitionq.Config{EngineSchema: "pgq"})
+		client, err := partitionq.NewClient(ctx, pool, partitionq.Config{EngineSchema: b.on.engine})
 		if err != nil {
 			return err
 		}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/partitionq/partitionq/internal/freshdb"
 	"github.com/partitionq/partitionq/internal/ordercheck"
 )
 
@@ -182,7 +183,7 @@ func (b *bench) runPeer(ctx context.Context, r peerRun) []*Result {
 	if r.system == "graphile" {
 		db = b.gwDB
 	}
-	if err := b.createDB(ctx, db); err != nil {
+	if err := b.createDB(ctx, db, freshdb.Engine{}); err != nil {
 		res.Err = err.Error()
 		return out
 	}

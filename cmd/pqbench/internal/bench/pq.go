@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/partitionq/partitionq/internal/freshdb"
 	"github.com/partitionq/partitionq/partitionq"
 )
 
@@ -35,7 +36,8 @@ func (b *bench) drainWorkload(ctx context.Context, wl *Workload, queue string, m
 	for _, nc := range matrix {
 		runs = append(runs, func(t int) *Result { return b.runPartitionq(ctx, wl, queue, ids, nc[0], nc[1], backoff, t) })
 	}
-	if wl.Handler == 0 {
+	limits := b.on.engine == freshdb.PgQ // the physical limits do not depend on the engine
+	if wl.Handler == 0 && limits {
 		runs = append(runs, func(int) *Result { return b.selectPlain(ctx, wl) })
 	}
 	got := make([][]*Result, len(runs))
@@ -48,6 +50,9 @@ func (b *bench) drainWorkload(ctx context.Context, wl *Workload, queue string, m
 	}
 	for _, rs := range got {
 		b.add(median(rs), trials == 1)
+	}
+	if !limits {
+		return nil
 	}
 	return b.limits(ctx, wl, matrix, backoff)
 }
@@ -120,12 +125,12 @@ func (x *idIndex) lookup(id int64) (int, bool) {
 // tick, so every consumer sees the whole workload as one batch. It returns
 // the event index of each engine event id.
 func (b *bench) prepareQueue(ctx context.Context, wl *Workload, queue string, matrix [][2]int, trials int) (*idIndex, error) {
-	pool, err := b.pool(ctx, b.pgqDB, 4)
+	pool, err := b.pool(ctx, b.on.db, 4)
 	if err != nil {
 		return nil, err
 	}
 	defer pool.Close()
-	client, err := partitionq.NewClient(ctx, pool, partitionq.Config{EngineSchema: "pgq"})
+	client, err := partitionq.NewClient(ctx, pool, partitionq.Config{EngineSchema: b.on.engine})
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +140,7 @@ func (b *bench) prepareQueue(ctx context.Context, wl *Workload, queue string, ma
 				return nil, err
 			}
 		}
-		if _, err := pool.Exec(ctx, `select pgq.register_consumer($1, $2)`, queue, baselineConsumer(t)); err != nil {
+		if _, err := pool.Exec(ctx, b.sql(`select pgq.register_consumer($1, $2)`), queue, baselineConsumer(t)); err != nil {
 			return nil, err
 		}
 	}
@@ -172,13 +177,13 @@ func (b *bench) runPartitionq(ctx context.Context, wl *Workload, queue string, i
 		Events: len(wl.Events), Checked: true}
 	rec := NewRecorder(wl, false)
 	var elapsed time.Duration
-	cost, err := b.measure(ctx, b.pgqDB, rec.Handled, func() error {
-		pool, err := b.pool(ctx, b.pgqDB, partitionq.PoolConns(n, c))
+	cost, err := b.measure(ctx, b.on.db, rec.Handled, func() error {
+		pool, err := b.pool(ctx, b.on.db, partitionq.PoolConns(n, c))
 		if err != nil {
 			return err
 		}
 		defer pool.Close()
-		client, err := partitionq.NewClient(ctx, pool, partitionq.Config{EngineSchema: "pgq"})
+		client, err := partitionq.NewClient(ctx, pool, partitionq.Config{EngineSchema: b.on.engine})
 		if err != nil {
 			return err
 		}

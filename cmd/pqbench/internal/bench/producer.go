@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/partitionq/partitionq/internal/freshdb"
 	"github.com/partitionq/partitionq/partitionq"
 )
 
@@ -12,14 +16,16 @@ import (
 const producerQueue = "producer"
 
 // producer measures writing wl's rows: partitionq's Send (one event per
-// call and transaction), SendBatch (all of them in one call), and COPY of
-// the same rows into a plain table, the physical limit.
+// call and transaction), SendBatch (all of them in one call: COPY into the
+// queue's event table, as the bench's role may), SendBatch by a role with
+// only the engine's writer role (insert_event per event), and, on PgQ,
+// COPY of the same rows into a plain table, the physical limit.
 func (b *bench) producer(ctx context.Context, wl *Workload) error {
-	pool, err := b.pool(ctx, b.pgqDB, 4)
+	pool, err := b.pool(ctx, b.on.db, 4)
 	if err != nil {
 		return err
 	}
-	client, err := partitionq.NewClient(ctx, pool, partitionq.Config{EngineSchema: "pgq"})
+	client, err := partitionq.NewClient(ctx, pool, partitionq.Config{EngineSchema: b.on.engine})
 	if err != nil {
 		pool.Close()
 		return err
@@ -31,7 +37,7 @@ func (b *bench) producer(ctx context.Context, wl *Workload) error {
 	pool.Close()
 
 	single := wl.prefix(wl.Name, b.cfg.SingleSend)
-	b.add(b.produce(ctx, single, fmt.Sprintf("Send, one event a call (first %d events)", len(single.Events)), func(c *partitionq.Client, ms []partitionq.Message) error {
+	b.add(b.produce(ctx, single, fmt.Sprintf("Send, one event a call (first %d events)", len(single.Events)), func(c *partitionq.Client, _ *pgxpool.Pool, ms []partitionq.Message) error {
 		for _, m := range ms {
 			if _, err := c.Send(ctx, producerQueue, m); err != nil {
 				return err
@@ -39,33 +45,52 @@ func (b *bench) producer(ctx context.Context, wl *Workload) error {
 		}
 		return nil
 	}))
-	b.add(b.produce(ctx, wl, fmt.Sprintf("SendBatch, all %d in one call", len(wl.Events)), func(c *partitionq.Client, ms []partitionq.Message) error {
+	b.add(b.produce(ctx, wl, fmt.Sprintf("SendBatch, all %d in one call", len(wl.Events)), func(c *partitionq.Client, _ *pgxpool.Pool, ms []partitionq.Message) error {
 		_, err := c.SendBatch(ctx, producerQueue, ms)
 		return err
 	}))
-	b.add(b.copyPlain(ctx, wl))
+	writer := pgx.Identifier{b.cfg.DBPrefix + "_writer_" + b.on.engine}.Sanitize()
+	b.add(b.produce(ctx, wl, fmt.Sprintf("SendBatch as a %s_writer role (insert_event per event)", b.on.engine), func(c *partitionq.Client, pool *pgxpool.Pool, ms []partitionq.Message) error {
+		if _, err := pool.Exec(ctx, "drop role if exists "+writer); err != nil {
+			return err
+		}
+		if _, err := pool.Exec(ctx, "create role "+writer+" nologin in role "+b.on.engine+"_writer"); err != nil {
+			return err
+		}
+		defer pool.Exec(context.WithoutCancel(ctx), "drop role if exists "+writer) //nolint:errcheck // a leftover role is dropped by the next run
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "set local role "+writer); err != nil {
+				return err
+			}
+			_, err := c.SendBatchTx(ctx, tx, producerQueue, ms)
+			return err
+		})
+	}))
+	if b.on.engine == freshdb.PgQ {
+		b.add(b.copyPlain(ctx, wl))
+	}
 	return nil
 }
 
-func (b *bench) produce(ctx context.Context, wl *Workload, config string, send func(*partitionq.Client, []partitionq.Message) error) *Result {
+func (b *bench) produce(ctx context.Context, wl *Workload, config string, send func(*partitionq.Client, *pgxpool.Pool, []partitionq.Message) error) *Result {
 	res := &Result{Workload: "producer", System: SysPartitionq, Config: config, Events: len(wl.Events)}
 	msgs := make([]partitionq.Message, len(wl.Events))
 	for i, e := range wl.Events {
 		msgs[i] = partitionq.Message{Key: e.Key, Type: "file", Payload: e.Payload}
 	}
 	var elapsed time.Duration
-	cost, err := b.measure(ctx, b.pgqDB, func() int { return len(msgs) }, func() error {
-		pool, err := b.pool(ctx, b.pgqDB, 2)
+	cost, err := b.measure(ctx, b.on.db, func() int { return len(msgs) }, func() error {
+		pool, err := b.pool(ctx, b.on.db, 2)
 		if err != nil {
 			return err
 		}
 		defer pool.Close()
-		client, err := partitionq.NewClient(ctx, pool, partitionq.Config{EngineSchema: "pgq"})
+		client, err := partitionq.NewClient(ctx, pool, partitionq.Config{EngineSchema: b.on.engine})
 		if err != nil {
 			return err
 		}
 		start := time.Now()
-		err = send(client, msgs)
+		err = send(client, pool, msgs)
 		elapsed = time.Since(start)
 		return err
 	})

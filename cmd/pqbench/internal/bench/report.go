@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/partitionq/partitionq/internal/freshdb"
 )
 
 // Report is everything one run measured.
@@ -131,20 +133,31 @@ func (r *Report) write(dir string) error {
 
 // ---------------------------------------------------------------- text
 
-func (r *Report) rows(workload string) []*Result {
+// rows are workload's rows on PgQ (with the engine-independent limits).
+func (r *Report) rows(workload string) []*Result { return r.rowsOn(workload, freshdb.PgQ) }
+
+// rowsOn are workload's rows of partitionq and the plain consumer on
+// engine, and on PgQ the limits too.
+func (r *Report) rowsOn(workload, engine string) []*Result {
 	var out []*Result
 	for _, x := range r.Results {
-		if x.Workload == workload {
+		on := x.Engine
+		if on == "" {
+			on = freshdb.PgQ
+		}
+		if x.Workload == workload && on == engine {
 			out = append(out, x)
 		}
 	}
 	return out
 }
 
-// best is partitionq's best rate on workload.
-func (r *Report) best(workload string) float64 {
+// best is partitionq's best rate on workload, on PgQ.
+func (r *Report) best(workload string) float64 { return r.bestOn(workload, freshdb.PgQ) }
+
+func (r *Report) bestOn(workload, engine string) float64 {
 	b := 0.0
-	for _, x := range r.rows(workload) {
+	for _, x := range r.rowsOn(workload, engine) {
 		if x.System == SysPartitionq && x.Err == "" {
 			b = max(b, x.Rate)
 		}
@@ -211,6 +224,9 @@ func (r *Report) Text() string {
 	w("# pqbench results\n\n")
 	w("%s, %s form. Machine: %s CPUs (%s), %s, Linux %s, %s, Node.js %s.\n", r.Date.Format("2006-01-02 15:04 MST"), map[bool]string{true: "short", false: "full"}[r.Config.Short],
 		r.Machine["nproc"], r.Machine["cpu"], r.Machine["memory"], r.Machine["kernel"], r.Machine["go"], orDash(r.Machine["node"]))
+	if v := r.Server["pgque"]; v != "" {
+		w("PgQue %s, in a database of its own, for the tables marked \"on PgQue\".\n", v)
+	}
 	w("PostgreSQL %s, PgQ %s; shared_buffers %s, fsync %s, synchronous_commit %s, full_page_writes %s; pg_stat_statements %s; server CPU from /proc: %s.\n",
 		r.Server["version"], r.Server["pgq"], r.Server["shared_buffers"], r.Server["fsync"], r.Server["synchronous_commit"], r.Server["full_page_writes"],
 		map[bool]string{true: "loaded", false: "not loaded (statement time n/a, WAL is the whole cluster's)"}[stmts], map[bool]string{true: "yes", false: "no"}[cpu])
@@ -224,19 +240,20 @@ func (r *Report) Text() string {
 	w("\nRates are events handled per second, from worker start to the last event handled; where a run was repeated (W1: %d trials, interleaved), the median trial is shown with the range of all trials.", r.Config.W1Trials)
 	w(" *× best* is the ratio to partitionq's best rate on the workload; *× limit* to the limit for the row's concurrency (W1: one SELECT of the same rows from a plain table; W2, W3: min(concurrency, keys) / handler time, and no faster than the busiest key's events and retries one after another). Violations and lost events are counted by internal/ordercheck from each system's handling log; overlaps are handler calls that started while another call of the same key was running. Costs are per event handled: heap rows read (pg_stat_all_tables), server CPU (all server processes, /proc), statement time and WAL (pg_stat_statements of the system's database), client CPU (the consumer process).\n\n")
 
-	for _, name := range []string{"W1", "W2", "W3"} {
-		rows := r.rows(name)
+	for _, t := range []struct{ name, engine, title string }{{"W1", freshdb.PgQ, "W1"}, {"W2", freshdb.PgQ, "W2"}, {"W3", freshdb.PgQ, "W3"}, {"W1", freshdb.PgQue, "W1 on PgQue"}} {
+		name := t.name
+		rows := r.rowsOn(name, t.engine)
 		if len(rows) == 0 {
 			continue
 		}
-		best := r.best(name)
-		floor := 0.0 // W1: the plain SELECT is every row's limit
-		for _, x := range rows {
+		best := r.bestOn(name, t.engine)
+		floor := 0.0 // W1: the plain SELECT (on PgQ's database) is every row's limit
+		for _, x := range r.rows(name) {
 			if name == "W1" && x.System == SysLimit {
 				floor = x.Rate
 			}
 		}
-		w("## %s\n\n| system | config | events | events/s | × best | × limit | violations | lost | rows read/ev | server CPU µs/ev | stmt µs/ev | WAL B/ev | client CPU µs/ev |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n", name)
+		w("## %s\n\n| system | config | events | events/s | × best | × limit | violations | lost | rows read/ev | server CPU µs/ev | stmt µs/ev | WAL B/ev | client CPU µs/ev |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n", t.title)
 		for _, x := range rows {
 			v, lost := orderCell(x)
 			w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", x.System, x.Config+errSuffix(x), commas(int64(x.Events)), rateCell(x),
@@ -246,14 +263,18 @@ func (r *Report) Text() string {
 		w("\n")
 	}
 
-	if rows := r.rows("producer"); len(rows) > 0 {
-		copyRate := 0.0
-		for _, x := range rows {
-			if x.System == SysLimit {
-				copyRate = x.Rate
-			}
+	copyRate := 0.0
+	for _, x := range r.rows("producer") {
+		if x.System == SysLimit {
+			copyRate = x.Rate
 		}
-		w("## Producer\n\n| system | how | events | events/s | × COPY | server CPU µs/ev | stmt µs/ev | WAL B/ev | client CPU µs/ev |\n|---|---|--:|--:|--:|--:|--:|--:|--:|\n")
+	}
+	for _, t := range []struct{ engine, title string }{{freshdb.PgQ, "Producer"}, {freshdb.PgQue, "Producer on PgQue"}} {
+		rows := r.rowsOn("producer", t.engine)
+		if len(rows) == 0 {
+			continue
+		}
+		w("## %s\n\n| system | how | events | events/s | × COPY | server CPU µs/ev | stmt µs/ev | WAL B/ev | client CPU µs/ev |\n|---|---|--:|--:|--:|--:|--:|--:|--:|\n", t.title)
 		for _, x := range rows {
 			w("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", x.System, x.Config+errSuffix(x), commas(int64(x.Events)), fnum(x.Rate), ratio(x.Rate, copyRate),
 				r.measured(x.Cost.ServerCPU, cpu), r.measured(x.Cost.ExecUS, stmts), fnum(x.Cost.WALBytes), fnum(x.Cost.ClientCPU))

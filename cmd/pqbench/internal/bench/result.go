@@ -22,6 +22,9 @@ type Result struct {
 	Config   string `json:"config"`
 	N        int    `json:"n,omitempty"`
 	Conc     int    `json:"conc,omitempty"`
+	// Engine is the queue engine of partitionq's and the plain consumer's
+	// rows: "pgq" ("" in reports from before PgQue was measured) or "pgque".
+	Engine string `json:"engine,omitempty"`
 
 	Events  int     `json:"events"`
 	Seconds float64 `json:"seconds"`

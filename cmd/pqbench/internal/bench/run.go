@@ -10,12 +10,14 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partitionq/partitionq/internal/connstr"
+	"github.com/partitionq/partitionq/internal/freshdb"
 )
 
 // Main runs pqbench with args and returns the exit code: 0 when every run
@@ -80,8 +82,12 @@ type bench struct {
 	rep      *Report
 
 	pgqDB, bossDB, gwDB string
-	tmp                 string          // scratch files (workloads for the Node side, logs)
-	copied              map[string]bool // plain tables written
+	pgqueDB             string // with Engines pgq,pgque
+	// on is the engine database the current step runs on: pgqDB for every
+	// step, then pgqueDB for the producer and W1 again.
+	on     target
+	tmp    string          // scratch files (workloads for the Node side, logs)
+	copied map[string]bool // plain tables written
 }
 
 // Run runs the whole benchmark described by cfg. Progress goes to progress;
@@ -101,7 +107,8 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		return nil, err
 	}
 	b := &bench{cfg: cfg, srv: srv, progress: progress, copied: map[string]bool{},
-		pgqDB: cfg.DBPrefix + "_pgq", bossDB: cfg.DBPrefix + "_pgboss", gwDB: cfg.DBPrefix + "_graphile"}
+		pgqDB: cfg.DBPrefix + "_pgq", pgqueDB: cfg.DBPrefix + "_pgque", bossDB: cfg.DBPrefix + "_pgboss", gwDB: cfg.DBPrefix + "_graphile"}
+	b.on = target{engine: freshdb.PgQ, db: b.pgqDB}
 	b.rep = newReport(cfg, srv)
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return nil, err
@@ -110,8 +117,19 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(b.tmp)
-	if err := b.createDB(ctx, b.pgqDB, "pgq"); err != nil {
+	if err := cfg.validateEngines(); err != nil {
 		return nil, err
+	}
+	if err := b.createDB(ctx, b.pgqDB, freshdb.Engine{Name: freshdb.PgQ}); err != nil {
+		return nil, err
+	}
+	if slices.Contains(cfg.Engines, freshdb.PgQue) {
+		if err := b.createDB(ctx, b.pgqueDB, freshdb.Engine{Name: freshdb.PgQue, SQLFile: cfg.PgQueSQL}); err != nil {
+			return nil, err
+		}
+		if b.rep.Server["pgque"], err = b.pgqueVersion(ctx); err != nil {
+			return nil, err
+		}
 	}
 	if srv.Statements {
 		srv.statsDB = b.pgqDB
@@ -148,19 +166,48 @@ func (b *bench) runAll(ctx context.Context) error {
 		{"latency", func(ctx context.Context) error { return b.latency(ctx, lat) }},
 		{"peers", func(ctx context.Context) error { return b.peers(ctx, w1, w2, w3, lat) }},
 	}
-	for _, s := range steps {
-		if err := ctx.Err(); err != nil {
-			return err
+	for _, eng := range cfg.Engines {
+		b.on = target{engine: eng, db: b.pgqDB}
+		if eng == freshdb.PgQue {
+			b.on.db = b.pgqueDB
 		}
-		if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, s.name) {
-			continue
-		}
-		b.logf("== %s", s.name)
-		if err := s.fn(ctx); err != nil {
-			return fmt.Errorf("%s: %w", s.name, err)
+		for _, s := range steps {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if (len(cfg.Only) > 0 && !slices.Contains(cfg.Only, s.name)) || (eng != freshdb.PgQ && !onEveryEngine[s.name]) {
+				continue
+			}
+			b.logf("== %s on %s", s.name, eng)
+			if err := s.fn(ctx); err != nil {
+				return fmt.Errorf("%s on %s: %w", s.name, eng, err)
+			}
 		}
 	}
+	b.on = target{engine: freshdb.PgQ, db: b.pgqDB}
 	return nil
+}
+
+// target is an engine database a step runs on.
+type target struct {
+	engine string // "pgq" or "pgque": the engine's schema
+	db     string
+}
+
+// onEveryEngine are the steps run on each engine of Config.Engines; the
+// others (W2, W3, latency, peers) run on PgQ only.
+var onEveryEngine = map[string]bool{"producer": true, "W1": true}
+
+// pgqueVersion is the version of PgQue in its bench database.
+func (b *bench) pgqueVersion(ctx context.Context) (string, error) {
+	conn, err := pgx.Connect(ctx, replaceDB(b.cfg.AdminURL, b.pgqueDB))
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	var v string
+	err = conn.QueryRow(ctx, `select pgque.version()`).Scan(&v)
+	return v, err
 }
 
 func (c Config) matrix() [][2]int {
@@ -178,7 +225,11 @@ func (b *bench) logf(format string, args ...any) {
 }
 
 // add records a result and prints it (unless quiet: already printed).
+// partitionq's and the plain consumer's rows carry the engine they ran on.
 func (b *bench) add(r *Result, quiet ...bool) {
+	if r.System == SysPartitionq || r.System == SysBaseline {
+		r.Engine = b.on.engine
+	}
 	b.rep.Results = append(b.rep.Results, r)
 	if len(quiet) == 0 || !quiet[0] {
 		b.logf("%s", r.summary())
@@ -202,45 +253,32 @@ func (b *bench) admin(ctx context.Context) (*pgx.Conn, error) {
 	return pgx.Connect(ctx, b.cfg.AdminURL)
 }
 
-// createDB (re)creates db, with the given extensions.
-func (b *bench) createDB(ctx context.Context, db string, exts ...string) error {
-	conn, err := b.admin(ctx)
+// createDB makes db again (dropping it first) with the engine eng (none
+// for the zero Engine), and pg_stat_statements in the engine databases
+// when the server loads it.
+func (b *bench) createDB(ctx context.Context, db string, eng freshdb.Engine) error {
+	admin, err := pgx.ParseConfig(b.cfg.AdminURL)
 	if err != nil {
 		return err
 	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "drop database if exists "+pgx.Identifier{db}.Sanitize()+" with (force)"); err != nil {
-		return fmt.Errorf("drop database %s: %w", db, err)
-	}
-	if _, err := conn.Exec(ctx, "create database "+pgx.Identifier{db}.Sanitize()); err != nil {
-		return fmt.Errorf("create database %s: %w", db, err)
-	}
-	if len(exts) == 0 {
-		return nil
-	}
-	// The first create extension pgq of a cluster creates cluster-wide
-	// roles with a check-then-create that races: serialize it (the tests
-	// take the same lock).
-	if _, err := conn.Exec(ctx, "select pg_advisory_lock(28753, -100)"); err != nil {
+	if err := freshdb.Drop(ctx, admin, db); err != nil {
 		return err
 	}
-	defer conn.Exec(context.Background(), "select pg_advisory_unlock(28753, -100)") //nolint:errcheck
-	dbc, err := pgx.Connect(ctx, replaceDB(b.cfg.AdminURL, db))
-	if err != nil {
-		return err
+	spec := freshdb.Spec{Name: db, Engine: eng}
+	if b.srv.Statements && eng.Name != "" {
+		spec.Extensions = []string{"pg_stat_statements"}
 	}
-	defer dbc.Close(ctx)
-	for _, e := range exts {
-		if _, err := dbc.Exec(ctx, "create extension if not exists "+pgx.Identifier{e}.Sanitize()); err != nil {
-			return fmt.Errorf("create extension %s in %s: %w", e, db, err)
-		}
+	_, err = freshdb.Create(ctx, admin, spec)
+	return err
+}
+
+// sql is an engine statement written for PgQ, on the engine of the
+// current step.
+func (b *bench) sql(s string) string {
+	if b.on.engine == freshdb.PgQ {
+		return s
 	}
-	if b.srv.Statements && db == b.pgqDB {
-		if _, err := dbc.Exec(ctx, "create extension if not exists pg_stat_statements"); err != nil {
-			return fmt.Errorf("create extension pg_stat_statements in %s: %w", db, err)
-		}
-	}
-	return nil
+	return strings.ReplaceAll(s, "pgq.", b.on.engine+".")
 }
 
 func (b *bench) dropDBs() {
@@ -251,7 +289,7 @@ func (b *bench) dropDBs() {
 		return
 	}
 	defer conn.Close(ctx)
-	for _, db := range []string{b.pgqDB, b.bossDB, b.gwDB} {
+	for _, db := range []string{b.pgqDB, b.pgqueDB, b.bossDB, b.gwDB} {
 		conn.Exec(ctx, "drop database if exists "+pgx.Identifier{db}.Sanitize()+" with (force)") //nolint:errcheck
 	}
 }
