@@ -187,7 +187,7 @@ func TestDroppedGroupRecordsStayReachable(t *testing.T) {
 	}
 	// None of it registered a consumer of the group again.
 	var consumers int
-	if err := b.pool.QueryRow(b.ctx, `select count(*) from pgq.get_consumer_info('q') where consumer_name like 'g#%'`).Scan(&consumers); err != nil || consumers != 0 {
+	if err := b.pool.QueryRow(b.ctx, b.db.SQL(`select count(*) from pgq.get_consumer_info('q') where consumer_name like 'g#%'`)).Scan(&consumers); err != nil || consumers != 0 {
 		t.Fatalf("consumers of the dropped group: %d, %v", consumers, err)
 	}
 	// A group that never existed is still unknown.

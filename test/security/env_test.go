@@ -81,16 +81,6 @@ func newEnv(t *testing.T) *env {
 			t.Fatal(err)
 		}
 	}
-	if db.Schema == "pgque" {
-		// Not in sql/roles.sql: until the worker reads batches through
-		// batch_event_sql (which it grants), it reads them with
-		// get_batch_cursor(4), which PgQue keeps for admins. Granted here
-		// so that the scene's worker runs; TestWorkerConsumesOnly, which
-		// checks sql/roles.sql's worker as it is, is skipped on PgQue.
-		if _, err := admin.Exec(ctx, "grant execute on function pgque.get_batch_cursor(bigint, text, integer, text) to "+e.group("worker")); err != nil {
-			t.Fatal(err)
-		}
-	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

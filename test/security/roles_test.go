@@ -87,9 +87,6 @@ func TestProducerOnlySends(t *testing.T) {
 // letters. It cannot send, act on keys, replay or read the audit trail.
 func TestWorkerConsumesOnly(t *testing.T) {
 	t.Parallel()
-	if pgtest.Engine(t).Name == "pgque" {
-		t.Skip("needs the batch_event_sql read path: the worker reads batches with get_batch_cursor, which PgQue keeps for admins and sql/roles.sql does not grant")
-	}
 	e := newEnv(t)
 	sc := e.scene() // everything in it was done by the worker's role
 	if got := sc.h.got("t"); !slices.Equal(got, []string{"once-t", "t-1"}) {
