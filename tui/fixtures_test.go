@@ -3,6 +3,7 @@ package tui
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,7 +31,11 @@ func init() {
 func incidentStatus(offset time.Duration) partitionq.GroupStatus {
 	sec := int64(offset / time.Second)
 	worker := func(name string, backend int32) *partitionq.Owner {
-		return &partitionq.Owner{Name: name, PID: backend, Addr: "10.0.3.7", Since: base.Add(-26 * time.Hour)}
+		// The default identity partitionq:<host>:<pid> names the worker's own process.
+		var host string
+		var pid int32
+		fmt.Sscanf(strings.ReplaceAll(strings.TrimPrefix(name, "partitionq:"), ":", " "), "%s %d", &host, &pid)
+		return &partitionq.Owner{Name: name, Host: host, PID: pid, BackendPID: backend, Addr: "10.0.3.7", Since: base.Add(-26 * time.Hour), Epoch: 7}
 	}
 	// 60 events a second arrive; a slot's position is the head less what
 	// it has pending: slots 0 and 1 keep up, 2 and 3 do not move.

@@ -19,8 +19,8 @@ import (
 
 	"github.com/partitionq/partitionq/internal/connstr"
 	"github.com/partitionq/partitionq/internal/demo"
-	"github.com/partitionq/partitionq/internal/termsafe"
 	"github.com/partitionq/partitionq/internal/freshdb"
+	"github.com/partitionq/partitionq/internal/termsafe"
 	"github.com/partitionq/partitionq/partitionq"
 	"github.com/partitionq/partitionq/tui"
 )

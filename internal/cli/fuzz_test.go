@@ -96,9 +96,9 @@ func FuzzSendLines(f *testing.F) {
 				t.Fatalf("%d non-blank lines, the command says %d sent, %d stored", len(keys), res.Sent, sent)
 			}
 			var stored int
-			if err := pool.QueryRow(ctx, `select coalesce(sum(length(t) - length(replace(t, U&'\FFFD', ''))), 0)
+			if err := pool.QueryRow(ctx, db.SQL(`select coalesce(sum(length(t) - length(replace(t, U&'\FFFD', ''))), 0)
 				from (select ev_id, coalesce(ev_extra1, '') || coalesce(ev_type, '') || coalesce(ev_data, '') as t
-				      from pgq.event_1 order by ev_id desc limit $1) last`, len(keys)).Scan(&stored); err != nil {
+				      from pgq.event_1 order by ev_id desc limit $1) last`), len(keys)).Scan(&stored); err != nil {
 				t.Fatal(err)
 			}
 			if spelled := cli.SpelledFFFD(input); stored > spelled {

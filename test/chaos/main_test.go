@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -19,6 +20,7 @@ import (
 var (
 	workDir    string
 	workerBin  string
+	cliBin     string // cmd/partitionq, for the --exec half of the fault matrix
 	clusterMu  sync.Mutex
 	cluster    *chaos.Cluster
 	clusterErr error
@@ -31,6 +33,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	if workerBin, err = chaos.BuildWorker(context.Background(), workDir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if cliBin, err = chaos.BuildCLI(context.Background(), workDir); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -77,7 +83,7 @@ func needCluster(t *testing.T) *chaos.Cluster {
 // the test fails.
 func workerLog(t *testing.T) *os.File {
 	t.Helper()
-	f, err := os.Create(filepath.Join(workDir, t.Name()+".workers.log"))
+	f, err := os.Create(filepath.Join(workDir, strings.ReplaceAll(t.Name(), "/", "_")+".workers.log"))
 	if err != nil {
 		t.Fatal(err)
 	}

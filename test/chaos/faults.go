@@ -1,0 +1,644 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/partitionq/partitionq/internal/freshdb"
+	"github.com/partitionq/partitionq/internal/ordercheck"
+	"github.com/partitionq/partitionq/partitionq"
+	"github.com/partitionq/partitionq/test/netproxy"
+)
+
+// Fault is one kind of fault of the fault matrix (docs/chaos.md): what a
+// real deployment does to a worker that owns slots while its handlers run.
+type Fault string
+
+// The faults.
+const (
+	// FaultKill is SIGKILL of an owner's process (its --exec commands must
+	// die with it).
+	FaultKill Fault = "kill"
+	// FaultTerminateOwner is pg_terminate_backend of every session of one
+	// owner (a proxy restart, an idle-session timeout).
+	FaultTerminateOwner Fault = "terminate-owner"
+	// FaultTerminateAll is pg_terminate_backend of every session of the
+	// workers (a failover).
+	FaultTerminateAll Fault = "terminate-all"
+	// FaultRestart is a PostgreSQL crash: pg_ctl restart -m immediate.
+	FaultRestart Fault = "restart"
+	// FaultPartition cuts an owner off: its connections freeze (a network
+	// partition), then the server drops its sessions, then the network
+	// heals.
+	FaultPartition Fault = "partition"
+	// FaultStop pauses an owner (SIGSTOP) for longer than its lease, then
+	// wakes it (SIGCONT): a long GC pause, a frozen VM.
+	FaultStop Fault = "stop"
+)
+
+// Faults are all the faults, in the order the matrix runs them.
+var Faults = []Fault{FaultKill, FaultTerminateOwner, FaultTerminateAll, FaultRestart, FaultPartition, FaultStop}
+
+// FaultConfig configures one run of the fault matrix. Zero values mean the
+// defaults, which are the short form (seconds).
+type FaultConfig struct {
+	Fault Fault
+	// Exec runs the workers as `partitionq work --exec` (ExecBin) with a
+	// shell handler, else as library workers (WorkerBin).
+	Exec bool
+	// Workers is the number of worker processes (each may own any slot).
+	// Defaults to 3.
+	Workers int
+	// Slots is N. Defaults to 4.
+	Slots int
+	// Keys and EventsPerKey: what is sent. Defaults to 16 and 8.
+	Keys, EventsPerKey int
+	// Rounds is how many times the fault is done. Defaults to 3.
+	Rounds int
+	// Hold is the longest a handler holds an event (each holds a random
+	// time up to it), honouring its context: long enough to outlive a
+	// takeover. Defaults to 1.2s.
+	Hold time.Duration
+	// Lease is the workers' lease duration. Defaults to 1s.
+	Lease time.Duration
+	// Concurrency is the in-slot concurrency. Defaults to 4.
+	Concurrency int
+	// WorkerBin (test/cmd/testworker) and ExecBin (cmd/partitionq).
+	WorkerBin, ExecBin string
+	// Engine is the database's queue engine. Defaults to PgQ.
+	Engine freshdb.Engine
+	// Dir holds the run logs. Required.
+	Dir  string
+	Seed uint64
+	// WorkerLog receives the workers' stderr; Logf progress.
+	WorkerLog io.Writer
+	Logf      func(format string, args ...any)
+}
+
+func (c FaultConfig) withDefaults() FaultConfig {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.Workers, 3)
+	def(&c.Slots, 4)
+	def(&c.Keys, 16)
+	def(&c.EventsPerKey, 8)
+	def(&c.Rounds, 3)
+	def(&c.Concurrency, 4)
+	if c.Hold == 0 {
+		c.Hold = 1200 * time.Millisecond
+	}
+	if c.Lease == 0 {
+		c.Lease = time.Second
+	}
+	if c.Seed == 0 {
+		c.Seed = uint64(time.Now().UnixNano())
+	}
+	if c.WorkerLog == nil {
+		c.WorkerLog = io.Discard
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+	return c
+}
+
+// FaultReport is the verdict of one run of the fault matrix.
+type FaultReport struct {
+	ordercheck.Report
+	Fault Fault
+	Exec  bool
+	Seed  uint64
+	// Faults counts the faults done.
+	Faults int
+	// Takeovers are the times from a fault to another worker owning every
+	// slot the victim owned (none when the fault left the slots with their
+	// owner, as it should for terminate-*, restart within the lease, stop).
+	Takeovers []time.Duration
+	// Kept counts the faults after which the victim still owned its slots
+	// at the same epoch (no takeover: nothing ran twice at once, by design).
+	Kept int
+	// InFlight is the most handler runs that can be in flight at once
+	// (slots x concurrency): what a fault may cut short and so repeat.
+	InFlight int
+}
+
+func (r FaultReport) String() string {
+	mode := "library"
+	if r.Exec {
+		mode = "exec"
+	}
+	per := 0.0
+	if r.Faults > 0 {
+		per = float64(r.Repeats) / float64(r.Faults)
+	}
+	return fmt.Sprintf("%s/%s: %d faults (seed %d): %s; repeats per fault %.1f (in flight at most %d); takeovers %v; slots kept %d times",
+		r.Fault, mode, r.Faults, r.Seed, r.Report, per, r.InFlight, r.Takeovers, r.Kept)
+}
+
+// OK reports a clean run: nothing lost, no order violation, no overlap.
+func (r FaultReport) OK() bool { return r.Report.OK() }
+
+// faultRun is one run's state.
+type faultRun struct {
+	cfg    FaultConfig
+	cl     *Cluster
+	rng    *rand.Rand
+	url    string
+	pool   *pgxpool.Pool
+	client *partitionq.Client
+	rep    *FaultReport
+
+	mu      sync.Mutex
+	procs   []*faultProc
+	died    map[string]time.Time // worker -> when it died (killed)
+	runLogs []string
+}
+
+// faultProc is one worker process (and its proxy, in the partition runs).
+type faultProc struct {
+	i     int
+	cmd   *exec.Cmd
+	done  chan struct{}
+	proxy *netproxy.Proxy
+}
+
+func (p *faultProc) pid() int { return p.cmd.Process.Pid }
+
+func (p *faultProc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// RunFault runs one fault of the matrix on a fresh database of cl.
+func RunFault(ctx context.Context, cl *Cluster, cfg FaultConfig) (FaultReport, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Dir == "" || (cfg.Exec && cfg.ExecBin == "") || (!cfg.Exec && cfg.WorkerBin == "") {
+		return FaultReport{}, errors.New("chaos.FaultConfig needs Dir and the worker binary of its mode")
+	}
+	r := &faultRun{cfg: cfg, cl: cl, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x51)), died: map[string]time.Time{},
+		rep: &FaultReport{Fault: cfg.Fault, Exec: cfg.Exec, Seed: cfg.Seed, InFlight: cfg.Slots * cfg.Concurrency}}
+	var err error
+	if r.url, err = NewDatabase(ctx, cl, cfg.Engine); err != nil {
+		return *r.rep, err
+	}
+	if r.pool, err = harnessPool(ctx, r.url, 8); err != nil {
+		return *r.rep, err
+	}
+	defer r.pool.Close()
+	if r.client, err = partitionq.NewClient(ctx, r.pool, partitionq.Config{Actor: "faults"}); err != nil {
+		return *r.rep, err
+	}
+	if _, err := r.client.Setup(ctx, partitionq.GroupSpec{Queue: queueName, Group: groupName, Slots: cfg.Slots, TickMaxLag: 20 * time.Millisecond}); err != nil {
+		return *r.rep, err
+	}
+	if _, err := r.pool.Exec(ctx, runLogDDL); err != nil {
+		return *r.rep, err
+	}
+	defer r.killAll()
+	for i := range cfg.Workers {
+		if err := r.start(ctx, i); err != nil {
+			return *r.rep, err
+		}
+	}
+	if err := poll(ctx, 30*time.Second, "every slot owned", func(ctx context.Context) (bool, error) {
+		o, err := r.owners(ctx)
+		return len(o) == cfg.Slots, err
+	}); err != nil {
+		return *r.rep, err
+	}
+	sent, err := r.send(ctx)
+	if err != nil {
+		return *r.rep, err
+	}
+	total := cfg.Keys * cfg.EventsPerKey
+	for range cfg.Rounds {
+		// Let handlers get going (and hold events) before each fault.
+		if err := sleepCtx(ctx, time.Duration(300+r.rng.IntN(700))*time.Millisecond); err != nil {
+			return *r.rep, err
+		}
+		if err := r.fault(ctx); err != nil {
+			return *r.rep, fmt.Errorf("fault %s: %w", cfg.Fault, err)
+		}
+		r.rep.Faults++
+	}
+	if err := poll(ctx, 3*time.Minute, fmt.Sprintf("all %d events handled", total), func(ctx context.Context) (bool, error) {
+		n, err := r.handled(ctx)
+		return n >= total, err
+	}); err != nil {
+		return *r.rep, err
+	}
+	r.stopAll()
+	handlings, err := r.handlings(ctx)
+	if err != nil {
+		return *r.rep, err
+	}
+	runs, err := ordercheck.ReadRunLogs(r.runLogs, r.diedTimes())
+	if err != nil {
+		return *r.rep, err
+	}
+	r.rep.Report = ordercheck.Check(sent, handlings, nil).WithRuns(runs)
+	return *r.rep, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// The exec handler: it logs its run's start and end (and the handling, as
+// the end) to the shared run log, holding the event a random time between.
+// $PPID is the worker, the shell's parent.
+const execHandler = `s=$(sed -n 's/.*"s":\([0-9]*\).*/\1/p'); w=$PPID
+printf 'S "%s" %s %s %s\n' "$PARTITIONQ_KEY" "$s" "$w" "$(date +%s%N)" >> '{log}'
+sleep "$(awk -v seed="$$$(date +%N)" 'BEGIN { srand(seed % 100000); printf "%.3f", rand() * {hold} }')"
+printf 'E "%s" %s %s %s\n' "$PARTITIONQ_KEY" "$s" "$w" "$(date +%s%N)" >> '{log}'`
+
+// start starts worker i (again), and waits until it registered its lease.
+func (r *faultRun) start(ctx context.Context, i int) error {
+	url := r.url
+	var px *netproxy.Proxy
+	if r.cfg.Fault == FaultPartition {
+		var err error
+		if px, err = netproxy.New(net.JoinHostPort("127.0.0.1", strconv.Itoa(r.cl.Port))); err != nil {
+			return err
+		}
+		cfg, err := pgxpool.ParseConfig(r.url)
+		if err != nil {
+			return err
+		}
+		url = fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", px.Addr(), cfg.ConnConfig.Database)
+	}
+	var cmd *exec.Cmd
+	if r.cfg.Exec {
+		log := filepath.Join(r.cfg.Dir, "exec-runs.log")
+		h := strings.NewReplacer("{log}", log, "{hold}", fmt.Sprintf("%.3f", r.cfg.Hold.Seconds())).Replace(execHandler)
+		cmd = exec.Command(r.cfg.ExecBin, "work", "--queue", queueName, "--group", groupName, "--exec", h,
+			"--concurrency", strconv.Itoa(r.cfg.Concurrency), "--lease-duration", r.cfg.Lease.String(),
+			"--ticker", "--tick-interval", "10ms", "--poll-interval", "10ms", "--handler-timeout", "0",
+			"--backoff-min", "5ms", "--backoff-max", "100ms", "--shutdown-timeout", "5s")
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+url)
+		r.addRunLog(log)
+	} else {
+		log := filepath.Join(r.cfg.Dir, fmt.Sprintf("runs-%d-%d.log", i, time.Now().UnixNano()))
+		cmd = exec.Command(r.cfg.WorkerBin, "-db", url, "-queue", queueName, "-group", groupName, "-slots", "all",
+			"-concurrency", strconv.Itoa(r.cfg.Concurrency), "-lease", r.cfg.Lease.String(), "-hold", r.cfg.Hold.String(),
+			"-runlog", log, "-backoff-max", "100ms")
+		r.addRunLog(log)
+	}
+	cmd.Stdout = io.Discard
+	cmd.Stderr = r.cfg.WorkerLog
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	p := &faultProc{i: i, cmd: cmd, done: make(chan struct{}), proxy: px}
+	go func() {
+		cmd.Wait() //nolint:errcheck // killed on purpose
+		r.mu.Lock()
+		if _, ok := r.died[strconv.Itoa(p.pid())]; !ok {
+			r.died[strconv.Itoa(p.pid())] = time.Now()
+		}
+		r.mu.Unlock()
+		close(p.done)
+	}()
+	r.mu.Lock()
+	if i < len(r.procs) {
+		r.procs[i] = p
+	} else {
+		r.procs = append(r.procs, p)
+	}
+	r.mu.Unlock()
+	return poll(ctx, 30*time.Second, fmt.Sprintf("worker %d registered", p.pid()), func(ctx context.Context) (bool, error) {
+		if p.exited() {
+			return false, endPoll{fmt.Errorf("worker %d exited: %v", p.pid(), cmd.ProcessState)}
+		}
+		var n int
+		err := r.pool.QueryRow(ctx, `select count(*) from partitionq.worker where os_pid = $1`, p.pid()).Scan(&n)
+		return n > 0, err
+	})
+}
+
+func (r *faultRun) addRunLog(p string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, q := range r.runLogs {
+		if q == p {
+			return
+		}
+	}
+	r.runLogs = append(r.runLogs, p)
+}
+
+func (r *faultRun) diedTimes() map[string]time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]time.Time, len(r.died))
+	for k, v := range r.died {
+		out[k] = v
+	}
+	return out
+}
+
+// send sends every event, in four batches, the first right away.
+func (r *faultRun) send(ctx context.Context) (map[string]int, error) {
+	sent := map[string]int{}
+	var all []partitionq.Message
+	for s := range r.cfg.EventsPerKey {
+		for k := range r.cfg.Keys {
+			key := fmt.Sprintf("k-%d", k)
+			b, _ := json.Marshal(map[string]any{"k": key, "s": s})
+			all = append(all, partitionq.Message{Key: key, Type: "FileCreated", Payload: b})
+			sent[key] = r.cfg.EventsPerKey
+		}
+	}
+	step := (len(all) + 3) / 4
+	for i := 0; i < len(all); i += step {
+		if i > 0 {
+			if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+				return nil, err
+			}
+		}
+		if _, err := r.client.SendBatch(ctx, queueName, all[i:min(i+step, len(all))]); err != nil {
+			return nil, err
+		}
+	}
+	return sent, nil
+}
+
+// owners maps each owned slot to its owner's process id.
+func (r *faultRun) owners(ctx context.Context) (map[int]partitionq.Owner, error) {
+	st, err := r.client.Status(ctx, queueName, groupName)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]partitionq.Owner{}
+	for _, s := range st.SlotStatus {
+		if s.Owner != nil {
+			out[s.Slot] = *s.Owner
+		}
+	}
+	return out, nil
+}
+
+// victim picks the owner of a random owned slot.
+func (r *faultRun) victim(ctx context.Context) (*faultProc, map[int]partitionq.Owner, error) {
+	var o map[int]partitionq.Owner
+	if err := poll(ctx, 30*time.Second, "every slot owned", func(ctx context.Context) (bool, error) {
+		var err error
+		o, err = r.owners(ctx)
+		return len(o) == r.cfg.Slots, err
+	}); err != nil {
+		return nil, nil, err
+	}
+	slots := make([]int, 0, len(o))
+	for s := range o {
+		slots = append(slots, s)
+	}
+	sort.Ints(slots)
+	pid := int(o[slots[r.rng.IntN(len(slots))]].PID)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.procs {
+		if p.pid() == pid {
+			mine := map[int]partitionq.Owner{}
+			for s, ow := range o {
+				if int(ow.PID) == pid {
+					mine[s] = ow
+				}
+			}
+			return p, mine, nil
+		}
+	}
+	return nil, nil, fmt.Errorf("the owner, process %d, is none of the workers", pid)
+}
+
+// fault does the run's fault once and waits until the slots have owners
+// again.
+func (r *faultRun) fault(ctx context.Context) error {
+	p, mine, err := r.victim(ctx)
+	if err != nil {
+		return err
+	}
+	at := time.Now()
+	switch r.cfg.Fault {
+	case FaultKill:
+		p.cmd.Process.Signal(syscall.SIGKILL) //nolint:errcheck
+		<-p.done
+	case FaultTerminateOwner:
+		if err := r.terminate(ctx, fmt.Sprintf("application_name like '%%:%d'", p.pid())); err != nil {
+			return err
+		}
+	case FaultTerminateAll:
+		if err := r.terminate(ctx, "application_name <> '"+harnessApp+"'"); err != nil {
+			return err
+		}
+	case FaultRestart:
+		if err := r.cl.Restart(ctx, "immediate"); err != nil {
+			return err
+		}
+	case FaultPartition:
+		p.proxy.Freeze()
+		// The victim can no longer renew: its lease lapses (it stops its
+		// handlers first); then the server notices its sessions are dead.
+		if err := sleepCtx(ctx, 2*r.cfg.Lease); err != nil {
+			return err
+		}
+		if err := r.terminate(ctx, fmt.Sprintf("application_name like '%%:%d'", p.pid())); err != nil {
+			return err
+		}
+	case FaultStop:
+		p.cmd.Process.Signal(syscall.SIGSTOP) //nolint:errcheck
+		if err := sleepCtx(ctx, 2*r.cfg.Lease+r.cfg.Lease/2); err != nil {
+			return err
+		}
+		p.cmd.Process.Signal(syscall.SIGCONT) //nolint:errcheck
+	}
+	// Wait until every slot has a live owner again (a killed or cut-off
+	// victim's slots: another worker), and note whether the victim's slots
+	// changed hands.
+	gone := r.cfg.Fault == FaultKill || r.cfg.Fault == FaultPartition
+	var after map[int]partitionq.Owner
+	if err := poll(ctx, 60*time.Second, "every slot owned after the fault", func(ctx context.Context) (bool, error) {
+		var err error
+		if after, err = r.owners(ctx); err != nil || len(after) != r.cfg.Slots {
+			return false, err
+		}
+		for _, o := range after {
+			if gone && int(o.PID) == p.pid() {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		return err
+	}
+	moved := false
+	for s, before := range mine {
+		if after[s].Epoch != before.Epoch {
+			moved = true
+		}
+	}
+	if moved {
+		r.rep.Takeovers = append(r.rep.Takeovers, time.Since(at).Round(10*time.Millisecond))
+	} else {
+		r.rep.Kept++
+	}
+	r.cfg.Logf("faults: %s of worker %d done; slots moved: %v", r.cfg.Fault, p.pid(), moved)
+	if r.cfg.Fault == FaultPartition {
+		p.proxy.Resume() // the network heals: the victim finds its slots gone
+	}
+	if p.exited() {
+		return r.start(ctx, p.i)
+	}
+	return nil
+}
+
+// terminate ends the sessions of the run's database that match cond.
+func (r *faultRun) terminate(ctx context.Context, cond string) error {
+	var n int
+	return r.pool.QueryRow(ctx, `select count(pg_terminate_backend(pid)) from pg_stat_activity
+		where datname = current_database() and pid <> pg_backend_pid() and `+cond).Scan(&n)
+}
+
+// handled counts the distinct events handled successfully.
+func (r *faultRun) handled(ctx context.Context) (int, error) {
+	if !r.cfg.Exec {
+		return resolved(ctx, r.pool)
+	}
+	hs, err := r.execHandlings()
+	if err != nil {
+		return 0, err
+	}
+	seen := map[string]bool{}
+	for _, h := range hs {
+		seen[h.Key+"/"+strconv.Itoa(h.Seq)] = true
+	}
+	return len(seen), nil
+}
+
+// handlings is every successful handling, in the order they happened.
+func (r *faultRun) handlings(ctx context.Context) ([]ordercheck.Handling, error) {
+	if r.cfg.Exec {
+		return r.execHandlings()
+	}
+	rows, err := r.pool.Query(ctx, `select key, seq, ok from pq_run_log order by id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []ordercheck.Handling
+	for rows.Next() {
+		var h ordercheck.Handling
+		if err := rows.Scan(&h.Key, &h.Seq, &h.OK); err != nil {
+			return nil, err
+		}
+		out = append(out, h)
+	}
+	return out, rows.Err()
+}
+
+// execHandlings reads the exec handlers' ends (their handlings), in time
+// order.
+func (r *faultRun) execHandlings() ([]ordercheck.Handling, error) {
+	runs, err := ordercheck.ReadRunLogs(r.runLogs, nil)
+	if err != nil {
+		return nil, err
+	}
+	var ended []ordercheck.Run
+	for _, run := range runs {
+		if !run.End.IsZero() {
+			ended = append(ended, run)
+		}
+	}
+	sort.SliceStable(ended, func(i, j int) bool { return ended[i].End.Before(ended[j].End) })
+	out := make([]ordercheck.Handling, len(ended))
+	for i, run := range ended {
+		out[i] = ordercheck.Handling{Key: run.Key, Seq: run.Seq, OK: true}
+	}
+	return out, nil
+}
+
+// stopAll stops every worker gracefully (a SIGCONT first, for a stopped one).
+func (r *faultRun) stopAll() {
+	r.mu.Lock()
+	procs := append([]*faultProc(nil), r.procs...)
+	r.mu.Unlock()
+	for _, p := range procs {
+		if p.exited() {
+			continue
+		}
+		p.cmd.Process.Signal(syscall.SIGCONT) //nolint:errcheck
+		p.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+	}
+	for _, p := range procs {
+		select {
+		case <-p.done:
+		case <-time.After(20 * time.Second):
+			p.cmd.Process.Signal(syscall.SIGKILL) //nolint:errcheck
+			<-p.done
+		}
+		if p.proxy != nil {
+			p.proxy.Close()
+		}
+	}
+}
+
+func (r *faultRun) killAll() {
+	r.mu.Lock()
+	procs := append([]*faultProc(nil), r.procs...)
+	r.mu.Unlock()
+	for _, p := range procs {
+		if !p.exited() {
+			p.cmd.Process.Signal(syscall.SIGKILL) //nolint:errcheck
+			<-p.done
+		}
+		if p.proxy != nil {
+			p.proxy.Close()
+		}
+	}
+}
+
+// BuildCLI builds cmd/partitionq into dir and returns the binary's path.
+func BuildCLI(ctx context.Context, dir string) (string, error) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	bin := filepath.Join(dir, "partitionq")
+	cmd := exec.CommandContext(ctx, goBin, "build", "-o", bin, "github.com/partitionq/partitionq/cmd/partitionq")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("build cmd/partitionq: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+

@@ -1,0 +1,82 @@
+package chaos_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/partitionq/partitionq/test/chaos"
+	"github.com/partitionq/partitionq/test/pgtest"
+)
+
+// The fault matrix, short form: every fault real deployments see, done
+// three times to a worker that owns slots while its handlers hold events
+// for up to 1.2s (longer than a takeover takes: lease 1s), with library
+// workers and with `partitionq work --exec` workers. Each run is judged by
+// the handlers' runs (start and end), not only by completions: 0 lost, 0
+// order violations and 0 overlaps (two runs of one key at once), repeats
+// counted and bounded by what can be in flight. The long form is
+// `make chaos CHAOS='faults -long'`.
+func TestFaultMatrix(t *testing.T) {
+	cl := needCluster(t)
+	for _, execMode := range []bool{false, true} {
+		mode := "library"
+		if execMode {
+			mode = "exec"
+		}
+		for _, f := range chaos.Faults {
+			t.Run(mode+"/"+string(f), func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+				defer cancel()
+				rep, err := chaos.RunFault(ctx, cl, chaos.FaultConfig{Fault: f, Exec: execMode, WorkerBin: workerBin, ExecBin: cliBin,
+					Engine: pgtest.Engine(t), Dir: t.TempDir(), WorkerLog: workerLog(t), Logf: t.Logf, Seed: seed(t)})
+				t.Logf("%s", rep)
+				if err != nil {
+					t.Fatalf("fault run: %v", err)
+				}
+				if rep.Faults < 3 {
+					t.Fatalf("only %d faults were done", rep.Faults)
+				}
+				if !rep.OK() {
+					t.Fatalf("%s: %v", rep, rep.Examples)
+				}
+				switch f {
+				case chaos.FaultKill, chaos.FaultPartition:
+					// The victim is gone or cut off: its slots move, each time.
+					if len(rep.Takeovers) != rep.Faults {
+						t.Fatalf("slots moved after %d of %d faults, want all", len(rep.Takeovers), rep.Faults)
+					}
+				case chaos.FaultTerminateOwner, chaos.FaultTerminateAll, chaos.FaultStop:
+					// The owner reconnects and renews within its lease; a paused
+					// owner keeps its connection: its slots are not taken.
+					if rep.Kept != rep.Faults {
+						t.Fatalf("the owner kept its slots after %d of %d faults, want all (takeovers %v)", rep.Kept, rep.Faults, rep.Takeovers)
+					}
+				}
+				// What repeats after a fault is what was in flight (slots x
+				// concurrency) plus the progress not yet flushed; a margin of
+				// as much again for a loaded machine.
+				if limit := rep.Faults * 2 * rep.InFlight; rep.Repeats > limit {
+					t.Fatalf("%d repeats after %d faults: more than %d (twice what can be in flight per fault)", rep.Repeats, rep.Faults, limit)
+				}
+			})
+		}
+	}
+}
+
+// seed is PQ_CHAOS_SEED when set (to replay a run), else the clock.
+func seed(t *testing.T) uint64 {
+	if s := os.Getenv("PQ_CHAOS_SEED"); s != "" {
+		var v uint64
+		for _, c := range strings.TrimSpace(s) {
+			if c < '0' || c > '9' {
+				t.Fatalf("PQ_CHAOS_SEED %q is not a number", s)
+			}
+			v = v*10 + uint64(c-'0')
+		}
+		return v
+	}
+	return uint64(time.Now().UnixNano())
+}
