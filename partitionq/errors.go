@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/partitionq/partitionq/partitionq/internal/parked"
+	"github.com/partitionq/partitionq/partitionq/internal/runner"
 )
 
 // Sentinel errors; test for them with errors.Is.
@@ -24,6 +25,10 @@ var (
 	// ErrDraining: an operator action named no event and the key's head
 	// has never failed (the key is draining); the error is a *DrainingError.
 	ErrDraining = parked.ErrNeverFailed
+	// ErrStatementPooling: Worker.Start found its connections going through
+	// a pooler in statement mode, which refuses the transactions a worker
+	// needs; connect directly, or through session or transaction mode.
+	ErrStatementPooling = runner.ErrStatementPooling
 )
 
 // ValidationError says which argument is wrong, why, and what to do. It

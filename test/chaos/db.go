@@ -216,7 +216,10 @@ func diagnose(ctx context.Context, db *pgxpool.Pool, schema string) string {
 	q("slot consumers: name, sub_id, last_tick, batch, next_tick, active", `
 		select co_name, sub_id, sub_last_tick, sub_batch, sub_next_tick, sub_active from pgq.subscription join pgq.consumer on co_id = sub_consumer order by co_name`)
 	q("queue: last tick, event seq", `select queue_name, (select max(tick_id) from pgq.tick t where t.tick_queue = queue_id), queue_event_seq from pgq.queue`)
-	q("advisory locks held (objid, pid)", `select objid, pid from pg_locks where locktype = 'advisory' and granted order by objid`)
+	q("slot owners: slot, worker, epoch, lease left, worker's os pid", `
+		select s.slot, s.worker_id, s.epoch, w.lease_until - clock_timestamp(), w.os_pid from partitionq.slot s left join partitionq.worker w on w.id = s.worker_id order by 1`)
+	q("progress: slot, batch, done_below, done bytes, handled, failed", `
+		select slot, batch_id, done_below, length(done), handled, failed from partitionq.slot_progress order by 1`)
 	q("workers' sessions: pid, state, wait, xact age, query", `
 		select pid, state, wait_event_type || ':' || wait_event, now() - xact_start, left(query, 120)
 		from pg_stat_activity where datname = current_database() and application_name <> '`+harnessApp+`' and pid <> pg_backend_pid() order by pid`)

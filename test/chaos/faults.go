@@ -135,7 +135,7 @@ type FaultReport struct {
 	// owner, as it should for terminate-*, restart within the lease, stop).
 	Takeovers []time.Duration
 	// Kept counts the faults after which the victim still owned its slots
-	// at the same epoch (no takeover: nothing ran twice at once, by design).
+	// (perhaps at a new epoch, taken again after its lease lapsed).
 	Kept int
 	// InFlight is the most handler runs that can be in flight at once
 	// (slots x concurrency): what a fault may cut short and so repeat.
@@ -245,11 +245,11 @@ func RunFault(ctx context.Context, cl *Cluster, cfg FaultConfig) (FaultReport, e
 		}
 		r.rep.Faults++
 	}
-	if err := poll(ctx, 3*time.Minute, fmt.Sprintf("all %d events handled", total), func(ctx context.Context) (bool, error) {
+	if err := poll(ctx, 2*time.Minute, fmt.Sprintf("all %d events handled", total), func(ctx context.Context) (bool, error) {
 		n, err := r.handled(ctx)
 		return n >= total, err
 	}); err != nil {
-		return *r.rep, err
+		return *r.rep, fmt.Errorf("%w\nthe database:%s", err, diagnose(ctx, r.pool, r.client.EngineSchema()))
 	}
 	r.stopAll()
 	handlings, err := r.handlings(ctx)
@@ -480,7 +480,25 @@ func (r *faultRun) fault(ctx context.Context) error {
 		if err := sleepCtx(ctx, 2*r.cfg.Lease+r.cfg.Lease/2); err != nil {
 			return err
 		}
+		// Were its slots taken while it could not act? (Its lease has
+		// expired, so Status shows no owner: read the rows.)
+		var taken int
+		if err := r.pool.QueryRow(ctx, `select count(*) from partitionq.slot s left join partitionq.worker w on w.id = s.worker_id
+			where s.slot = any($1) and w.os_pid is distinct from $2`, slotsOf(mine), p.pid()).Scan(&taken); err != nil {
+			return err
+		}
 		p.cmd.Process.Signal(syscall.SIGCONT) //nolint:errcheck
+		if taken > 0 {
+			r.rep.Takeovers = append(r.rep.Takeovers, time.Since(at).Round(10*time.Millisecond))
+		} else {
+			r.rep.Kept++
+		}
+		// Once awake it stops what it ran (its lease lapsed) and takes its
+		// slots again, unless a standby is first: either is safe.
+		return poll(ctx, 60*time.Second, "every slot owned after the pause", func(ctx context.Context) (bool, error) {
+			o, err := r.owners(ctx)
+			return len(o) == r.cfg.Slots, err
+		})
 	}
 	// Wait until every slot has a live owner again (a killed or cut-off
 	// victim's slots: another worker), and note whether the victim's slots
@@ -501,9 +519,9 @@ func (r *faultRun) fault(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	moved := false
+	moved := false // to another worker (the victim itself may take them again at a new epoch)
 	for s, before := range mine {
-		if after[s].Epoch != before.Epoch {
+		if after[s].PID != before.PID {
 			moved = true
 		}
 	}
@@ -520,6 +538,14 @@ func (r *faultRun) fault(ctx context.Context) error {
 		return r.start(ctx, p.i)
 	}
 	return nil
+}
+
+func slotsOf(m map[int]partitionq.Owner) []int32 {
+	out := make([]int32, 0, len(m))
+	for s := range m {
+		out = append(out, int32(s))
+	}
+	return out
 }
 
 // terminate ends the sessions of the run's database that match cond.
@@ -641,4 +667,3 @@ func BuildCLI(ctx context.Context, dir string) (string, error) {
 	}
 	return bin, nil
 }
-

@@ -143,6 +143,18 @@ func (p *proc) kill() {
 
 func (p *proc) pid() int { return p.cmd.Process.Pid }
 
+// stop sends SIGTERM (a graceful stop) and waits for the process to end.
+func (p *proc) stop(t *testing.T) {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		t.Errorf("worker %d did not stop within 30s of SIGTERM", p.pid())
+		p.kill()
+	}
+}
+
 type sentEvent struct {
 	key string
 	seq int

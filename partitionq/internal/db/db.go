@@ -7,6 +7,7 @@ package db
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -71,4 +72,12 @@ func Permanent(err error) bool {
 		return true
 	}
 	return false
+}
+
+// StatementPooling reports the error a connection pooler in statement mode
+// (PgBouncer pool_mode=statement) gives a transaction of several
+// statements. PgBouncer gives no SQLSTATE of its own for it (08P01, a
+// protocol violation), so the message is the only sign.
+func StatementPooling(err error) bool {
+	return err != nil && Code(err) == "08P01" && strings.Contains(err.Error(), "statement pooling")
 }

@@ -494,6 +494,18 @@ func sortedKeys(m map[int]int64) []int {
 	return out
 }
 
+// Drop forgets slot when it is owned at epoch (the caller found, in a
+// transaction of its own, that it is not: another worker took it over), so
+// that the holder tries to take it again. OnLose is not called: the caller
+// stopped the slot's work already.
+func (h *Holder) Drop(slot int, epoch int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e, ok := h.owned[slot]; ok && e == epoch {
+		delete(h.owned, slot)
+	}
+}
+
 // loseAll stops acting on every owned slot.
 func (h *Holder) loseAll(why string) {
 	h.mu.Lock()

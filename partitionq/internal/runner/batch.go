@@ -529,7 +529,7 @@ func (r *Runner) finish(bs []*batchRun) {
 			}
 		}
 		for _, b := range lost {
-			r.lose(b.s.slot, "another worker took the slot over")
+			r.loseRun(b.s, "another worker took the slot over")
 			r.endBatch(b)
 		}
 		for _, b := range done {

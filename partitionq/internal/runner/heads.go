@@ -211,7 +211,7 @@ func (r *Runner) drainCall(s *slotRun, ev engine.Event, attempt int) parked.Hand
 
 func (r *Runner) drainFailed(s *slotRun, key string, err error, what string) {
 	if errors.Is(err, lease.ErrNotOwner) {
-		r.lose(s.slot, "another worker took the slot over")
+		r.loseRun(s, "another worker took the slot over")
 		return
 	}
 	if s.ctx.Err() == nil && r.stop.Err() == nil {

@@ -208,7 +208,7 @@ func (r *Runner) flush(ctx context.Context) {
 	}
 	for _, x := range rows {
 		if !owned[x.s.slot] {
-			r.lose(x.s.slot, "another worker took the slot over")
+			r.loseRun(x.s, "another worker took the slot over")
 		}
 	}
 }

@@ -271,6 +271,11 @@ func (r *Runner) register(ready func(error)) error {
 			tell(r.stop.Err())
 			return r.stop.Err()
 		}
+		if db.StatementPooling(err) {
+			err = fmt.Errorf("%w (%v)", ErrStatementPooling, err)
+			tell(err)
+			return err
+		}
 		if db.Permanent(err) { // the server said no: retrying will not help
 			err = fmt.Errorf("partitionq: the worker cannot register its lease: %w", err)
 			tell(err)
@@ -325,7 +330,28 @@ func (r *Runner) lose(n int, why string) {
 	}
 }
 
+// loseRun stops slot run s, which a transaction found no longer owned at
+// its epoch: when s is the slot's current run, as the lease's OnLose does,
+// and the lease forgets the slot too, so that it tries to take it again; a
+// run already replaced is only stopped (it may be a batch of an earlier run
+// finishing late: the current run must not pay for it).
+func (r *Runner) loseRun(s *slotRun, why string) {
+	r.mu.Lock()
+	current := r.slots[s.slot] == s
+	r.mu.Unlock()
+	if !current {
+		s.kill(fmt.Errorf("%w: %s", errLost, why))
+		return
+	}
+	r.lease.Drop(s.slot, s.epoch)
+	r.lose(s.slot, why)
+}
+
 var errLost = errors.New("the slot is no longer owned")
+
+// ErrStatementPooling reports a connection pooler in statement mode, which
+// refuses the transactions partitionq needs.
+var ErrStatementPooling = errors.New("partitionq: the database connection goes through a pooler in statement mode, which refuses transactions: connect directly, or through session or transaction mode (docs/operations.md, \"Poolers\")")
 
 // owned returns the slot run of n if the worker owns it now.
 func (r *Runner) owned(n int) *slotRun {
