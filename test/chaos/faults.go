@@ -80,8 +80,9 @@ type FaultConfig struct {
 	Lease time.Duration
 	// Concurrency is the in-slot concurrency. Defaults to 4.
 	Concurrency int
-	// WorkerBin (test/cmd/testworker) and ExecBin (cmd/partitionq).
-	WorkerBin, ExecBin string
+	// WorkerBin (test/cmd/testworker) and ExecBin (cmd/partitionq), and
+	// RunWatchBin (test/cmd/runwatch) for the exec handlers.
+	WorkerBin, ExecBin, RunWatchBin string
 	// Engine is the database's queue engine. Defaults to PgQ.
 	Engine freshdb.Engine
 	// Dir holds the run logs. Required.
@@ -196,7 +197,7 @@ func (p *faultProc) exited() bool {
 // RunFault runs one fault of the matrix on a fresh database of cl.
 func RunFault(ctx context.Context, cl *Cluster, cfg FaultConfig) (FaultReport, error) {
 	cfg = cfg.withDefaults()
-	if cfg.Dir == "" || (cfg.Exec && cfg.ExecBin == "") || (!cfg.Exec && cfg.WorkerBin == "") {
+	if cfg.Dir == "" || (cfg.Exec && (cfg.ExecBin == "" || cfg.RunWatchBin == "")) || (!cfg.Exec && cfg.WorkerBin == "") {
 		return FaultReport{}, errors.New("chaos.FaultConfig needs Dir and the worker binary of its mode")
 	}
 	r := &faultRun{cfg: cfg, cl: cl, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x51)), died: map[string]time.Time{},
@@ -275,13 +276,20 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// The exec handler: it logs its run's start and end (and the handling, as
-// the end) to the shared run log, holding the event a random time between.
-// $PPID is the worker, the shell's parent.
-const execHandler = `s=$(sed -n 's/.*"s":\([0-9]*\).*/\1/p'); w=$PPID
+// The exec handler: it logs its run's start (S) and, after holding the
+// event a random time, its success (O) and end (E) to the shared run log.
+// A handler killed by its worker logs no end: a watcher it starts first, in
+// a session of its own (so that the worker's kill of the handler's process
+// group spares it), waits for the handler's shell to end, however it ends,
+// and logs an end then (test/cmd/runwatch; a second end after a normal exit
+// is ignored). The run's worker field is <worker pid>/<shell pid>, so each run
+// pairs with its own end.
+const execHandler = `s=$(sed -n 's/.*"s":\([0-9]*\).*/\1/p'); w="$PPID/$$"
+setsid '{runwatch}' "$$" '{log}' "$PARTITIONQ_KEY" "$s" "$w" </dev/null >/dev/null 2>&1 &
 printf 'S "%s" %s %s %s\n' "$PARTITIONQ_KEY" "$s" "$w" "$(date +%s%N)" >> '{log}'
 sleep "$(awk -v seed="$$$(date +%N)" 'BEGIN { srand(seed % 100000); printf "%.3f", rand() * {hold} }')"
-printf 'E "%s" %s %s %s\n' "$PARTITIONQ_KEY" "$s" "$w" "$(date +%s%N)" >> '{log}'`
+now=$(date +%s%N)
+printf 'O "%s" %s %s %s\nE "%s" %s %s %s\n' "$PARTITIONQ_KEY" "$s" "$w" "$now" "$PARTITIONQ_KEY" "$s" "$w" "$now" >> '{log}'`
 
 // start starts worker i (again), and waits until it registered its lease.
 func (r *faultRun) start(ctx context.Context, i int) error {
@@ -301,7 +309,7 @@ func (r *faultRun) start(ctx context.Context, i int) error {
 	var cmd *exec.Cmd
 	if r.cfg.Exec {
 		log := filepath.Join(r.cfg.Dir, "exec-runs.log")
-		h := strings.NewReplacer("{log}", log, "{hold}", fmt.Sprintf("%.3f", r.cfg.Hold.Seconds())).Replace(execHandler)
+		h := strings.NewReplacer("{log}", log, "{hold}", fmt.Sprintf("%.3f", r.cfg.Hold.Seconds()), "{runwatch}", r.cfg.RunWatchBin).Replace(execHandler)
 		cmd = exec.Command(r.cfg.ExecBin, "work", "--queue", queueName, "--group", groupName, "--exec", h,
 			"--concurrency", strconv.Itoa(r.cfg.Concurrency), "--lease-duration", r.cfg.Lease.String(),
 			"--ticker", "--tick-interval", "10ms", "--poll-interval", "10ms", "--handler-timeout", "0",
@@ -592,23 +600,47 @@ func (r *faultRun) handlings(ctx context.Context) ([]ordercheck.Handling, error)
 	return out, rows.Err()
 }
 
-// execHandlings reads the exec handlers' ends (their handlings), in time
+// execHandlings reads the exec handlers' successes (O lines), in time
 // order.
 func (r *faultRun) execHandlings() ([]ordercheck.Handling, error) {
-	runs, err := ordercheck.ReadRunLogs(r.runLogs, nil)
-	if err != nil {
-		return nil, err
+	type ok struct {
+		h  ordercheck.Handling
+		at int64
 	}
-	var ended []ordercheck.Run
-	for _, run := range runs {
-		if !run.End.IsZero() {
-			ended = append(ended, run)
+	var oks []ok
+	for _, p := range r.runLogs {
+		b, err := os.ReadFile(p)
+		if os.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if !strings.HasPrefix(line, "O ") {
+				continue
+			}
+			q, err := strconv.QuotedPrefix(line[2:])
+			if err != nil {
+				continue // a line cut short
+			}
+			key, _ := strconv.Unquote(q)
+			f := strings.Fields(line[2+len(q):])
+			if len(f) != 3 {
+				continue
+			}
+			seq, err1 := strconv.Atoi(f[0])
+			at, err2 := strconv.ParseInt(f[2], 10, 64)
+			if err1 != nil || err2 != nil {
+				continue
+			}
+			oks = append(oks, ok{ordercheck.Handling{Key: key, Seq: seq, OK: true}, at})
 		}
 	}
-	sort.SliceStable(ended, func(i, j int) bool { return ended[i].End.Before(ended[j].End) })
-	out := make([]ordercheck.Handling, len(ended))
-	for i, run := range ended {
-		out[i] = ordercheck.Handling{Key: run.Key, Seq: run.Seq, OK: true}
+	sort.SliceStable(oks, func(i, j int) bool { return oks[i].at < oks[j].at })
+	out := make([]ordercheck.Handling, len(oks))
+	for i, o := range oks {
+		out[i] = o.h
 	}
 	return out, nil
 }
@@ -653,17 +685,22 @@ func (r *faultRun) killAll() {
 	}
 }
 
-// BuildCLI builds cmd/partitionq into dir and returns the binary's path.
-func BuildCLI(ctx context.Context, dir string) (string, error) {
+// BuildCLI builds cmd/partitionq and test/cmd/runwatch into dir and returns
+// their paths.
+func BuildCLI(ctx context.Context, dir string) (cli, runwatch string, err error) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
-	bin := filepath.Join(dir, "partitionq")
-	cmd := exec.CommandContext(ctx, goBin, "build", "-o", bin, "github.com/partitionq/partitionq/cmd/partitionq")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("build cmd/partitionq: %w\n%s", err, out)
+	for _, b := range []struct {
+		pkg string
+		bin *string
+	}{{"cmd/partitionq", &cli}, {"test/cmd/runwatch", &runwatch}} {
+		*b.bin = filepath.Join(dir, filepath.Base(b.pkg))
+		cmd := exec.CommandContext(ctx, goBin, "build", "-o", *b.bin, "github.com/partitionq/partitionq/"+b.pkg)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", "", fmt.Errorf("build %s: %w\n%s", b.pkg, err, out)
+		}
 	}
-	return bin, nil
+	return cli, runwatch, nil
 }

@@ -3,6 +3,7 @@ package chaos_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -30,8 +31,13 @@ func TestFaultMatrix(t *testing.T) {
 			t.Run(mode+"/"+string(f), func(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 				defer cancel()
-				rep, err := chaos.RunFault(ctx, cl, chaos.FaultConfig{Fault: f, Exec: execMode, WorkerBin: workerBin, ExecBin: cliBin,
-					Engine: pgtest.Engine(t), Dir: t.TempDir(), WorkerLog: workerLog(t), Logf: t.Logf, Seed: seed(t)})
+				dir := t.TempDir()
+				if keep := os.Getenv("PQ_FAULTS_KEEP"); keep != "" { // keep the run logs for a post-mortem
+					dir = filepath.Join(keep, strings.ReplaceAll(t.Name(), "/", "_"))
+					os.MkdirAll(dir, 0o755) //nolint:errcheck
+				}
+				rep, err := chaos.RunFault(ctx, cl, chaos.FaultConfig{Fault: f, Exec: execMode, WorkerBin: workerBin, ExecBin: cliBin, RunWatchBin: watchBin,
+					Engine: pgtest.Engine(t), Dir: dir, WorkerLog: workerLog(t), Logf: t.Logf, Seed: seed(t)})
 				t.Logf("%s", rep)
 				if err != nil {
 					t.Fatalf("fault run: %v", err)

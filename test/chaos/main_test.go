@@ -21,6 +21,7 @@ var (
 	workDir    string
 	workerBin  string
 	cliBin     string // cmd/partitionq, for the --exec half of the fault matrix
+	watchBin   string // test/cmd/runwatch, likewise
 	clusterMu  sync.Mutex
 	cluster    *chaos.Cluster
 	clusterErr error
@@ -36,7 +37,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if cliBin, err = chaos.BuildCLI(context.Background(), workDir); err != nil {
+	if cliBin, watchBin, err = chaos.BuildCLI(context.Background(), workDir); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

@@ -54,7 +54,8 @@ func TestMain(m *testing.M) {
 
 const logDDL = `create table pq_run_log (
 	id bigserial primary key, key text not null, seq int not null, attempt int not null,
-	ok bool not null, pid int not null, at timestamptz not null default clock_timestamp())`
+	ok bool not null, pid int not null, at timestamptz not null default clock_timestamp());
+create table pq_gate (name text primary key)`
 
 type env struct {
 	db     pgtest.DB
@@ -156,9 +157,10 @@ func (p *proc) stop(t *testing.T) {
 }
 
 type sentEvent struct {
-	key string
-	seq int
-	f   int
+	key  string
+	seq  int
+	f    int
+	gate string // the handler waits for this gate (testworker's "g")
 }
 
 // send sends events in one batch, payloads as the testworker expects.
@@ -166,7 +168,11 @@ func (e *env) send(t *testing.T, evs []sentEvent) {
 	t.Helper()
 	ms := make([]partitionq.Message, len(evs))
 	for i, ev := range evs {
-		p, _ := json.Marshal(map[string]any{"k": ev.key, "s": ev.seq, "f": ev.f})
+		m := map[string]any{"k": ev.key, "s": ev.seq, "f": ev.f}
+		if ev.gate != "" {
+			m["g"] = ev.gate
+		}
+		p, _ := json.Marshal(m)
 		ms[i] = partitionq.Message{Key: ev.key, Type: "FileCreated", Payload: p}
 	}
 	if _, err := e.client.SendBatch(e.ctx, "q", ms); err != nil {

@@ -2,8 +2,9 @@
 // PostgreSQL cluster of its own (never on a shared server: it restarts it).
 // See docs/chaos.md.
 //
-//	go run ./test/cmd/chaos run [-long] [flags]   # kill -9, restarts, terminations; then the verdict
-//	go run ./test/cmd/chaos soak [flags]          # steady load; memory, goroutines, rotation over time
+//	go run ./test/cmd/chaos run [-long] [flags]    # kill -9, restarts, terminations; then the verdict
+//	go run ./test/cmd/chaos faults [-long] [flags] # the fault matrix: each fault, library and --exec workers
+//	go run ./test/cmd/chaos soak [flags]           # steady load; memory, goroutines, rotation over time
 //
 // It exits 0 when the verdict is clean, 1 when it is not, 2 on bad usage.
 package main
@@ -31,6 +32,7 @@ func main() {
 
 func usage() {
 	fmt.Fprintln(os.Stderr, `usage: chaos run [-long] [flags]    kill -9 workers, restart PostgreSQL, terminate backends; judge order and loss
+       chaos faults [-long] [flags] the fault matrix: every fault, library and --exec workers; judge overlaps too
        chaos soak [flags]           steady load for minutes; report memory, goroutines, table rotation, dead tuples
 Run "chaos run -h" or "chaos soak -h" for the flags. See docs/chaos.md.`)
 }
@@ -45,6 +47,8 @@ func run(args []string) int {
 	switch args[0] {
 	case "run":
 		return runChaos(ctx, args[1:])
+	case "faults":
+		return runFaults(ctx, args[1:])
 	case "soak":
 		return runSoak(ctx, args[1:])
 	case "-h", "-help", "--help", "help":
@@ -237,5 +241,78 @@ func runSoak(ctx context.Context, args []string) int {
 	if !rep.OK() {
 		return 1
 	}
+	return 0
+}
+
+func runFaults(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("chaos faults", flag.ContinueOnError)
+	var c common
+	c.bind(fs)
+	long := fs.Bool("long", false, "the long form: 5 workers, 8 slots, 64 keys, 20 events a key, 10 faults of each kind, handlers holding up to 1.5s")
+	var cfg chaos.FaultConfig
+	only := fs.String("fault", "", "only this fault: kill, terminate-owner, terminate-all, restart, partition or stop (default: all)")
+	mode := fs.String("mode", "both", "workers: library, exec or both")
+	fs.IntVar(&cfg.Rounds, "rounds", 0, "faults of each kind (default 3; long 10)")
+	fs.Uint64Var(&cfg.Seed, "seed", 0, "random seed (default: the clock)")
+	if err := fs.Parse(args); err != nil {
+		return parseExit(err)
+	}
+	if *long {
+		cfg.Workers, cfg.Slots, cfg.Keys, cfg.EventsPerKey, cfg.Hold = 5, 8, 64, 20, 1500*time.Millisecond
+		if cfg.Rounds == 0 {
+			cfg.Rounds = 10
+		}
+	}
+	var err error
+	if cfg.Engine, err = c.eng(); err != nil {
+		logf("error: %v", err)
+		return 2
+	}
+	cl, bin, wlog, cleanup, err := c.setup(ctx)
+	if err != nil {
+		logf("error: %v", err)
+		return 1
+	}
+	ok := true
+	defer func() { cleanup(ok) }()
+	if cfg.ExecBin, cfg.RunWatchBin, err = chaos.BuildCLI(ctx, cl.Dir); err != nil {
+		logf("error: %v", err)
+		ok = false
+		return 1
+	}
+	cfg.WorkerBin, cfg.WorkerLog, cfg.Logf = bin, wlog, logf
+	modes := map[string][]bool{"library": {false}, "exec": {true}, "both": {false, true}}[*mode]
+	if modes == nil {
+		logf("error: -mode %q: use library, exec or both", *mode)
+		return 2
+	}
+	for _, m := range modes {
+		for _, f := range chaos.Faults {
+			if *only != "" && string(f) != *only {
+				continue
+			}
+			run := cfg
+			run.Fault, run.Exec = f, m
+			if run.Dir, err = os.MkdirTemp(cl.Dir, "faults-"); err != nil {
+				logf("error: %v", err)
+				ok = false
+				return 1
+			}
+			rep, err := chaos.RunFault(ctx, cl, run)
+			fmt.Println(rep.String())
+			if err != nil {
+				logf("error: %v", err)
+				ok = false
+			} else if !rep.OK() {
+				logf("NOT clean: %v", rep.Examples)
+				ok = false
+			}
+		}
+	}
+	if !ok {
+		logf("verdict: NOT clean")
+		return 1
+	}
+	logf("verdict: clean")
 	return 0
 }

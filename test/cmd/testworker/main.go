@@ -39,6 +39,9 @@ type payload struct {
 	S int    `json:"s"`
 	F int    `json:"f"`
 	D bool   `json:"d"` // dead-letter the event on attempt f+1
+	// G names a gate: the handler waits (honouring its context) until a row
+	// of that name is in the table pq_gate, then goes on.
+	G string `json:"g,omitempty"`
 }
 
 // opts are the flags.
@@ -155,6 +158,20 @@ func run(ctx context.Context, log *slog.Logger, o opts) error {
 		}
 		rl.start(ev.Key, p.S, worker)
 		defer rl.end(ev.Key, p.S, worker)
+		for p.G != "" {
+			var open bool
+			if err := pool.QueryRow(ctx, `select exists (select 1 from pq_gate where name = $1)`, p.G).Scan(&open); err != nil {
+				return err
+			}
+			if open {
+				break
+			}
+			select {
+			case <-time.After(10 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
 		if o.jitter > 0 {
 			time.Sleep(rand.N(o.jitter))
 		}
