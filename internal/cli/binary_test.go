@@ -172,3 +172,33 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// A work --exec command never outlives its worker: kill -9 the worker while
+// its command runs, and the command (a shell) and what it started (a
+// sleep, in the command's process group) are gone at once.
+func TestBinaryWorkKilledTakesItsCommandsWithIt(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setup(1)
+	dir := t.TempDir()
+	h.ok("send", "--queue", "q", "--key", "k", "--payload", "x")
+	cmd := exec.Command(binary(t), "work", "--queue", "q", "--group", "g", "--ticker", "--tick-interval", "10ms", "--poll-interval", "10ms",
+		"--exec", fmt.Sprintf(`echo $$ > '%s/shell'; sleep 300 & echo $! > '%s/child'; wait`, dir, dir))
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+h.url)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }() //nolint:errcheck // killed on purpose
+	t.Cleanup(func() { cmd.Process.Kill() }) //nolint:errcheck
+	shell := readPID(t, filepath.Join(dir, "shell"))
+	child := readPID(t, filepath.Join(dir, "child"))
+	if !alive(shell) || !alive(child) {
+		t.Fatal("the command is not running")
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	waitFor(t, 2*time.Second, "the command and its child to die with the worker", func() bool { return !alive(shell) && !alive(child) })
+}
