@@ -189,7 +189,7 @@ func TestBinaryWorkKilledTakesItsCommandsWithIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }() //nolint:errcheck // killed on purpose
+	go func() { cmd.Wait(); close(done) }()  //nolint:errcheck // killed on purpose
 	t.Cleanup(func() { cmd.Process.Kill() }) //nolint:errcheck
 	shell := readPID(t, filepath.Join(dir, "shell"))
 	child := readPID(t, filepath.Join(dir, "child"))

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/partitionq/partitionq/test/pgtest"
 )
 
@@ -206,4 +205,3 @@ func TestExactlyOnceUnderKills(t *testing.T) {
 		t.Fatalf("exactly once broken: %s, %d effects twice: %v", r, twice, r.Examples)
 	}
 }
-
