@@ -17,14 +17,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/partitionq/partitionq/partitionq/internal/db"
 )
 
-// DB is what the engine layer needs from a connection, pool or transaction.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+// DB is a pool, a connection or a transaction (db.DB).
+type DB = db.DB
 
 // Known engine schemas, in detection order.
 const (

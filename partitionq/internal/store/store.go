@@ -15,17 +15,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/partitionq/partitionq/partitionq/internal/db"
 
 	"github.com/partitionq/partitionq/internal/pglock"
 )
 
-// DB is what the store needs from a connection, pool or transaction.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+// DB is a pool, a connection or a transaction (db.DB).
+type DB = db.DB
 
 // Version is the schema version this package writes.
 const Version = 3 // 2: failure.flagged_at; 3: worker leases, slot ownership and progress, ticker turns
@@ -174,10 +171,7 @@ revoke all on function partitionq.record_done(text, text, int, bigint, bigint, b
 
 // Migrate creates the schema and tables when missing. Concurrent callers
 // are serialized with a transaction-level advisory lock.
-func Migrate(ctx context.Context, db interface {
-	DB
-	Begin(ctx context.Context) (pgx.Tx, error)
-}) error {
+func Migrate(ctx context.Context, db db.TxStarter) error {
 	// Already at this version: no DDL, so roles without CREATE (operators,
 	// workers) can call it.
 	var exists bool
