@@ -55,12 +55,16 @@ func (w *Worker) instrument(h runner.Handler) runner.Handler {
 		}
 	}
 	name := spanNamePrefix + w.cfg.Queue
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)} // made once: no allocation per call
 	return func(ctx context.Context, c runner.Call) (res runner.Result) {
-		ctx, span := tr.Start(ctx, name, trace.WithSpanKind(trace.SpanKindConsumer))
+		ctx, span := tr.Start(ctx, name, opts...)
 		if span.IsRecording() { // the attributes cost allocations: only for a span that is kept
 			span.SetAttributes(w.spanAttributes(c)...)
 		}
-		start := time.Now()
+		var start time.Time
+		if m != nil {
+			start = time.Now()
+		}
 		panicked := true
 		defer func() {
 			if m != nil {
