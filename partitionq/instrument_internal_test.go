@@ -5,6 +5,10 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,5 +155,48 @@ func BenchmarkHandlerWrapper(b *testing.B) {
 				h(ctx, call)
 			}
 		})
+	}
+}
+
+// TestDocsListEveryMetric: docs/operations.md lists every metric a worker
+// exports, and its rules and queries name no other.
+func TestDocsListEveryMetric(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	w := testWorker(1, []int{0}, WorkerConfig{})
+	m := newWorkerMetrics(w)
+	m.read = func(context.Context) (GroupStatus, error) {
+		return GroupStatus{SlotStatus: []SlotStatus{{}}}, nil
+	}
+	reg := prometheus.NewRegistry()
+	if err := m.register(reg); err != nil {
+		t.Fatal(err)
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := map[string]bool{}
+	for _, f := range fams {
+		known[f.GetName()] = true
+		row := "| `" + f.GetName() + "` | " + strings.ToLower(f.GetType().String()) + " |"
+		if !strings.Contains(doc, row) {
+			t.Errorf("docs/operations.md has no row %q", row)
+		}
+	}
+	if len(known) != 10 {
+		t.Errorf("the worker exports %d metrics, want 10", len(known))
+	}
+	for _, name := range regexp.MustCompile(`partitionq_[a-z_]+`).FindAllString(doc, -1) {
+		base := name
+		for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+			base = strings.TrimSuffix(base, suffix)
+		}
+		if !known[base] {
+			t.Errorf("docs/operations.md names %s, which a worker does not export", name)
+		}
 	}
 }
