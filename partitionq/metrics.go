@@ -42,7 +42,8 @@ var durationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 
 
 // slotPendingEvents is the value of partitionq_slot_pending_events: the
 // events of the slot's own share not yet finished. The one place that
-// chooses the SlotStatus field.
+// chooses the SlotStatus field: today the estimate (the queue's pending
+// events divided by N), to become the exact count when Status has one.
 func slotPendingEvents(s SlotStatus) int64 { return s.PendingEstimate }
 
 // slotDescs are the descriptions of one slot's series. Each carries the
