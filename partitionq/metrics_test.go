@@ -123,7 +123,7 @@ func TestMetricsScrapedAgreeWithStatsAndStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	var st partitionq.GroupStatus
-	pgtest.WaitFor(t, 60*time.Second, "30 handled, 2 failed, 1 dead letter, 1 blocked key", func() (bool, error) {
+	pgtest.WaitFor(t, 60*time.Second, "30 handled, 2 failed, 1 dead letter, 1 blocked key, every batch finished", func() (bool, error) {
 		var handled, failed, dead int64
 		for _, s := range w.Stats() {
 			handled, failed, dead = handled+s.Processed, failed+s.Failed, dead+s.DeadLettered
@@ -133,7 +133,15 @@ func TestMetricsScrapedAgreeWithStatsAndStatus(t *testing.T) {
 		}
 		var err error
 		st, err = b.client.Status(b.ctx, "q", "g")
-		return err == nil && st.SlotStatus[slotBad].BlockedKeys == 1 && st.SlotStatus[slotBad].SetAside == 2, err
+		if err != nil {
+			return false, err
+		}
+		for _, s := range st.SlotStatus {
+			if s.InBatch || s.PendingEstimate != 0 { // the end state: what the scrape reads next is the same
+				return false, nil
+			}
+		}
+		return st.SlotStatus[slotBad].BlockedKeys == 1 && st.SlotStatus[slotBad].SetAside == 2, nil
 	})
 
 	fams := scrape(t, url)

@@ -148,28 +148,40 @@ func TestWorkMetricsAddr(t *testing.T) {
 		t.Errorf("scraped %v failures and %v handler durations, want 2 and 22", f, calls)
 	}
 
-	// The gauges agree with status (nothing changes any more: the scrape's
-	// cached read, at most a second old, sees the same).
-	var st statusOut
-	h.json(&st, with(qg, "status")...)
-	got, err := scrapeSlots(t, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range st.Slots {
-		if got["partitionq_slot_owned"][s.Slot] != 1 || s.Owner == nil {
-			t.Errorf("slot %d: owned %v, status owner %+v", s.Slot, got["partitionq_slot_owned"][s.Slot], s.Owner)
+	// The gauges agree with status once both see the end state (a scrape's
+	// read may be a second old: it can predate the last batch's finish).
+	var mismatch []string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var st statusOut
+		h.json(&st, with(qg, "status")...)
+		got, err := scrapeSlots(t, url)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if got["partitionq_slot_pending_events"][s.Slot] != float64(s.PendingEstimate) ||
-			got["partitionq_blocked_keys"][s.Slot] != float64(s.BlockedKeys) ||
-			got["partitionq_parked_events"][s.Slot] != float64(s.SetAside) {
-			t.Errorf("slot %d: pending %v blocked %v parked %v scraped; status says %d %d %d", s.Slot,
-				got["partitionq_slot_pending_events"][s.Slot], got["partitionq_blocked_keys"][s.Slot], got["partitionq_parked_events"][s.Slot],
-				s.PendingEstimate, s.BlockedKeys, s.SetAside)
+		mismatch = nil
+		for _, s := range st.Slots {
+			if got["partitionq_slot_owned"][s.Slot] != 1 || s.Owner == nil {
+				mismatch = append(mismatch, fmt.Sprintf("slot %d: owned %v, status owner %+v", s.Slot, got["partitionq_slot_owned"][s.Slot], s.Owner))
+			}
+			if got["partitionq_slot_pending_events"][s.Slot] != float64(s.PendingEstimate) ||
+				got["partitionq_blocked_keys"][s.Slot] != float64(s.BlockedKeys) ||
+				got["partitionq_parked_events"][s.Slot] != float64(s.SetAside) {
+				mismatch = append(mismatch, fmt.Sprintf("slot %d: pending %v blocked %v parked %v scraped; status says %d %d %d", s.Slot,
+					got["partitionq_slot_pending_events"][s.Slot], got["partitionq_blocked_keys"][s.Slot], got["partitionq_parked_events"][s.Slot],
+					s.PendingEstimate, s.BlockedKeys, s.SetAside))
+			}
+			if lag, ok := got["partitionq_slot_lag_seconds"][s.Slot]; !ok || math.Abs(lag-s.LagSeconds) > 2 {
+				mismatch = append(mismatch, fmt.Sprintf("slot %d: lag %v s scraped, status says %v s", s.Slot, lag, s.LagSeconds))
+			}
 		}
-		if lag, ok := got["partitionq_slot_lag_seconds"][s.Slot]; !ok || math.Abs(lag-s.LagSeconds) > 2 {
-			t.Errorf("slot %d: lag %v s scraped, status says %v s", s.Slot, lag, s.LagSeconds)
+		if len(mismatch) == 0 && len(st.Slots) == 2 {
+			break
 		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the gauges do not agree with status after 30s:\n%s", strings.Join(mismatch, "\n"))
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 
 	cancel()
