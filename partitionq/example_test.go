@@ -4,10 +4,14 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"net/http"
 	"os"
 	"os/signal"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel"
 
 	"github.com/partitionq/partitionq/partitionq"
 )
@@ -102,4 +106,38 @@ func ExampleClient_Skip() {
 		log.Fatal(err)
 	}
 	fmt.Println(res.Outcome) // skipped, or already_resolved if a retry won meanwhile
+}
+
+// A worker exporting Prometheus metrics at /metrics and a span per handler
+// call to whatever OpenTelemetry provider the program set up.
+func ExampleWorkerConfig_monitoring() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	client, err := partitionq.NewClient(ctx, pool, partitionq.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	go func() {
+		log.Fatal(http.ListenAndServe("127.0.0.1:9464", promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+	}()
+	w, err := client.NewWorker(ctx, partitionq.WorkerConfig{
+		Queue: "files", Group: "indexer",
+		Registerer:     reg,                      // partitionq_* series, labelled queue, group and slot
+		TracerProvider: otel.GetTracerProvider(), // the global provider; a no-op one until the program sets it
+		Handler: partitionq.HandlerFunc(func(ctx context.Context, ev *partitionq.Event) error {
+			return nil // ctx carries the span: spans started from it are its children
+		}),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := w.Run(ctx); err != nil {
+		log.Fatal(err)
+	}
 }

@@ -58,6 +58,10 @@ type SlotStatus struct {
 	// SetAside counts the slot's events in the engine's retry queue: parked
 	// heads and the events waiting behind them, plus skip-policy retries.
 	SetAside int64
+	// LongestBlocked is how long the slot's longest-blocked key has been
+	// blocked: since its head first failed (by the server's clock); 0 when
+	// no key of the slot is blocked.
+	LongestBlocked time.Duration
 }
 
 // GroupStatus is a group's status.
@@ -132,7 +136,11 @@ func (c *Client) Status(ctx context.Context, queue, group string) (GroupStatus, 
 			case h.Draining():
 				gs.SlotStatus[h.Slot].DrainingKeys++
 			default:
-				gs.SlotStatus[h.Slot].BlockedKeys++
+				s := &gs.SlotStatus[h.Slot]
+				s.BlockedKeys++
+				if h.Failure != nil {
+					s.LongestBlocked = max(s.LongestBlocked, h.Failure.Age)
+				}
 			}
 		}
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/partitionq/partitionq/internal/connstr"
 	"github.com/partitionq/partitionq/partitionq/internal/runner"
@@ -169,6 +171,26 @@ type WorkerConfig struct {
 	// Identity names this worker in status output (and is the
 	// application_name of its sessions). Defaults to "partitionq:<host>:<pid>".
 	Identity string
+
+	// Registerer, when set, receives the worker's Prometheus metrics for
+	// its slots (labelled queue, group and slot; docs/operations.md lists
+	// them) from Start until the worker stops. The counters and the handler
+	// duration histogram are kept on the handler path; the gauges of the
+	// group's state come from one Status read per scrape at most once a
+	// second, bounded by 2s (a scrape whose read fails or times out leaves
+	// them out). Two workers of one process may share a Registerer when
+	// they run different groups or disjoint slots of one group; for the
+	// same slots, Start fails with an error saying so. Defaults to nil: no
+	// metrics, and no cost.
+	Registerer prometheus.Registerer
+
+	// TracerProvider, when set, gives the tracer (named TracerName) of one
+	// span per handler call, of kind consumer, named "process <queue>",
+	// with the event's id, key, slot, type and attempt, the queue and the
+	// group as attributes; a failed call records its error and sets the
+	// span's status to Error. The handler's ctx carries the span, so spans
+	// the handler starts are its children. Defaults to nil: no spans.
+	TracerProvider trace.TracerProvider
 }
 
 func (cfg WorkerConfig) withDefaults() WorkerConfig {
@@ -285,6 +307,8 @@ type Worker struct {
 	stats map[int]*runner.Stats
 	log   *slog.Logger
 
+	metrics *workerMetrics // nil without a Registerer
+
 	mu           sync.Mutex
 	started      bool
 	stoppedEarly bool // Stop ran before Start
@@ -319,6 +343,9 @@ func (c *Client) NewWorker(ctx context.Context, cfg WorkerConfig) (*Worker, erro
 		log: c.log.With(slog.String("queue", cfg.Queue), slog.String("group", cfg.Group))}
 	for _, s := range slots {
 		w.stats[s] = &runner.Stats{}
+	}
+	if cfg.Registerer != nil {
+		w.metrics = newWorkerMetrics(w)
 	}
 	return w, nil
 }
@@ -392,6 +419,11 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.stoppedEarly {
 		return errors.New("partitionq: worker was stopped before it started: make a new one")
 	}
+	if w.metrics != nil {
+		if err := w.metrics.register(w.cfg.Registerer); err != nil {
+			return err
+		}
+	}
 	// The worker's own connections (see PoolConns): none is opened before
 	// it is needed.
 	pcfg := w.c.pool.Config()
@@ -406,6 +438,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	pool, err := pgxpool.NewWithConfig(context.WithoutCancel(ctx), pcfg)
 	if err != nil {
+		w.unregister()
 		return fmt.Errorf("partitionq: the worker's connection pool: %w", err)
 	}
 	soft, stopSoft := context.WithCancel(ctx)
@@ -451,10 +484,19 @@ func (w *Worker) Start(ctx context.Context) error {
 }
 
 func (w *Worker) finish(err error) {
+	w.unregister()
 	w.errMu.Lock()
 	w.err = err
 	w.errMu.Unlock()
 	close(w.done)
+}
+
+// unregister takes the worker's metrics off its Registerer, so that a new
+// worker of the same slots can register them.
+func (w *Worker) unregister() {
+	if w.metrics != nil {
+		w.cfg.Registerer.Unregister(w.metrics)
+	}
 }
 
 func (w *Worker) newRunner(pool *pgxpool.Pool) *runner.Runner {
@@ -490,11 +532,11 @@ const (
 
 func (w *Worker) handleFunc() runner.Handler {
 	if w.cfg.TxHandler != nil {
-		return w.txHandleFunc()
+		return w.instrument(w.txHandleFunc())
 	}
-	return func(ctx context.Context, c runner.Call) runner.Result {
+	return w.instrument(func(ctx context.Context, c runner.Call) runner.Result {
 		return result(w.cfg.Handler.Handle(ctx, w.event(c)))
-	}
+	})
 }
 
 func (w *Worker) event(c runner.Call) *Event {

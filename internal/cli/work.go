@@ -33,6 +33,7 @@ type workFlags struct {
 	drains          int
 	lease           time.Duration
 	noProgress      bool
+	metricsAddr     string
 }
 
 func (a *app) workCmd() *cobra.Command {
@@ -76,6 +77,11 @@ standard error at exit.`,
 			if err := w.validateZeros(cmd.Flags().Changed("backoff-max")); err != nil {
 				return err
 			}
+			if cmd.Flags().Changed("metrics-addr") {
+				if err := checkMetricsAddr(w.metricsAddr); err != nil {
+					return err
+				}
+			}
 			return a.work(cmd, t, w)
 		}),
 	}
@@ -97,6 +103,7 @@ standard error at exit.`,
 	f.BoolVar(&w.ticker, "ticker", false, "run the engine's ticker in this worker (instead of pgqd or partitionq tick)")
 	f.DurationVar(&w.tickInterval, "tick-interval", partitionq.TickIntervalDefault, "how often the in-process ticker runs (with --ticker)")
 	f.StringVar(&w.identity, "identity", "", "name of this worker in status (default partitionq:<host>:<pid>)")
+	f.StringVar(&w.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics while the worker runs (e.g. 127.0.0.1:9464)")
 	return cmd
 }
 
@@ -156,15 +163,29 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 	if cfg.HandlerTimeout == 0 {
 		cfg.HandlerTimeout = -1 // no timeout
 	}
-	worker, err := s.client.NewWorker(ctx, cfg)
-	if err != nil {
-		return err
+	var metrics *metricsServer
+	if w.metricsAddr != "" {
+		if metrics, err = listenMetrics(w.metricsAddr); err != nil {
+			return err
+		}
+		cfg.Registerer = metrics.reg
 	}
-	if err := worker.Start(ctx); err != nil {
+	worker, err := s.client.NewWorker(ctx, cfg)
+	if err == nil {
+		err = worker.Start(ctx)
+	}
+	if err != nil {
+		if metrics != nil {
+			metrics.close()
+		}
 		return err
 	}
 	fmt.Fprintf(a.env.Stderr, "partitionq: working queue %q group %q: slots %s of %d, policy %s; stop with SIGTERM or Ctrl-C\n",
 		t.queue, t.group, joinInts(slots), g.Slots, w.policy)
+	if metrics != nil {
+		metrics.serve()
+		fmt.Fprintf(a.env.Stderr, "partitionq: serving metrics at %s\n", metrics.URL())
+	}
 	select {
 	case <-ctx.Done():
 	case <-worker.Done():
@@ -175,6 +196,11 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace+30*time.Second)
 	defer cancel()
 	stopErr := worker.Stop(stopCtx)
+	if metrics != nil {
+		if err := metrics.shutdown(); err != nil {
+			fmt.Fprintf(a.env.Stderr, "partitionq: stopping the metrics server: %v\n", err)
+		}
+	}
 	printStats(a.env.Stderr, worker.Stats())
 	if stopErr != nil {
 		return fmt.Errorf("the worker did not stop in time: %w", stopErr)

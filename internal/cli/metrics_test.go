@@ -1,0 +1,220 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/partitionq/partitionq/internal/cli"
+)
+
+// syncBuffer is a buffer a running command writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// scrapeSlots fetches url and returns, for each metric of the group q/g,
+// its value by slot (a histogram's count).
+func scrapeSlots(t *testing.T, url string) (map[string]map[int]float64, error) {
+	t.Helper()
+	resp, err := (&http.Client{Timeout: 20 * time.Second}).Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape %s: %s", url, resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]map[int]float64{}
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["queue"] != "q" || labels["group"] != "g" {
+				continue // the Go runtime's and the process's metrics
+			}
+			slot, err := strconv.Atoi(labels["slot"])
+			if err != nil {
+				t.Fatalf("%s: slot label %q", name, labels["slot"])
+			}
+			if out[name] == nil {
+				out[name] = map[int]float64{}
+			}
+			out[name][slot] = value(m)
+		}
+	}
+	return out, nil
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Histogram != nil:
+		return float64(m.Histogram.GetSampleCount())
+	}
+	return math.NaN()
+}
+
+func total(m map[int]float64) float64 {
+	s := 0.0
+	for _, v := range m {
+		s += v
+	}
+	return s
+}
+
+// TestWorkMetricsAddr runs `partitionq work --metrics-addr 127.0.0.1:0`,
+// scrapes the address it prints over HTTP while it handles events (some of
+// which fail into the dead letters), and checks the counters against the
+// events handled and failed and the gauges against status; after the
+// worker stops, nothing listens there any more.
+func TestWorkMetricsAddr(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setup(2)
+	var in strings.Builder
+	for i := range 20 {
+		fmt.Fprintf(&in, `{"key":"tenant-%d","type":"T","payload":{"i":%d}}`+"\n", i%4, i)
+	}
+	in.WriteString(`{"key":"bad","type":"T","payload":{}}` + "\n" + `{"key":"bad","type":"T","payload":{}}` + "\n")
+	if r := h.runStdin(in.String(), "send", "--queue", "q"); r.code != cli.ExitOK {
+		t.Fatal(r)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.Main(ctx, with(qg, "work", "--ticker", "--tick-interval", "10ms", "--poll-interval", "10ms",
+			"--max-attempts", "1", "--metrics-addr", "127.0.0.1:0", "--exec", `[ "$PARTITIONQ_KEY" != bad ]`),
+			cli.Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string { return h.env[k] }})
+	}()
+	served := regexp.MustCompile(`serving metrics at (http://\S+/metrics)`)
+	var url string
+	waitFor(t, 30*time.Second, "the metrics address printed", func() bool {
+		if m := served.FindStringSubmatch(stderr.String()); m != nil {
+			url = m[1]
+		}
+		return url != ""
+	})
+
+	var got map[string]map[int]float64
+	waitFor(t, 60*time.Second, "20 events handled and 2 dead letters scraped", func() bool {
+		var err error
+		got, err = scrapeSlots(t, url)
+		if err != nil {
+			t.Fatalf("scrape: %v\nstderr:\n%s", err, stderr.String())
+		}
+		return total(got["partitionq_events_handled_total"]) == 20 && total(got["partitionq_dead_letters_total"]) == 2
+	})
+	if f, calls := total(got["partitionq_events_failed_total"]), total(got["partitionq_handler_duration_seconds"]); f != 2 || calls != 22 {
+		t.Errorf("scraped %v failures and %v handler durations, want 2 and 22", f, calls)
+	}
+
+	// The gauges agree with status once both see the end state (a scrape's
+	// read may be a second old: it can predate the last batch's finish).
+	var mismatch []string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var st statusOut
+		h.json(&st, with(qg, "status")...)
+		got, err := scrapeSlots(t, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mismatch = nil
+		for _, s := range st.Slots {
+			if got["partitionq_slot_owned"][s.Slot] != 1 || s.Owner == nil {
+				mismatch = append(mismatch, fmt.Sprintf("slot %d: owned %v, status owner %+v", s.Slot, got["partitionq_slot_owned"][s.Slot], s.Owner))
+			}
+			if got["partitionq_slot_pending_events"][s.Slot] != float64(s.PendingEstimate) ||
+				got["partitionq_blocked_keys"][s.Slot] != float64(s.BlockedKeys) ||
+				got["partitionq_parked_events"][s.Slot] != float64(s.SetAside) {
+				mismatch = append(mismatch, fmt.Sprintf("slot %d: pending %v blocked %v parked %v scraped; status says %d %d %d", s.Slot,
+					got["partitionq_slot_pending_events"][s.Slot], got["partitionq_blocked_keys"][s.Slot], got["partitionq_parked_events"][s.Slot],
+					s.PendingEstimate, s.BlockedKeys, s.SetAside))
+			}
+			if lag, ok := got["partitionq_slot_lag_seconds"][s.Slot]; !ok || math.Abs(lag-s.LagSeconds) > 2 {
+				mismatch = append(mismatch, fmt.Sprintf("slot %d: lag %v s scraped, status says %v s", s.Slot, lag, s.LagSeconds))
+			}
+		}
+		if len(mismatch) == 0 && len(st.Slots) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the gauges do not agree with status after 30s:\n%s", strings.Join(mismatch, "\n"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	cancel()
+	select {
+	case code := <-done:
+		if code != cli.ExitOK {
+			t.Fatalf("work exited %d:\n%s", code, stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("work did not stop")
+	}
+	if _, err := http.Get(url); err == nil {
+		t.Errorf("%s still answers after the worker stopped", url)
+	}
+}
+
+func TestWorkMetricsAddrRefused(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setup(1)
+	for addr, want := range map[string]string{
+		"9464":             "not HOST:PORT",
+		"localhost:metric": "the port must be a number from 0 to 65535",
+		"127.0.0.1:70000":  "the port must be a number from 0 to 65535",
+	} {
+		h.fails(cli.ExitUsage, []string{"invalid --metrics-addr", want, "give HOST:PORT"},
+			with(qg, "work", "--exec", "true", "--metrics-addr", addr)...)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	h.fails(cli.ExitFailed, []string{"cannot serve metrics on --metrics-addr \"" + ln.Addr().String() + "\"", "address already in use", "give a free port"},
+		with(qg, "work", "--exec", "true", "--metrics-addr", ln.Addr().String())...)
+}

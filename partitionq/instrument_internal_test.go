@@ -1,0 +1,202 @@
+package partitionq
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/partitionq/partitionq/partitionq/internal/engine"
+	"github.com/partitionq/partitionq/partitionq/internal/runner"
+)
+
+// testWorker is a Worker of n slots, running slots, that was never started:
+// enough for its metrics and its handler wrapper.
+func testWorker(n int, slots []int, cfg WorkerConfig) *Worker {
+	cfg.Queue, cfg.Group = "q", "g"
+	w := &Worker{cfg: cfg, group: Group{Queue: "q", Group: "g", Slots: n}, slots: slots, stats: map[int]*runner.Stats{},
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for _, s := range slots {
+		w.stats[s] = &runner.Stats{}
+	}
+	return w
+}
+
+// TestMetricsStatusReadCachedAndBounded: however many slots and scrapes,
+// one status read a second, each with a deadline of at most 2s; a failed
+// read leaves the gauges out and keeps the counters.
+func TestMetricsStatusReadCachedAndBounded(t *testing.T) {
+	w := testWorker(64, []int{0, 5, 63}, WorkerConfig{})
+	m := newWorkerMetrics(w)
+	now := time.Unix(1000, 0)
+	m.now = func() time.Time { return now }
+	reads := 0
+	var fail error
+	m.read = func(ctx context.Context) (GroupStatus, error) {
+		reads++
+		dl, ok := ctx.Deadline()
+		if !ok || time.Until(dl) > statusTimeout {
+			t.Errorf("status read without a deadline of at most %s (deadline %v, set %v)", statusTimeout, dl, ok)
+		}
+		gs := GroupStatus{Slots: 64, SlotStatus: make([]SlotStatus, 64)}
+		gs.SlotStatus[5] = SlotStatus{Slot: 5, Owner: &Owner{Name: "x"}, BlockedKeys: 2, SetAside: 7, PendingEstimate: 11, Lag: 1500 * time.Millisecond}
+		return gs, fail
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := m.register(reg); err != nil {
+		t.Fatal(err)
+	}
+	w.stats[5].Processed.Add(3)
+	gather := func() map[string]map[string]float64 { // name: slot: value
+		t.Helper()
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]map[string]float64{}
+		for _, f := range fams {
+			out[f.GetName()] = map[string]float64{}
+			for _, mm := range f.GetMetric() {
+				var slot string
+				for _, l := range mm.GetLabel() {
+					if l.GetName() == "slot" {
+						slot = l.GetValue()
+					}
+				}
+				switch {
+				case mm.Counter != nil:
+					out[f.GetName()][slot] = mm.Counter.GetValue()
+				case mm.Gauge != nil:
+					out[f.GetName()][slot] = mm.Gauge.GetValue()
+				}
+			}
+		}
+		return out
+	}
+	g := gather()
+	gather()
+	if reads != 1 {
+		t.Fatalf("%d status reads for two scrapes within a second of 3 slots, want 1", reads)
+	}
+	if len(g[metricOwned]) != 3 || g[metricOwned]["5"] != 1 || g[metricOwned]["0"] != 0 {
+		t.Errorf("owned = %v, want slots 0, 5, 63 with 5 owned", g[metricOwned])
+	}
+	if g[metricBlocked]["5"] != 2 || g[metricParked]["5"] != 7 || g[metricPending]["5"] != 11 || g[metricLag]["5"] != 1.5 {
+		t.Errorf("slot 5: blocked %v parked %v pending %v lag %v, want 2 7 11 1.5",
+			g[metricBlocked]["5"], g[metricParked]["5"], g[metricPending]["5"], g[metricLag]["5"])
+	}
+	if g[metricHandled]["5"] != 3 {
+		t.Errorf("handled = %v, want 3 on slot 5", g[metricHandled])
+	}
+
+	now = now.Add(statusMaxAge)
+	fail = errors.New("database down")
+	g = gather()
+	if reads != 2 {
+		t.Fatalf("%d status reads after a second, want 2", reads)
+	}
+	if len(g[metricOwned]) != 0 || len(g[metricHandled]) != 3 {
+		t.Errorf("after a failed read: owned %v (want none), handled %v (want 3 slots)", g[metricOwned], g[metricHandled])
+	}
+}
+
+// TestInstrumentNothingConfigured: without Registerer and TracerProvider
+// the handler runs unwrapped.
+func TestInstrumentNothingConfigured(t *testing.T) {
+	w := testWorker(1, []int{0}, WorkerConfig{})
+	called := 0
+	h := w.instrument(func(context.Context, runner.Call) runner.Result { called++; return runner.Result{} })
+	h(context.Background(), runner.Call{})
+	if called != 1 {
+		t.Fatal("the handler was not called")
+	}
+	if testing.AllocsPerRun(100, func() { h(context.Background(), runner.Call{}) }) != 0 {
+		t.Error("the bare handler path allocates")
+	}
+}
+
+// BenchmarkHandlerWrapper measures what the wrapper of a handler call costs,
+// around a handler that does nothing: plain (no Registerer, no
+// TracerProvider), metrics (the duration observation), tracing with a
+// no-op provider, both, and tracing with the SDK's provider sampling every
+// span (no exporter: the span's own cost, attributes included).
+//
+//	go test -run '^$' -bench HandlerWrapper -benchmem ./partitionq/
+func BenchmarkHandlerWrapper(b *testing.B) {
+	call := runner.Call{Event: engine.Event{ID: 42, Key: "tenant-1", Type: "FileCreated"}, Slot: 3, Attempt: 1}
+	nop := func(context.Context, runner.Call) runner.Result { return runner.Result{} }
+	for _, c := range []struct {
+		name    string
+		metrics bool
+		tp      trace.TracerProvider
+	}{{"plain", false, nil}, {"metrics", true, nil}, {"tracing-noop", false, noop.NewTracerProvider()},
+		{"metrics+tracing-noop", true, noop.NewTracerProvider()}, {"tracing-sdk", false, sdktrace.NewTracerProvider()}} {
+		b.Run(c.name, func(b *testing.B) {
+			cfg := WorkerConfig{TracerProvider: c.tp}
+			w := testWorker(8, []int{0, 1, 2, 3, 4, 5, 6, 7}, cfg)
+			if c.metrics {
+				w.metrics = newWorkerMetrics(w)
+			}
+			h := w.instrument(nop)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				h(ctx, call)
+			}
+		})
+	}
+}
+
+// TestDocsListEveryMetric: docs/operations.md lists every metric a worker
+// exports, and its rules and queries name no other.
+func TestDocsListEveryMetric(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	w := testWorker(1, []int{0}, WorkerConfig{})
+	m := newWorkerMetrics(w)
+	m.read = func(context.Context) (GroupStatus, error) {
+		return GroupStatus{SlotStatus: []SlotStatus{{}}}, nil
+	}
+	reg := prometheus.NewRegistry()
+	if err := m.register(reg); err != nil {
+		t.Fatal(err)
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := map[string]bool{}
+	for _, f := range fams {
+		known[f.GetName()] = true
+		row := "| `" + f.GetName() + "` | " + strings.ToLower(f.GetType().String()) + " |"
+		if !strings.Contains(doc, row) {
+			t.Errorf("docs/operations.md has no row %q", row)
+		}
+	}
+	if len(known) != 10 {
+		t.Errorf("the worker exports %d metrics, want 10", len(known))
+	}
+	for _, name := range regexp.MustCompile(`partitionq_[a-z_]+`).FindAllString(doc, -1) {
+		base := name
+		for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+			base = strings.TrimSuffix(base, suffix)
+		}
+		if !known[base] {
+			t.Errorf("docs/operations.md names %s, which a worker does not export", name)
+		}
+	}
+}
