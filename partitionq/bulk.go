@@ -64,8 +64,8 @@ type BulkResult struct {
 	AlreadyReplayed int
 	// Items lists every dead letter selected, in event order (ev_id).
 	Items []BulkItem
-	// AuditID is the audit entry recording the action (0 on a dry run, or
-	// when nothing matched).
+	// AuditID is the audit entry recording the action (0 on a dry run); an
+	// action that matched nothing is recorded too, with its count of 0.
 	AuditID int64
 }
 
@@ -185,7 +185,7 @@ func (c *Client) bulk(ctx context.Context, r BulkRequest, action string,
 		if err := act(ctx, tx, dls, &res); err != nil {
 			return err
 		}
-		if tx == nil || len(dls) == 0 {
+		if tx == nil {
 			return nil
 		}
 		entry := store.AuditEntry{Actor: c.actor(r.Actor), Action: action, Queue: r.Match.Queue, Group: r.Match.Group,

@@ -34,7 +34,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"dlq", "frob"}, `unknown dlq subcommand "frob"`},
 		{[]string{"dlq", "show", "--queue", "q", "--group", "g"}, "wants ID"},
 		{[]string{"dlq", "show", "x", "--queue", "q", "--group", "g"}, `invalid dead letter id "x"`},
-		{[]string{"dlq", "purge", "--queue", "q", "--group", "g"}, "--id ID (repeatable) or --all"},
+		{[]string{"dlq", "purge", "--queue", "q", "--group", "g"}, "--id ID (repeatable), filters such as --key K or --filter EXPR, or --all"},
 		{[]string{"dlq", "purge", "--queue", "q", "--group", "g", "--all", "--id", "3"}, "not both"},
 		{[]string{"dlq", "purge", "--queue", "q", "--group", "g", "--all", "--before", "yesterday"}, `invalid --before "yesterday"`},
 		{[]string{"status", "--queue", "q", "--group", "g", "--engine", "kafka"}, `invalid --engine "kafka"`},
