@@ -79,7 +79,7 @@ func TestUnreachableDatabase(t *testing.T) {
 func TestHelpListsEveryCommand(t *testing.T) {
 	t.Parallel()
 	out := offline(t).ok("--help")
-	for _, c := range []string{"setup", "send", "work", "tick", "status", "blocked", "preview", "audit", "console",
+	for _, c := range []string{"setup", "send", "work", "tick", "groups", "status", "key", "blocked", "preview", "audit", "console",
 		"skip", "retry", "quarantine", "dlq", "version"} {
 		if !strings.Contains(out, "\n  "+c+" ") {
 			t.Errorf("--help does not list %s:\n%s", c, out)
