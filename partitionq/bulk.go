@@ -193,10 +193,8 @@ func (c *Client) bulk(ctx context.Context, r BulkRequest, action string,
 		if k := oneKey(dls); k != nil {
 			entry.Key = k
 		}
-		if err := store.Audit(ctx, tx, entry); err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, `select currval(pg_get_serial_sequence('partitionq.audit', 'id'))`).Scan(&res.AuditID)
+		res.AuditID, err = store.AuditID(ctx, tx, entry)
+		return err
 	}
 	if ok, err := store.Installed(ctx, c.pool); err != nil {
 		return BulkResult{}, err

@@ -212,3 +212,42 @@ func TestPurgeMatching(t *testing.T) {
 		t.Fatalf("purge --all = %+v, %v", res, err)
 	}
 }
+
+// A bulk replay that fails part way (here a trigger refuses to mark the
+// third dead letter) leaves nothing done: no dead letter marked, no replay
+// event in the queue, no audit entry.
+func TestReplayMatchingIsAllOrNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var handled atomic.Int64
+	b.deadLettered(t, &handled)
+	dls, err := b.client.DeadLetters(b.ctx, partitionq.DeadLetterQuery{Queue: "q", Group: "g", Key: "a"})
+	if err != nil || len(dls) != 6 {
+		t.Fatalf("a's dead letters: %d, %v", len(dls), err)
+	}
+	if _, err := b.pool.Exec(b.ctx, fmt.Sprintf(`
+		create function pq_test_refuse() returns trigger language plpgsql as $$
+		begin raise exception 'refused by the test'; end $$;
+		create trigger pq_test_refuse before update on partitionq.dead_letter
+		   for each row when (new.id = %d) execute function pq_test_refuse();`, dls[2].ID)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.client.ReplayMatching(b.ctx, partitionq.BulkRequest{Match: partitionq.DeadLetterQuery{Queue: "q", Group: "g", Key: "a"}, Reason: "fixed"})
+	if err == nil || !strings.Contains(err.Error(), "refused by the test") {
+		t.Fatalf("replay with a refused update: %v", err)
+	}
+	if pend, _ := b.client.DeadLetters(b.ctx, partitionq.DeadLetterQuery{Queue: "q", Group: "g", Pending: true}); len(pend) != 9 {
+		t.Fatalf("after the failed replay %d dead letters are pending, want all 9", len(pend))
+	}
+	if audit, _ := b.client.Audit(b.ctx, "q", "g", 10); len(audit) != 0 {
+		t.Fatalf("the failed replay left audit entries: %+v", audit)
+	}
+	// No replay event reaches a worker.
+	l := &handlingLog{decide: func(context.Context, *partitionq.Event) error { return nil }}
+	b.worker(t, partitionq.WorkerConfig{Handler: l})
+	b.send(t, "a", 99)
+	pgtest.WaitFor(t, 30*time.Second, "the marker event handled", func() (bool, error) { return len(l.okSeq("a")) > 0, nil })
+	if got := l.okSeq("a"); !reflect.DeepEqual(got, []string{"99"}) {
+		t.Fatalf("a's events after the failed replay: %v, want only the marker 99", got)
+	}
+}

@@ -307,11 +307,13 @@ type QueueConsumer struct {
 
 // AllConsumers returns every consumer of every queue, with its lag and
 // pending count: one query, whatever the number of queues and consumers.
+// It calls get_consumer_info(queue) per queue, which the viewer role may
+// call on both engines (sql/roles.sql), not get_consumer_info().
 func (e *Engine) AllConsumers(ctx context.Context, db DB) ([]QueueConsumer, error) {
 	rows, err := db.Query(ctx, e.f(`
-		select i.queue_name, i.consumer_name, s.sub_id, i.lag, coalesce(i.pending_events, 0)
-		  from pgq.get_consumer_info() i
-		  join pgq.queue q on q.queue_name = i.queue_name
+		select q.queue_name, i.consumer_name, s.sub_id, i.lag, coalesce(i.pending_events, 0)
+		  from pgq.queue q
+		  cross join lateral pgq.get_consumer_info(q.queue_name) i
 		  join pgq.consumer c on c.co_name = i.consumer_name
 		  join pgq.subscription s on s.sub_queue = q.queue_id and s.sub_consumer = c.co_id
 		 order by 1, 2`))

@@ -511,6 +511,18 @@ func Audit(ctx context.Context, db DB, a AuditEntry) error {
 	return nil
 }
 
+// AuditID records one operator action, as Audit does, and returns the id
+// of its entry.
+func AuditID(ctx context.Context, db DB, a AuditEntry) (int64, error) {
+	var id int64
+	err := db.QueryRow(ctx, `insert into partitionq.audit (actor, action, queue, grp, key, ev_id, reason, outcome)
+		values ($1, $2, $3, $4, $5, $6, $7, $8) returning id`, a.Actor, a.Action, a.Queue, a.Group, a.Key, a.EvID, a.Reason, a.Outcome).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("record audit entry: %w", err)
+	}
+	return id, nil
+}
+
 // ListAudit returns the newest audit entries of a group, newest first.
 func ListAudit(ctx context.Context, db DB, queue, group string, limit int) ([]AuditEntry, error) {
 	rows, err := db.Query(ctx, `select id, at, db_role, actor, action, queue, grp, key, ev_id, reason, outcome
