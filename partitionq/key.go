@@ -39,7 +39,7 @@ type KeyInfo struct {
 // Key finds one key of a group: its slot and the slot's owner, its state
 // (flowing, blocked, draining), its set-aside events and its dead letters.
 // A key the group has never seen is simply flowing, with nothing listed.
-// ctx governs the queries (a fixed number, about ten).
+// ctx governs the queries: 13, whatever the number of slots and events.
 func (c *Client) Key(ctx context.Context, queue, group, key string) (KeyInfo, error) {
 	g, s, err := c.groupAndSlot(ctx, queue, group, key)
 	if err != nil {

@@ -44,7 +44,7 @@ type GroupOverview struct {
 
 // AllGroups lists every consumer group of every queue, sorted by queue and
 // group, with its owners, backlog, blocked keys and dead letters. It reads
-// them for all groups at once: five queries (seven when some key is
+// them for all groups at once: five queries (eight when some key is
 // parked), whatever the number of queues, groups and slots. ctx governs the
 // queries.
 func (c *Client) AllGroups(ctx context.Context) ([]GroupOverview, error) {

@@ -2,8 +2,13 @@ package partitionq_test
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partitionq/partitionq/partitionq"
 	"github.com/partitionq/partitionq/test/pgtest"
@@ -81,4 +86,63 @@ func TestAllGroupsAndKey(t *testing.T) {
 	if _, err := b.client.Key(b.ctx, "q", "nosuch", "k"); err == nil {
 		t.Fatal("Key on a group that does not exist: no error")
 	}
+}
+
+// queryCounter counts the statements a pool runs.
+type queryCounter struct{ n atomic.Int64 }
+
+func (c *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// AllGroups and Key cost a fixed number of queries: the same for one group
+// of 2 slots as for 12 groups of up to 64 slots on 3 queues (not a query
+// per group or per slot).
+func TestAllGroupsQueriesAreFlat(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, _ = b.blockedWithoutWorker(t) // q/g, 2 slots, one key blocked
+	cfg, err := pgxpool.ParseConfig(b.db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter := &queryCounter{}
+	cfg.ConnConfig.Tracer = counter
+	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	c, err := partitionq.NewClient(b.ctx, pool, partitionq.Config{EngineSchema: b.client.EngineSchema()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cost := func(fn func() error) int64 {
+		t.Helper()
+		before := counter.n.Load()
+		if err := fn(); err != nil {
+			t.Fatal(err)
+		}
+		return counter.n.Load() - before
+	}
+	allGroups := func() error { _, err := c.AllGroups(b.ctx); return err }
+	key := func() error { _, err := c.Key(b.ctx, "q", "g", "k"); return err }
+	small, smallKey := cost(allGroups), cost(key)
+	for i := range 11 {
+		spec := partitionq.GroupSpec{Queue: fmt.Sprintf("q%d", i%3), Group: fmt.Sprintf("g%d", i), Slots: 4 << (i % 5)}
+		if _, err := b.client.Setup(b.ctx, spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var all []partitionq.GroupOverview
+	big := cost(func() error { var err error; all, err = c.AllGroups(b.ctx); return err })
+	if len(all) != 12 {
+		t.Fatalf("AllGroups found %d groups, want 12", len(all))
+	}
+	if big != small || smallKey != cost(key) {
+		t.Fatalf("AllGroups: %d queries for 1 group, %d for 12; Key: %d then %d: want them flat", small, big, smallKey, cost(key))
+	}
+	t.Logf("AllGroups: %d queries (a key parked); Key: %d queries", big, smallKey)
 }
