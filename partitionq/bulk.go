@@ -64,6 +64,9 @@ type BulkResult struct {
 	AlreadyReplayed int
 	// Items lists every dead letter selected, in event order (ev_id).
 	Items []BulkItem
+	// Unmatched lists the ids of Match.IDs that were not selected: no such
+	// dead letter in the group, or one another filter excludes.
+	Unmatched []int64
 	// AuditID is the audit entry recording the action (0 on a dry run); an
 	// action that matched nothing is recorded too, with its count of 0.
 	AuditID int64
@@ -179,8 +182,17 @@ func (c *Client) bulk(ctx context.Context, r BulkRequest, action string,
 			return fmt.Errorf("%w: %d match, more than the limit of %d; nothing was changed: narrow the filter, or raise the limit (--max)", ErrTooMany, n, limit)
 		}
 		res.Items = make([]BulkItem, len(dls))
+		seen := map[int64]bool{}
 		for i, d := range dls {
 			res.Items[i] = BulkItem{ID: d.ID, EventID: d.EvID, Key: d.Key, Type: d.Type}
+			seen[d.ID] = true
+		}
+		res.Unmatched = nil
+		for _, id := range r.Match.IDs {
+			if !seen[id] {
+				res.Unmatched = append(res.Unmatched, id)
+				seen[id] = true
+			}
 		}
 		if err := act(ctx, tx, dls, &res); err != nil {
 			return err

@@ -135,7 +135,16 @@ func TestDLQFiltersAndBulk(t *testing.T) {
 		t.Errorf("dlq replay %v printed:\n%s", ids, out)
 	}
 	raw := h.raw(with(qg, "dlq", "replay", "--key", "b", "--dry-run")...)
-	pinKeys(t, "dlq replay (bulk)", raw, "action", "dry_run", "queue", "group", "filter", "replayed", "already_replayed", "audit_id", "dead_letters")
+	pinKeys(t, "dlq replay (bulk)", raw, "action", "dry_run", "queue", "group", "filter", "replayed", "already_replayed", "audit_id", "dead_letters", "unmatched_ids")
+	// An id the group does not have is said, not skipped in silence.
+	var un bulkOut
+	h.json(&un, with(qg, "dlq", "replay", ids[1], "999999", "--dry-run")...)
+	if len(un.UnmatchedIDs) != 1 || un.UnmatchedIDs[0] != 999999 || *un.Replayed != 0 || *un.AlreadyReplayed != 1 {
+		t.Errorf("replay of a replayed id and a missing one = %+v", un)
+	}
+	if out := h.ok(with(qg, "dlq", "purge", "--id", "999999")...); !strings.Contains(out, "purged 0 dead letters\nnot selected: 999999 (no such dead letter in this group") {
+		t.Errorf("purge of a missing id printed:\n%s", out)
+	}
 	pinKeys(t, "dlq replay (bulk) item", field(t, raw, "dead_letters", 0), "id", "event_id", "key", "type", "outcome", "new_event_id")
 
 	// Purge b's by error text: dry run, then for real.
@@ -161,6 +170,7 @@ func TestDLQFiltersAndBulk(t *testing.T) {
 	}
 	want := []string{
 		`purge|b|purged 2 (error="b-")`,
+		`purge||purged 0 (ids=999999)`,
 		`replay||replayed 1, already_replayed 1 (ids=` + strings.Join(ids, ",") + `)`,
 		`replay|a|replayed 4 (key="a")`,
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -39,6 +40,8 @@ type bulkJSON struct {
 	Purged          *int64         `json:"purged,omitempty"`
 	AuditID         int64          `json:"audit_id"`
 	DeadLetters     []bulkItemJSON `json:"dead_letters"`
+	// UnmatchedIDs are the ids given that were not selected.
+	UnmatchedIDs []int64 `json:"unmatched_ids"`
 }
 
 type bulkItemJSON struct {
@@ -52,7 +55,7 @@ type bulkItemJSON struct {
 
 func toBulkJSON(action string, q partitionq.DeadLetterQuery, res partitionq.BulkResult) bulkJSON {
 	out := bulkJSON{Action: action, DryRun: res.DryRun, Queue: q.Queue, Group: q.Group, Filter: filterOf(q), AuditID: res.AuditID,
-		DeadLetters: make([]bulkItemJSON, 0, len(res.Items))}
+		DeadLetters: make([]bulkItemJSON, 0, len(res.Items)), UnmatchedIDs: append([]int64{}, res.Unmatched...)}
 	if action == "replay" {
 		out.Replayed, out.AlreadyReplayed = &res.Count, &res.AlreadyReplayed
 	} else {
@@ -258,6 +261,13 @@ func printBulk(w io.Writer, action string, q partitionq.DeadLetterQuery, res par
 		fmt.Fprintln(w)
 	default:
 		fmt.Fprintf(w, "purged %d dead letters\n", res.Count)
+	}
+	if len(res.Unmatched) > 0 {
+		ids := make([]string, len(res.Unmatched))
+		for i, id := range res.Unmatched {
+			ids[i] = i64(id)
+		}
+		fmt.Fprintf(w, "not selected: %s (no such dead letter in this group, or another filter excludes it)\n", strings.Join(ids, ", "))
 	}
 	if len(res.Items) == 0 {
 		return nil

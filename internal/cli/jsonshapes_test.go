@@ -157,6 +157,7 @@ type bulkOut struct {
 		Outcome    string `json:"outcome"`
 		NewEventID *int64 `json:"new_event_id"`
 	} `json:"dead_letters"`
+	UnmatchedIDs []int64 `json:"unmatched_ids"`
 }
 
 type groupsOut struct {
