@@ -49,6 +49,56 @@ type DeadLetterQuery struct {
 	// Newest lists the newest first; AfterID then means "ids below this
 	// one" (0: from the newest).
 	Newest bool
+
+	Type  string // only this event type, when not empty
+	Error string // only those whose last error contains this text (ignoring case)
+	// Reason keeps those whose reason starts with this text: "max_attempts",
+	// "handler", "skip" (every "skip: ..."), "quarantine".
+	Reason     string
+	DeadAfter  time.Time // only those dead at or after this time, when not zero
+	DeadBefore time.Time // only those dead before this time, when not zero
+	IDs        []int64   // only these dead letters, when not empty
+}
+
+// narrowed reports whether q selects anything less than every dead letter
+// of its group.
+func (q DeadLetterQuery) narrowed() bool {
+	return q.Key != "" || q.Pending || q.Type != "" || q.Error != "" || q.Reason != "" ||
+		!q.DeadAfter.IsZero() || !q.DeadBefore.IsZero() || len(q.IDs) > 0
+}
+
+func (q DeadLetterQuery) validate() error {
+	if q.Key != "" {
+		if err := ValidateKey(q.Key); err != nil {
+			return err
+		}
+	}
+	for _, t := range []struct{ field, v string }{{"DeadLetterQuery.Type", q.Type}, {"DeadLetterQuery.Error", q.Error}, {"DeadLetterQuery.Reason", q.Reason}} {
+		if err := validateText(t.field, t.v, maxText); err != nil {
+			return err
+		}
+	}
+	if !q.DeadAfter.IsZero() && !q.DeadBefore.IsZero() && !q.DeadAfter.Before(q.DeadBefore) {
+		return &ValidationError{Field: "DeadLetterQuery.DeadAfter", Value: q.DeadAfter.Format(time.RFC3339), Problem: "it is not before DeadBefore, so nothing can match",
+			Fix: "give a time range whose start comes before its end"}
+	}
+	return nil
+}
+
+// filter is the store's filter for q.
+func (q DeadLetterQuery) filter() store.DeadLetterFilter {
+	f := store.DeadLetterFilter{Queue: q.Queue, Group: q.Group, AfterID: q.AfterID, Limit: q.Limit, Pending: q.Pending, Newest: q.Newest,
+		ErrorLike: q.Error, Reason: q.Reason, DeadAfter: q.DeadAfter, DeadBefore: q.DeadBefore}
+	if q.Key != "" {
+		f.Key = &q.Key
+	}
+	if q.Type != "" {
+		f.Type = &q.Type
+	}
+	if len(q.IDs) > 0 {
+		f.IDs = q.IDs
+	}
+	return f
 }
 
 // recordsOf checks that queue and group name a group whose dead letters
@@ -80,10 +130,8 @@ func (c *Client) recordsOf(ctx context.Context, queue, group string) error {
 // first with Newest). A group no longer registered (dropped) is read as
 // long as it left dead letters or audit entries.
 func (c *Client) DeadLetters(ctx context.Context, q DeadLetterQuery) ([]DeadLetter, error) {
-	if q.Key != "" {
-		if err := ValidateKey(q.Key); err != nil {
-			return nil, err
-		}
+	if err := q.validate(); err != nil {
+		return nil, err
 	}
 	if err := c.recordsOf(ctx, q.Queue, q.Group); err != nil {
 		return nil, err
@@ -91,12 +139,9 @@ func (c *Client) DeadLetters(ctx context.Context, q DeadLetterQuery) ([]DeadLett
 	if ok, err := store.Installed(ctx, c.pool); err != nil || !ok {
 		return nil, err
 	}
-	f := store.DeadLetterFilter{Queue: q.Queue, Group: q.Group, AfterID: q.AfterID, Limit: q.Limit, Pending: q.Pending, Newest: q.Newest}
+	f := q.filter()
 	if f.Limit <= 0 {
 		f.Limit = 100
-	}
-	if q.Key != "" {
-		f.Key = &q.Key
 	}
 	dls, err := store.ListDeadLetters(ctx, c.pool, f)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -139,5 +140,56 @@ func ExampleWorkerConfig_monitoring() {
 	}
 	if err := w.Run(ctx); err != nil {
 		log.Fatal(err)
+	}
+}
+
+// After an outage, an operator replays every dead letter it caused, in
+// one transaction, each tenant's in their original order: first a dry run
+// to see what would be sent, then the replay, recorded in the audit trail
+// as one action with its count.
+func ExampleClient_ReplayMatching() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	client, err := partitionq.NewClient(ctx, pool, partitionq.Config{Actor: "alice"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	match := partitionq.DeadLetterQuery{Queue: "files", Group: "indexer", Pending: true,
+		Error: "billing.internal", DeadAfter: time.Now().Add(-2 * time.Hour)}
+	dry, err := client.ReplayMatching(ctx, partitionq.BulkRequest{Match: match, DryRun: true})
+	if err != nil {
+		log.Fatal(err) // partitionq.ErrTooMany when more than BulkMaxDefault match
+	}
+	fmt.Printf("would replay %d dead letters\n", dry.Count)
+	res, err := client.ReplayMatching(ctx, partitionq.BulkRequest{Match: match, Reason: "billing back, INC-1234"})
+	if err != nil {
+		log.Fatal(err) // nothing was sent
+	}
+	fmt.Printf("replayed %d (audit entry %d)\n", res.Count, res.AuditID)
+}
+
+// Everything about one tenant, for a support ticket.
+func ExampleClient_Key() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	client, err := partitionq.NewClient(ctx, pool, partitionq.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ki, err := client.Key(ctx, "files", "indexer", "tenant-42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("slot %d, %s, %d events set aside, %d dead letters not replayed\n", ki.Slot, ki.State, len(ki.SetAside), ki.PendingDeadLetters)
+	if ki.State == partitionq.KeyBlocked {
+		fmt.Println("blocked on:", ki.Blocked.Head.LastError)
 	}
 }

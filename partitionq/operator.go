@@ -29,11 +29,15 @@ type HeadEvent struct {
 	LastError   string    // the handler's last error, when known
 }
 
-// KeyState says why a key has events set aside in its slot.
+// KeyState says why a key has events set aside in its slot (or, for
+// KeyFlowing, that it has none).
 type KeyState string
 
 // Key states.
 const (
+	// KeyFlowing: the key has no events set aside; its events run as they
+	// arrive (Client.Key only: BlockedKeys lists the other two states).
+	KeyFlowing KeyState = "flowing"
 	// KeyBlocked: the key's head event failed and is not resolved; the
 	// worker tries it again on its schedule, and the key's later events
 	// wait behind it.

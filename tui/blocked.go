@@ -40,7 +40,7 @@ type blockedKeys struct {
 func newBlockedKeys(ro bool) blockedKeys {
 	k := blockedKeys{
 		listKeys:    newListKeys(),
-		Filter:      key.NewBinding(key.WithKeys("/"), key.WithHelp("/", "filter")),
+		Filter:      key.NewBinding(key.WithKeys("f"), key.WithHelp("f", "filter")),
 		ApplyFilter: key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "apply filter")),
 		ClearFilter: key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "clear filter")),
 		Sort:        key.NewBinding(key.WithKeys("o"), key.WithHelp("o", "sort")),
@@ -70,7 +70,7 @@ type blockedView struct {
 
 func newBlockedView(sh *shared) *blockedView {
 	ti := textinput.New()
-	ti.Prompt = "/"
+	ti.Prompt = "filter: "
 	ti.Placeholder = "key, error or slot:N"
 	ti.Cursor.SetMode(cursor.CursorStatic)
 	return &blockedView{sh: sh, keys: newBlockedKeys(sh.readOnly), filter: ti}

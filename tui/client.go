@@ -19,6 +19,10 @@ type Client interface {
 	DeadLetters(ctx context.Context, q partitionq.DeadLetterQuery) ([]partitionq.DeadLetter, error)
 	Replay(ctx context.Context, queue, group string, id int64, reason, actor string) (partitionq.ReplayResult, error)
 	Audit(ctx context.Context, queue, group string, limit int) ([]partitionq.AuditEntry, error)
+	AllGroups(ctx context.Context) ([]partitionq.GroupOverview, error)
+	Key(ctx context.Context, queue, group, key string) (partitionq.KeyInfo, error)
+	ReplayMatching(ctx context.Context, r partitionq.BulkRequest) (partitionq.BulkResult, error)
+	PurgeMatching(ctx context.Context, r partitionq.BulkRequest) (partitionq.BulkResult, error)
 }
 
 var _ Client = (*partitionq.Client)(nil)

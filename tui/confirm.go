@@ -39,6 +39,9 @@ type confirmDialog struct {
 	loaded     bool
 	previewErr error
 	problem    string // why enter did nothing
+	// bulk is the dry run of a bulk action (loaded when it came).
+	bulk    partitionq.BulkResult
+	bulkErr error
 }
 
 func newConfirmDialog(sh *shared) *confirmDialog {
@@ -53,6 +56,7 @@ func newConfirmDialog(sh *shared) *confirmDialog {
 // open starts a dialog for req.
 func (v *confirmDialog) open(req actionRequest) tea.Cmd {
 	v.req, v.preview, v.loaded, v.previewErr, v.problem = req, nil, false, nil, ""
+	v.bulk, v.bulkErr = partitionq.BulkResult{}, nil
 	v.reason.SetValue("")
 	return v.reason.Focus()
 }
@@ -81,6 +85,10 @@ func (v *confirmDialog) Update(msg tea.Msg) tea.Cmd {
 		if msg.err == nil && msg.plan.previewKey != "" && msg.plan.previewKey == v.previewKey() {
 			v.preview, v.previewErr, v.loaded = msg.preview, msg.previewErr, true
 		}
+	case bulkPreviewMsg:
+		if msg.req.kind == v.req.kind && msg.req.filter == v.req.filter {
+			v.bulk, v.bulkErr, v.loaded = msg.res, msg.err, true
+		}
 	case tea.KeyMsg:
 		return v.onKey(msg)
 	}
@@ -97,6 +105,19 @@ func (v *confirmDialog) onKey(msg tea.KeyMsg) tea.Cmd {
 		if reason == "" {
 			v.problem = "A reason is required: it is kept in the audit trail and the dead letter."
 			return nil
+		}
+		if v.req.kind.bulk() {
+			switch {
+			case !v.loaded:
+				v.problem = "Wait for the count of the dead letters selected."
+				return nil
+			case v.bulkErr != nil:
+				v.problem = "Nothing can be done: " + line(v.bulkErr.Error())
+				return nil
+			case v.bulk.Count == 0:
+				v.problem = "No dead letter to " + v.req.kind.verb() + ": esc goes back."
+				return nil
+			}
 		}
 		v.reason.Blur()
 		req := v.req
@@ -150,6 +171,8 @@ func (v *confirmDialog) View() string {
 		add(fmt.Sprintf("Event #%d %s of key %s (%s) is sent again, at the tail of its key's order.", d.EventID, line(d.Type),
 			clip(line(d.Key), max(8, inner/2)), clip(line(d.Reason), inner)))
 		add("Payload: " + clip(compactPayload(d.Payload), 2*inner))
+	case actReplayMany, actPurgeMany:
+		body = append(body, v.bulkBody(inner)...)
 	}
 	body = append(body, "", v.reason.View())
 	if v.problem != "" {
@@ -161,6 +184,59 @@ func (v *confirmDialog) View() string {
 	}
 	box := st.box.Width(v.boxWidth() - 2).Render(strings.Join(body, "\n"))
 	return lipgloss.Place(v.w, v.h, lipgloss.Center, lipgloss.Center, box)
+}
+
+// bulkBody says what a bulk replay or purge selects, from its dry run.
+func (v *confirmDialog) bulkBody(width int) []string {
+	st, r := v.sh.styles, v.req
+	var out []string
+	add := func(s string) { out = append(out, wrap(s, width)...) }
+	what := "every dead letter shown"
+	if r.filter != "" {
+		what = "filter " + line(r.filter)
+	}
+	switch {
+	case !v.loaded:
+		out = append(out, st.title.Render(fit(fmt.Sprintf("%s the dead letters of %s?", capital(r.kind.verb()), what), width)), st.dim.Render("  counting…"))
+		return out
+	case v.bulkErr != nil:
+		out = append(out, st.title.Render(fit(fmt.Sprintf("%s the dead letters of %s?", capital(r.kind.verb()), what), width)))
+		for _, l := range wrap("✗ "+line(v.bulkErr.Error()), width) {
+			out = append(out, st.crit.Render(l))
+		}
+		return out
+	}
+	res := v.bulk
+	if r.kind == actReplayMany {
+		out = append(out, st.title.Render(fit(fmt.Sprintf("Replay %s (%s)?", plural(res.Count, "dead letter"), what), width)))
+		add("They are sent again in one transaction, in the order of their original events: each key's in its original order, at the tail of the key.")
+		if res.AlreadyReplayed > 0 {
+			add(fmt.Sprintf("%s replayed before are left as they are.", plural(res.AlreadyReplayed, "dead letter")))
+		}
+	} else {
+		out = append(out, st.title.Render(fit(fmt.Sprintf("Purge %s (%s) for good?", plural(res.Count, "dead letter"), what), width)))
+		add("They are deleted in one transaction and cannot be replayed afterwards.")
+	}
+	n := 0
+	for _, it := range res.Items {
+		if it.Outcome == partitionq.OutcomeAlreadyReplayed {
+			continue
+		}
+		if n++; n > 5 {
+			out = append(out, fmt.Sprintf("  … and %d more", res.Count-5))
+			break
+		}
+		out = append(out, fit(fmt.Sprintf("  %d · key %s · #%d %s", it.ID, clip(line(it.Key), 24), it.EventID, clip(line(it.Type), 24)), width))
+	}
+	add("One audit entry records it, with the count.")
+	return out
+}
+
+func capital(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
 }
 
 // previewBody lists the events the skip runs next (without the head).

@@ -44,7 +44,9 @@ const (
 // Options configures the console. The zero value of each optional field
 // means its default.
 type Options struct {
-	// Queue and Group name the consumer group to watch. Required.
+	// Queue and Group name the consumer group to watch. Both empty, the
+	// console opens on the list of every group (and the operator picks
+	// one); one without the other is an error.
 	Queue, Group string
 
 	// Refresh is how often the console reads the group's state; while the
@@ -85,11 +87,18 @@ func (o Options) withDefaults() Options {
 }
 
 func (o Options) validate() error {
-	if err := partitionq.ValidateQueueName(o.Queue); err != nil {
-		return fmt.Errorf("console: %w", err)
-	}
-	if err := partitionq.ValidateGroupName(o.Group); err != nil {
-		return fmt.Errorf("console: %w", err)
+	switch {
+	case o.Queue == "" && o.Group == "": // the list of every group
+	case o.Queue == "" || o.Group == "":
+		return &partitionq.ValidationError{Field: "Options.Queue", Value: o.Queue + "/" + o.Group, Problem: "only one of the queue and the group is given",
+			Fix: "give both (one group), or neither (the list of every group)"}
+	default:
+		if err := partitionq.ValidateQueueName(o.Queue); err != nil {
+			return fmt.Errorf("console: %w", err)
+		}
+		if err := partitionq.ValidateGroupName(o.Group); err != nil {
+			return fmt.Errorf("console: %w", err)
+		}
 	}
 	if o.Refresh < RefreshMin {
 		return &partitionq.ValidationError{Field: "Options.Refresh", Value: o.Refresh.String(),

@@ -2,30 +2,45 @@ package tui
 
 import (
 	"fmt"
+	"strings"
 
+	"github.com/charmbracelet/bubbles/cursor"
 	"github.com/charmbracelet/bubbles/key"
+	"github.com/charmbracelet/bubbles/textinput"
 	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/partitionq/partitionq/internal/dlqfilter"
 
 	"github.com/partitionq/partitionq/partitionq"
 )
 
 type deadKeys struct {
 	listKeys
-	Open    key.Binding
-	Back    key.Binding
-	Replay  key.Binding
-	ShowAll key.Binding
+	Open        key.Binding
+	Back        key.Binding
+	Replay      key.Binding
+	ShowAll     key.Binding
+	Filter      key.Binding
+	ApplyFilter key.Binding
+	ClearFilter key.Binding
+	ReplayAll   key.Binding
+	PurgeAll    key.Binding
 }
 
 func newDeadKeys(ro bool) deadKeys {
 	k := deadKeys{
-		listKeys: newListKeys(),
-		Open:     key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "detail")),
-		Back:     key.NewBinding(key.WithKeys("esc", "backspace"), key.WithHelp("esc", "back")),
-		Replay:   key.NewBinding(key.WithKeys("r"), key.WithHelp("r", "replay")),
-		ShowAll:  key.NewBinding(key.WithKeys("a"), key.WithHelp("a", "pending/all")),
+		listKeys:    newListKeys(),
+		Open:        key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "detail")),
+		Back:        key.NewBinding(key.WithKeys("esc", "backspace"), key.WithHelp("esc", "back")),
+		Replay:      key.NewBinding(key.WithKeys("r"), key.WithHelp("r", "replay")),
+		ShowAll:     key.NewBinding(key.WithKeys("a"), key.WithHelp("a", "pending/all")),
+		Filter:      key.NewBinding(key.WithKeys("f"), key.WithHelp("f", "filter")),
+		ApplyFilter: key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "apply filter")),
+		ClearFilter: key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "clear filter")),
+		ReplayAll:   key.NewBinding(key.WithKeys("R"), key.WithHelp("R", "replay all shown")),
+		PurgeAll:    key.NewBinding(key.WithKeys("P"), key.WithHelp("P", "purge all shown")),
 	}
-	readOnly(ro, &k.Replay)
+	readOnly(ro, &k.Replay, &k.ReplayAll, &k.PurgeAll)
 	return k
 }
 
@@ -44,24 +59,39 @@ type deadView struct {
 	detail  bool // showing the selected one
 	scroll  int
 	pending int64 // not replayed, from the status
+
+	filter     textinput.Model
+	filtering  bool   // the filter input has the keyboard
+	filterExpr string // the filter applied (internal/dlqfilter's words)
+	filterErr  error  // why the filter applied selects nothing
 }
 
-func newDeadView(sh *shared) *deadView { return &deadView{sh: sh, keys: newDeadKeys(sh.readOnly)} }
+func newDeadView(sh *shared) *deadView {
+	ti := textinput.New()
+	ti.Prompt = "filter: "
+	ti.Placeholder = "key=K type=T error=TEXT reason=R since=24h before=TIME"
+	ti.CharLimit = 1000
+	ti.Cursor.SetMode(cursor.CursorStatic)
+	return &deadView{sh: sh, keys: newDeadKeys(sh.readOnly), filter: ti}
+}
 
-func (v *deadView) SetSize(w, h int) { v.w, v.h = w, h }
-func (v *deadView) capturing() bool  { return false }
+func (v *deadView) SetSize(w, h int) { v.w, v.h = w, h; v.filter.Width = max(10, w-12) }
+func (v *deadView) capturing() bool  { return v.filtering }
 
 func (v *deadView) ShortHelp() []key.Binding {
 	k := v.keys
-	if v.detail {
+	switch {
+	case v.filtering:
+		return []key.Binding{k.ApplyFilter, k.ClearFilter}
+	case v.detail:
 		return []key.Binding{k.Back, k.Replay, k.Down}
 	}
-	return []key.Binding{k.Open, k.Replay, k.ShowAll}
+	return []key.Binding{k.Open, k.Replay, k.Filter, k.ReplayAll, k.PurgeAll, k.ShowAll}
 }
 
 func (v *deadView) FullHelp() [][]key.Binding {
 	k := v.keys
-	return [][]key.Binding{k.all(), {k.Open, k.Back, k.Replay, k.ShowAll}}
+	return [][]key.Binding{k.all(), {k.Open, k.Back, k.Replay, k.ShowAll}, {k.Filter, k.ApplyFilter, k.ClearFilter, k.ReplayAll, k.PurgeAll}}
 }
 
 func (v *deadView) Update(msg tea.Msg) tea.Cmd {
@@ -69,9 +99,9 @@ func (v *deadView) Update(msg tea.Msg) tea.Cmd {
 	case snapshotMsg:
 		if msg.err == nil {
 			v.pending = msg.status.DeadLetters
-			if msg.plan.deadLetters && msg.plan.deadAll == v.all {
+			if msg.plan.deadLetters && msg.plan.deadAll == v.all && msg.plan.deadFilter == v.filterExpr {
 				sel := v.selectedID()
-				v.list, v.at, v.have = msg.dead, msg, true
+				v.list, v.at, v.have, v.filterErr = msg.dead, msg, true, msg.deadErr
 				v.keep(sel)
 			}
 		}
@@ -82,6 +112,9 @@ func (v *deadView) Update(msg tea.Msg) tea.Cmd {
 }
 
 func (v *deadView) onKey(msg tea.KeyMsg) tea.Cmd {
+	if v.filtering {
+		return v.onFilterKey(msg)
+	}
 	if v.detail {
 		if s, ok := v.keys.move(msg, v.scroll, len(v.detailLines()), v.h-1); ok {
 			v.scroll = s
@@ -94,6 +127,19 @@ func (v *deadView) onKey(msg tea.KeyMsg) tea.Cmd {
 	switch {
 	case key.Matches(msg, v.keys.Back) && v.detail:
 		v.detail = false
+	case key.Matches(msg, v.keys.ClearFilter) && v.filterExpr != "":
+		return v.applyFilter("")
+	case key.Matches(msg, v.keys.Filter) && !v.detail:
+		v.filtering = true
+		v.filter.SetValue(v.filterExpr)
+		v.filter.CursorEnd()
+		return v.filter.Focus()
+	case (key.Matches(msg, v.keys.ReplayAll) || key.Matches(msg, v.keys.PurgeAll)) && !v.detail && v.have && v.filterErr == nil && len(v.list) > 0:
+		kind := actReplayMany
+		if key.Matches(msg, v.keys.PurgeAll) {
+			kind = actPurgeMany
+		}
+		return send(confirmMsg{req: v.bulkRequest(kind)})
 	case key.Matches(msg, v.keys.ShowAll) && !v.detail:
 		v.all, v.have, v.list = !v.all, false, nil
 		return send(refreshNowMsg{})
@@ -105,6 +151,44 @@ func (v *deadView) onKey(msg tea.KeyMsg) tea.Cmd {
 		}
 	}
 	return nil
+}
+
+func (v *deadView) onFilterKey(msg tea.KeyMsg) tea.Cmd {
+	switch {
+	case key.Matches(msg, v.keys.ApplyFilter):
+		v.filtering = false
+		v.filter.Blur()
+		return v.applyFilter(strings.TrimSpace(v.filter.Value()))
+	case key.Matches(msg, v.keys.ClearFilter):
+		v.filtering = false
+		v.filter.Blur()
+		return v.applyFilter("")
+	}
+	var cmd tea.Cmd
+	v.filter, cmd = v.filter.Update(msg)
+	return cmd
+}
+
+// applyFilter shows the dead letters expr selects, read again.
+func (v *deadView) applyFilter(expr string) tea.Cmd {
+	if expr == v.filterExpr {
+		return nil
+	}
+	v.filterExpr, v.have, v.list, v.filterErr, v.cursor, v.offset = expr, false, nil, nil, 0, 0
+	return send(refreshNowMsg{})
+}
+
+// bulkRequest is the bulk action on what the view shows: the filter, and
+// only those not replayed unless it shows all.
+func (v *deadView) bulkRequest(kind actionKind) actionRequest {
+	var q partitionq.DeadLetterQuery
+	_ = dlqfilter.Apply(&q, v.filterExpr, v.at.at) // it parsed for the list shown
+	q.Pending = q.Pending || !v.all
+	filter := v.filterExpr
+	if !v.all && !strings.Contains(" "+filter+" ", " pending ") {
+		filter = strings.TrimSpace(filter + " pending")
+	}
+	return actionRequest{kind: kind, match: q, filter: filter}
 }
 
 func (v *deadView) selected() (partitionq.DeadLetter, bool) {
@@ -172,14 +256,24 @@ func (v *deadView) View() string {
 	}
 	lines := []string{fmt.Sprintf("%s not replayed · showing %s, oldest first", plural(int(v.pending), "dead letter"), which)}
 	switch {
+	case v.filtering:
+		lines = append(lines, v.filter.View())
+	case v.filterExpr != "":
+		lines = append(lines, fit(fmt.Sprintf("filter: %s · %d shown · f: change · esc: clear", line(v.filterExpr), len(v.list)), v.w))
+	}
+	switch {
+	case v.filterErr != nil:
+		return padLines(append(lines, wrap(st.crit.Render("✗ "+line(v.filterErr.Error())), v.w)...), v.w, v.h)
 	case !v.have:
 		return padLines(append(lines, st.dim.Render("Reading the dead letters…")), v.w, v.h)
+	case len(v.list) == 0 && v.filterExpr != "":
+		return padLines(append(lines, "", "No dead letters match the filter."), v.w, v.h)
 	case len(v.list) == 0:
 		return padLines(append(lines, "", st.ok.Render("No dead letters.")), v.w, v.h)
 	}
 	cols := v.columns()
 	lines = append(lines, st.header.Render(headerRow(cols)))
-	from, to := window(len(v.list), v.h-2, v.cursor, v.offset)
+	from, to := window(len(v.list), v.h-len(lines), v.cursor, v.offset)
 	v.offset = from
 	for i := from; i < to; i++ {
 		d := v.list[i]

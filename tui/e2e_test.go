@@ -97,7 +97,7 @@ echo "$PARTITIONQ_KEY $payload" >> ` + shellQuote(handled) + "\n"
 	term.text("32")
 	term.waitFor("the inbox, reached by keys typed fast", "[2 Blocked keys (2)]", `multi\nline`, "cannot parse invoice")
 	term.frameIntact()
-	term.text("/tenant-7")
+	term.text("ftenant-7")
 	term.keys("Enter")
 	term.waitFor("the inbox filtered to tenant-7", "▸ tenant-7", "(1 of 2)")
 	term.keys("s")
@@ -132,6 +132,15 @@ echo "$PARTITIONQ_KEY $payload" >> ` + shellQuote(handled) + "\n"
 	term.frameIntact()
 	term.keys("4")
 	term.waitFor("the skips in the audit trail", "e2e", "skip", "skipped", "poison invoice, INC-42")
+	// Find a key, and replay its dead letters in bulk.
+	term.text("/tenant-7")
+	term.keys("Enter")
+	term.waitFor("tenant-7 found, flowing, with its dead letter", "Key tenant-7 · slot", "flowing", "Dead letters: 1 (1 not replayed)")
+	term.keys("R")
+	term.waitFor("the bulk replay confirmation, from its dry run", "Replay 1 dead letter (filter key=tenant-7 pending)?", "Reason:")
+	term.text("invoice fixed, INC-42")
+	term.keys("Enter")
+	term.waitFor("the bulk replay done", "✓ Replayed 1 dead letter (key=tenant-7 pending) in event order")
 	term.keys("q")
 	pgtest.WaitFor(t, 10*time.Second, "the console to quit on q", func() (bool, error) { return !term.alive(), nil })
 	if b, err := os.ReadFile(consoleLog); err != nil || !strings.Contains(string(b), "outcome=skipped") {
@@ -147,6 +156,17 @@ echo "$PARTITIONQ_KEY $payload" >> ` + shellQuote(handled) + "\n"
 	later.waitFor("the group, once set up", "● live", "2 slots", "Blocked keys (0)")
 	later.keys("q")
 	pgtest.WaitFor(t, 10*time.Second, "the second console to quit on q", func() (bool, error) { return !later.alive(), nil })
+
+	// Without --queue and --group: every group, one opened, and back.
+	all := &tmux{t: t, bin: tmuxPath, socket: term.socket, target: "all"}
+	all.run(100, 24, shellQuote(bin)+" console --db "+shellQuote(db.URL)+" --refresh 200ms")
+	all.waitFor("the list of every group", "every group · 2 groups", "▸ files/billing", "files/indexer")
+	all.keys("Down", "Enter")
+	all.waitFor("files/indexer opened", "files/indexer · 2 slots", "Blocked keys (")
+	all.keys("0")
+	all.waitFor("back on the list", "every group · 2 groups")
+	all.keys("q")
+	pgtest.WaitFor(t, 10*time.Second, "the third console to quit on q", func() (bool, error) { return !all.alive(), nil })
 }
 
 // buildBinary builds cmd/partitionq with the console into dir.

@@ -24,6 +24,7 @@ type fakeClient struct {
 	replay   partitionq.ReplayResult
 	actErr   error
 	previews []string // keys previewed
+	keys     []string // keys looked up (Key)
 }
 
 func newFake() *fakeClient { return &fakeClient{blocked: incidentBlocked()} }
@@ -88,13 +89,7 @@ func (f *fakeClient) Quarantine(ctx context.Context, a partitionq.Action) (parti
 func (f *fakeClient) DeadLetters(ctx context.Context, q partitionq.DeadLetterQuery) ([]partitionq.DeadLetter, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []partitionq.DeadLetter
-	for _, d := range incidentDead() {
-		if !q.Pending || d.ReplayedAt == nil {
-			out = append(out, d)
-		}
-	}
-	return out, f.err
+	return incidentDeadMatching(q), f.err
 }
 
 func (f *fakeClient) Replay(ctx context.Context, queue, group string, id int64, reason, actor string) (partitionq.ReplayResult, error) {
@@ -147,4 +142,79 @@ func drive(t *testing.T, m *Model, msg tea.Msg) (seen []tea.Msg, ticks []armedTi
 		run(cmd)
 	}
 	return seen, ticks
+}
+
+func (f *fakeClient) AllGroups(ctx context.Context) ([]partitionq.GroupOverview, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return incidentGroups(), f.err
+}
+
+// Key answers for the incident's blocked keys, and any other key as
+// flowing; the incident's dead letters of the key are its.
+func (f *fakeClient) Key(ctx context.Context, queue, group, key string) (partitionq.KeyInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := partitionq.ValidateKey(key); err != nil {
+		return partitionq.KeyInfo{}, err
+	}
+	f.keys = append(f.keys, key)
+	ki := partitionq.KeyInfo{Queue: queue, Group: group, Key: key, Slot: 3, State: partitionq.KeyFlowing}
+	for _, b := range f.blocked {
+		if b.Key == key {
+			ki.Slot, ki.State, ki.Blocked = b.Slot, b.State, &b
+			ki.SetAside = []partitionq.PreviewEvent{{ID: b.Head.ID, Type: b.Head.Type, Payload: b.Head.Payload, Time: b.Head.Time, Head: true}}
+			if key == "tenant-7" {
+				ki.SetAside = tenant7Preview()
+			}
+		}
+	}
+	if st := incidentStatus(0); ki.Slot < len(st.SlotStatus) {
+		ki.Owner = st.SlotStatus[ki.Slot].Owner
+	}
+	for _, d := range incidentDead() {
+		if d.Key == key {
+			ki.DeadLetters = append(ki.DeadLetters, d)
+			ki.DeadLetterCount++
+			if d.ReplayedAt == nil {
+				ki.PendingDeadLetters++
+			}
+		}
+	}
+	return ki, f.err
+}
+
+func (f *fakeClient) bulk(verb string, r partitionq.BulkRequest) (partitionq.BulkResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !r.DryRun {
+		f.actions = append(f.actions, fmt.Sprintf("%s %s (%s) %s", verb, r.Match.Describe(), fmt.Sprint(r.Match.Pending), r.Reason))
+	}
+	res := partitionq.BulkResult{DryRun: r.DryRun}
+	for _, d := range incidentDeadMatching(r.Match) {
+		it := partitionq.BulkItem{ID: d.ID, EventID: d.EventID, Key: d.Key, Type: d.Type, Outcome: partitionq.OutcomePurged}
+		if verb == "replay" {
+			it.Outcome = partitionq.OutcomeReplayed
+			if d.ReplayedAt != nil {
+				it.Outcome, it.NewEventID = partitionq.OutcomeAlreadyReplayed, *d.ReplayID
+				res.AlreadyReplayed++
+				res.Items = append(res.Items, it)
+				continue
+			}
+		}
+		res.Count++
+		res.Items = append(res.Items, it)
+	}
+	if !r.DryRun {
+		res.AuditID = 4
+	}
+	return res, f.actErr
+}
+
+func (f *fakeClient) ReplayMatching(ctx context.Context, r partitionq.BulkRequest) (partitionq.BulkResult, error) {
+	return f.bulk("replay", r)
+}
+
+func (f *fakeClient) PurgeMatching(ctx context.Context, r partitionq.BulkRequest) (partitionq.BulkResult, error) {
+	return f.bulk("purge", r)
 }

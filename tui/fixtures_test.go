@@ -11,6 +11,8 @@ import (
 	"github.com/charmbracelet/lipgloss"
 	"github.com/muesli/termenv"
 
+	"github.com/partitionq/partitionq/internal/dlqfilter"
+
 	"github.com/partitionq/partitionq/partitionq"
 )
 
@@ -99,6 +101,20 @@ func incidentDead() []partitionq.DeadLetter {
 	}
 }
 
+// incidentDeadMatching is the incident's dead letters q selects (by key,
+// type, reason and pending: the filters the tests use).
+func incidentDeadMatching(q partitionq.DeadLetterQuery) []partitionq.DeadLetter {
+	var out []partitionq.DeadLetter
+	for _, d := range incidentDead() {
+		if (q.Pending && d.ReplayedAt != nil) || (q.Key != "" && d.Key != q.Key) || (q.Type != "" && d.Type != q.Type) ||
+			(q.Reason != "" && !strings.HasPrefix(d.Reason, q.Reason)) {
+			continue
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
 func incidentAudit() []partitionq.AuditEntry {
 	return []partitionq.AuditEntry{
 		{ID: 3, At: base.Add(-10 * time.Minute), DBRole: "ops", Actor: "alice", Action: "retry", Queue: "files", Group: "indexer",
@@ -110,6 +126,18 @@ func incidentAudit() []partitionq.AuditEntry {
 	}
 }
 
+// incidentGroups is the list of every group: the incident's, a healthy
+// one, one without a live worker, and one whose consumers are not whole.
+func incidentGroups() []partitionq.GroupOverview {
+	return []partitionq.GroupOverview{
+		{Queue: "files", Group: "indexer", Slots: 4, Owned: 3, Workers: []string{"partitionq:web-1:4121", "partitionq:web-2:5230"},
+			Backlog: 8180, Lag: 4*time.Minute + 12*time.Second, SetAside: 60, BlockedKeys: 3, DeadLetters: 2},
+		{Queue: "files", Group: "thumbnails", Slots: 8, Owned: 8, Workers: []string{"thumbs-1"}, Backlog: 12, Lag: 300 * time.Millisecond},
+		{Queue: "mail", Group: "sender", Slots: 2, Owned: 0, Backlog: 5400, Lag: 3 * time.Minute, DeadLetters: 41},
+		{Queue: "mail", Group: "old", Slots: 2, Broken: "some slots have no consumer: run partitionq setup again with the same number of slots"},
+	}
+}
+
 // armedTick is what the test clock's after returns: the tick is recorded,
 // never slept on.
 type armedTick struct {
@@ -117,11 +145,18 @@ type armedTick struct {
 	msg tea.Msg
 }
 
+// everyGroup as Options.Queue makes newTestModel open on the list of
+// every group (an empty Queue means the incident's group there).
+const everyGroup = "-"
+
 // newTestModel returns a model on c with a fixed clock, whose ticks do not sleep.
 func newTestModel(t *testing.T, c Client, opts Options) *Model {
 	t.Helper()
-	if opts.Queue == "" {
+	switch opts.Queue {
+	case "":
 		opts.Queue, opts.Group = "files", "indexer"
+	case everyGroup:
+		opts.Queue = ""
 	}
 	m, err := NewModel(context.Background(), c, opts)
 	if err != nil {
@@ -155,13 +190,20 @@ func snap(offset time.Duration, plan fetchPlan) snapshotMsg {
 
 // snapWith is snap with other blocked keys.
 func snapWith(offset time.Duration, plan fetchPlan, blocked []partitionq.BlockedKey) snapshotMsg {
+	if plan.groups {
+		return snapshotMsg{at: base.Add(offset), plan: plan, groups: incidentGroups()}
+	}
 	msg := snapshotMsg{at: base.Add(offset), status: incidentStatus(offset), blocked: blocked, plan: plan}
 	if plan.deadLetters {
-		for _, d := range incidentDead() {
-			if plan.deadAll || d.ReplayedAt == nil {
-				msg.dead = append(msg.dead, d)
-			}
+		q := partitionq.DeadLetterQuery{Pending: !plan.deadAll}
+		if msg.deadErr = dlqfilter.Apply(&q, plan.deadFilter, base); msg.deadErr == nil {
+			msg.dead = incidentDeadMatching(q)
 		}
+	}
+	if plan.findKey != "" {
+		f := newFake()
+		f.blocked = blocked
+		msg.key, msg.keyErr = f.Key(context.Background(), "files", "indexer", plan.findKey)
 	}
 	if plan.audit {
 		msg.audit = incidentAudit()

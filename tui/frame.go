@@ -16,7 +16,7 @@ func (m *Model) layout() {
 	m.help.Width = m.w
 	h := m.h - 3 - len(m.banner()) - strings.Count(m.helpView(), "\n") - 1
 	h = max(1, h)
-	for _, c := range []component{m.slots, m.blocked, m.detail, m.dead, m.audit, m.confirm} {
+	for _, c := range []component{m.slots, m.blocked, m.detail, m.dead, m.audit, m.confirm, m.keyv, m.groups} {
 		c.SetSize(m.w, h)
 	}
 }
@@ -25,7 +25,10 @@ func (m *Model) layout() {
 // global ones are on the tabs line.
 func (m *Model) helpView() string {
 	k := m.keys
-	full := [][]key.Binding{{k.Slots, k.Blocked, k.Dead, k.Audit, k.NextTab, k.PrevTab, k.Refresh, k.Quit}}
+	full := [][]key.Binding{{k.Slots, k.Blocked, k.Dead, k.Audit, k.NextTab, k.PrevTab, k.Find, k.Groups, k.Refresh, k.Quit}}
+	if m.groupsMode {
+		full = [][]key.Binding{{k.Refresh, k.Quit}}
+	}
 	return m.help.View(keyHelp{view: m.focused(), full: full})
 }
 
@@ -70,9 +73,15 @@ func (m *Model) flashLine() string {
 
 func (m *Model) header() string {
 	st := m.sh.styles
-	left := fmt.Sprintf("partitionq console · %s/%s", m.sh.queue, m.sh.group)
+	left := fmt.Sprintf("partitionq console · %s/%s", line(m.sh.queue), line(m.sh.group))
 	if gs := m.last.status; gs.Slots > 0 {
 		left += fmt.Sprintf(" · %d slots · %s", gs.Slots, gs.Engine)
+	}
+	if m.groupsMode {
+		left = "partitionq console · every group"
+		if !m.last.at.IsZero() {
+			left += " · " + plural(len(m.last.groups), "group")
+		}
 	}
 	var right string
 	switch {
@@ -97,17 +106,28 @@ func (m *Model) header() string {
 
 func (m *Model) tabsLine() string {
 	st := m.sh.styles
+	if m.groupsMode {
+		left, right := st.activeTab.Render("[Groups]")+" "+st.dim.Render("enter opens one"), m.globalHelp()
+		gap := m.w - lipglossWidth(left) - lipglossWidth(right)
+		if gap < 1 {
+			return fit(left, m.w)
+		}
+		return left + strings.Repeat(" ", gap) + right
+	}
 	blocked, _ := countStates(m.last.blocked)
 	names := []string{"Slots", fmt.Sprintf("Blocked keys (%d)", blocked),
 		fmt.Sprintf("Dead letters (%d)", m.last.status.DeadLetters), "Audit"}
 	var parts []string
 	for i, n := range names {
 		label := fmt.Sprintf(" %d %s ", i+1, n)
-		if tab(i) == m.active {
+		if tab(i) == m.active && !m.keyOpen {
 			parts = append(parts, st.activeTab.Render("["+strings.TrimSpace(label)+"]"))
 		} else {
 			parts = append(parts, st.tab.Render(label))
 		}
+	}
+	if m.keyOpen {
+		parts = append(parts, st.activeTab.Render("[/ "+clip(line(m.keyv.key), 20)+"]"))
 	}
 	left, right := strings.Join(parts, " "), m.globalHelp()
 	gap := m.w - lipglossWidth(left) - lipglossWidth(right)

@@ -18,6 +18,8 @@ type globalKeys struct {
 	Audit     key.Binding
 	Refresh   key.Binding
 	Help      key.Binding
+	Find      key.Binding
+	Groups    key.Binding
 }
 
 func newGlobalKeys() globalKeys {
@@ -32,6 +34,8 @@ func newGlobalKeys() globalKeys {
 		Audit:     key.NewBinding(key.WithKeys("4"), key.WithHelp("4", "audit")),
 		Refresh:   key.NewBinding(key.WithKeys("ctrl+r"), key.WithHelp("ctrl+r", "refresh now")),
 		Help:      key.NewBinding(key.WithKeys("?"), key.WithHelp("?", "keys")),
+		Find:      key.NewBinding(key.WithKeys("/"), key.WithHelp("/", "find a key")),
+		Groups:    key.NewBinding(key.WithKeys("0"), key.WithHelp("0", "all groups")),
 	}
 }
 

@@ -2,9 +2,11 @@ package tui
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/partitionq/partitionq/internal/connstr"
+	"github.com/partitionq/partitionq/internal/dlqfilter"
 
 	tea "github.com/charmbracelet/bubbletea"
 
@@ -23,9 +25,14 @@ type tickMsg struct{ gen int }
 // keys, which it always reads.
 type fetchPlan struct {
 	deadLetters bool
-	deadAll     bool // replayed ones too
+	deadAll     bool   // replayed ones too
+	deadFilter  string // the dead-letter filter expression (internal/dlqfilter), if any
 	audit       bool
 	previewKey  string // the key whose waiting events to read, if any
+	findKey     string // the key the key view shows, if any
+	// groups reads the list of every group instead of one group's state:
+	// the console shows that list.
+	groups bool
 }
 
 // PreviewLimit is how many waiting events the key detail and the skip
@@ -56,7 +63,18 @@ type snapshotMsg struct {
 	// ErrNotBlocked: the key was resolved meanwhile); it does not fail the
 	// refresh.
 	previewErr error
-	err        error
+	// queue and group are the group the snapshot is of ("" for the list
+	// of groups): one read before the console switched groups is dropped.
+	queue, group string
+	groups       []partitionq.GroupOverview // when plan.groups
+	key          partitionq.KeyInfo         // when plan.findKey
+	// keyErr is the error of the key read alone (a key that is not valid);
+	// it does not fail the refresh.
+	keyErr error
+	// deadErr is the error of the dead-letter filter (a filter that does
+	// not parse); it does not fail the refresh.
+	deadErr error
+	err     error
 }
 
 // fetch reads the state the plan asks for, as one command: one refresh is
@@ -68,6 +86,9 @@ func fetch(sh *shared, plan fetchPlan) tea.Cmd {
 			return read(ctx, sh, plan)
 		})
 		msg.plan, msg.err = plan, connstr.ConnectCause(err)
+		if !plan.groups {
+			msg.queue, msg.group = sh.queue, sh.group
+		}
 		msg.at = sh.now()
 		return msg
 	}
@@ -75,6 +96,10 @@ func fetch(sh *shared, plan fetchPlan) tea.Cmd {
 
 // read reads the state the plan asks for into a snapshot of its own.
 func read(ctx context.Context, sh *shared, plan fetchPlan) (msg snapshotMsg, err error) {
+	if plan.groups {
+		msg.groups, err = sh.client.AllGroups(ctx)
+		return msg, err
+	}
 	if msg.status, err = sh.client.Status(ctx, sh.queue, sh.group); err != nil {
 		return snapshotMsg{}, err
 	}
@@ -83,8 +108,20 @@ func read(ctx context.Context, sh *shared, plan fetchPlan) (msg snapshotMsg, err
 	}
 	if plan.deadLetters {
 		q := partitionq.DeadLetterQuery{Queue: sh.queue, Group: sh.group, Limit: deadLetterLimit, Pending: !plan.deadAll}
-		if msg.dead, err = sh.client.DeadLetters(ctx, q); err != nil {
-			return snapshotMsg{}, err
+		if msg.deadErr = dlqfilter.Apply(&q, plan.deadFilter, sh.now()); msg.deadErr == nil {
+			if msg.dead, err = sh.client.DeadLetters(ctx, q); err != nil {
+				var ve *partitionq.ValidationError
+				if !errors.As(err, &ve) {
+					return snapshotMsg{}, err
+				}
+				msg.deadErr = err
+			}
+		}
+	}
+	if plan.findKey != "" {
+		msg.key, msg.keyErr = sh.client.Key(ctx, sh.queue, sh.group, plan.findKey)
+		if msg.keyErr != nil && !isKeyProblem(msg.keyErr) {
+			return snapshotMsg{}, msg.keyErr
 		}
 	}
 	if plan.audit {
@@ -106,11 +143,16 @@ const (
 	actRetry
 	actQuarantine
 	actReplay
+	actReplayMany // the dead letters a filter selects
+	actPurgeMany
 )
 
 func (k actionKind) verb() string {
-	return [...]string{"skip", "retry now", "quarantine", "replay"}[k]
+	return [...]string{"skip", "retry now", "quarantine", "replay", "replay", "purge"}[k]
 }
+
+// bulk reports whether k acts on the dead letters a filter selects.
+func (k actionKind) bulk() bool { return k == actReplayMany || k == actPurgeMany }
 
 // actionRequest is an action an operator asked for: on a blocked key
 // (skip, retry now, quarantine) or a dead letter (replay).
@@ -119,6 +161,10 @@ type actionRequest struct {
 	key    partitionq.BlockedKey // as the operator saw it: its Head.ID guards the action
 	dead   partitionq.DeadLetter
 	reason string
+	// match selects the dead letters of a bulk action (its filter as the
+	// operator typed it in filter; all: no filter, pending or all as shown).
+	match  partitionq.DeadLetterQuery
+	filter string
 }
 
 // Intents: components ask the root with these.
@@ -138,7 +184,48 @@ type (
 	runActionMsg struct{ req actionRequest }
 	// refreshNowMsg asks for a refresh at once (the view's data changed).
 	refreshNowMsg struct{}
+	// closeFindMsg closes the key view (and its prompt).
+	closeFindMsg struct{}
+	// openGroupMsg opens one group from the list of groups.
+	openGroupMsg struct{ queue, group string }
 )
+
+// bulkPreviewMsg is the dry run of a bulk action, for its confirmation.
+type bulkPreviewMsg struct {
+	req actionRequest
+	res partitionq.BulkResult
+	err error
+}
+
+// bulkRequest is the library's request for a bulk action r.
+func (sh *shared) bulkRequest(r actionRequest, dryRun bool) partitionq.BulkRequest {
+	q := r.match
+	q.Queue, q.Group = sh.queue, sh.group
+	return partitionq.BulkRequest{Match: q, All: true, DryRun: dryRun, Reason: r.reason, Actor: sh.actor}
+}
+
+// dryRun runs a bulk action as a dry run, for its confirmation.
+func dryRun(sh *shared, req actionRequest) tea.Cmd {
+	return func() tea.Msg {
+		msg := bulkPreviewMsg{req: req}
+		msg.err = sh.call(func(ctx context.Context) error {
+			var err error
+			if req.kind == actReplayMany {
+				msg.res, err = sh.client.ReplayMatching(ctx, sh.bulkRequest(req, true))
+			} else {
+				msg.res, err = sh.client.PurgeMatching(ctx, sh.bulkRequest(req, true))
+			}
+			return err
+		})
+		return msg
+	}
+}
+
+// isKeyProblem reports an error of the key itself (not of the database).
+func isKeyProblem(err error) bool {
+	var ve *partitionq.ValidationError
+	return errors.As(err, &ve)
+}
 
 func send(msg tea.Msg) tea.Cmd { return func() tea.Msg { return msg } }
 
@@ -148,6 +235,7 @@ type actionMsg struct {
 	req    actionRequest
 	result partitionq.ActionResult // skip, retry now, quarantine
 	replay partitionq.ReplayResult // replay
+	bulk   partitionq.BulkResult   // bulk replay, bulk purge
 	err    error
 }
 
@@ -168,6 +256,10 @@ func act(sh *shared, req actionRequest) tea.Cmd {
 				msg.result, err = sh.client.Quarantine(ctx, a)
 			case actReplay:
 				msg.replay, err = sh.client.Replay(ctx, sh.queue, sh.group, req.dead.ID, req.reason, sh.actor)
+			case actReplayMany:
+				msg.bulk, err = sh.client.ReplayMatching(ctx, sh.bulkRequest(req, false))
+			case actPurgeMany:
+				msg.bulk, err = sh.client.PurgeMatching(ctx, sh.bulkRequest(req, false))
 			}
 			return err
 		})

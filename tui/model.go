@@ -52,9 +52,13 @@ type Model struct {
 	dead    *deadView
 	audit   *auditView
 	confirm *confirmDialog
+	keyv    *keyView    // "/": find a key
+	groups  *groupsView // every group, when no group is open
 
 	detailOpen  bool // the key detail covers the blocked keys tab
 	confirmOpen bool // the confirm dialog covers everything
+	keyOpen     bool // the key view covers the tabs
+	groupsMode  bool // the list of every group shows, no group is open
 
 	ref   refresher
 	last  snapshotMsg // the latest good snapshot, for the header and tabs
@@ -98,13 +102,38 @@ func NewModel(ctx context.Context, c Client, opts Options) (*Model, error) {
 
 func newModel(ctx context.Context, c Client, opts Options, log *slog.Logger) *Model {
 	sh := &shared{ctx: ctx, client: c, queue: opts.Queue, group: opts.Group, actor: opts.Actor, readOnly: opts.ReadOnly,
-		refresh: opts.Refresh, refreshLimit: opts.RefreshTimeout, styles: defaultStyles(), log: log.With(slog.String("queue", opts.Queue), slog.String("group", opts.Group)),
+		refresh: opts.Refresh, refreshLimit: opts.RefreshTimeout, styles: defaultStyles(), log: log.With(slog.String("queue", opts.Queue), slog.String("group", opts.Group)), baseLog: log,
 		now: time.Now, after: tick}
 	h := help.New()
 	h.ShortSeparator = " · "
-	return &Model{sh: sh, keys: newGlobalKeys(), help: h,
-		slots: newSlotsView(sh), blocked: newBlockedView(sh), detail: newKeyDetail(sh),
-		dead: newDeadView(sh), audit: newAuditView(sh), confirm: newConfirmDialog(sh)}
+	m := &Model{sh: sh, keys: newGlobalKeys(), help: h, groups: newGroupsView(sh), groupsMode: opts.Queue == ""}
+	m.newGroupViews()
+	return m
+}
+
+// newGroupViews gives the model fresh views of the group in sh.
+func (m *Model) newGroupViews() {
+	sh := m.sh
+	m.slots, m.blocked, m.detail = newSlotsView(sh), newBlockedView(sh), newKeyDetail(sh)
+	m.dead, m.audit, m.confirm, m.keyv = newDeadView(sh), newAuditView(sh), newConfirmDialog(sh), newKeyView(sh)
+	m.active, m.detailOpen, m.confirmOpen, m.keyOpen = tabSlots, false, false, false
+	m.last, m.group, m.flash = snapshotMsg{}, nil, flash{}
+}
+
+// openGroup leaves the list of groups for one group's views.
+func (m *Model) openGroup(queue, group string) tea.Cmd {
+	m.sh.queue, m.sh.group = queue, group
+	m.sh.log = m.sh.baseLog.With(slog.String("queue", queue), slog.String("group", group))
+	m.newGroupViews()
+	m.groupsMode = false
+	m.layout()
+	return m.refreshNow()
+}
+
+// showGroups goes back to the list of every group.
+func (m *Model) showGroups() tea.Cmd {
+	m.groupsMode, m.confirmOpen = true, false
+	return m.refreshNow()
 }
 
 // Init starts the refresh loop.
@@ -134,6 +163,14 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, m.navigate(msg)
 	case confirmMsg, cancelConfirmMsg, runActionMsg, actionMsg:
 		return m, m.onAction(msg)
+	case bulkPreviewMsg:
+		return m, m.confirm.Update(msg)
+	case closeFindMsg:
+		m.keyOpen = false
+		m.keyv.key = ""
+		return m, nil
+	case openGroupMsg:
+		return m, m.openGroup(msg.queue, msg.group)
 	}
 	return m, m.focused().Update(msg)
 }
@@ -143,6 +180,10 @@ func (m *Model) focused() component {
 	switch {
 	case m.confirmOpen:
 		return m.confirm
+	case m.groupsMode:
+		return m.groups
+	case m.keyOpen:
+		return m.keyv
 	case m.active == tabBlocked && m.detailOpen:
 		return m.detail
 	}
@@ -168,6 +209,13 @@ func (m *Model) onKey(msg tea.KeyMsg) tea.Cmd {
 		m.help.ShowAll = !m.help.ShowAll
 	case key.Matches(msg, m.keys.Refresh):
 		return m.refreshNow()
+	case m.groupsMode:
+		return f.Update(msg) // the list of groups has no tabs
+	case key.Matches(msg, m.keys.Groups):
+		return m.showGroups()
+	case key.Matches(msg, m.keys.Find):
+		m.keyOpen = true
+		return m.keyv.prompt()
 	case key.Matches(msg, m.keys.NextTab):
 		return m.switchTo((m.active + 1) % tabs)
 	case key.Matches(msg, m.keys.PrevTab):
@@ -203,10 +251,10 @@ func (m *Model) eachRune(msg tea.KeyMsg) tea.Cmd {
 }
 
 func (m *Model) switchTo(t tab) tea.Cmd {
-	if t == m.active {
+	if t == m.active && !m.keyOpen {
 		return nil
 	}
-	m.active = t
+	m.active, m.keyOpen = t, false
 	if t == tabDead || t == tabAudit {
 		return m.refreshNow() // their data is read only while they show
 	}
@@ -231,7 +279,13 @@ func (m *Model) navigate(msg tea.Msg) tea.Cmd {
 
 // plan says what the next refresh reads for the views that show.
 func (m *Model) plan() fetchPlan {
-	p := fetchPlan{deadLetters: m.active == tabDead, deadAll: m.dead.all, audit: m.active == tabAudit}
+	if m.groupsMode {
+		return fetchPlan{groups: true}
+	}
+	p := fetchPlan{deadLetters: m.active == tabDead, deadAll: m.dead.all, deadFilter: m.dead.filterExpr, audit: m.active == tabAudit}
+	if m.keyOpen {
+		p.findKey = m.keyv.key
+	}
 	if m.confirmOpen {
 		p.previewKey = m.confirm.previewKey()
 	}
@@ -263,6 +317,11 @@ func (m *Model) onTick(msg tickMsg) tea.Cmd {
 
 func (m *Model) onSnapshot(msg snapshotMsg) tea.Cmd {
 	m.ref.inFlight = false
+	if msg.plan.groups != m.groupsMode || (!m.groupsMode && msg.queue != "" && (msg.queue != m.sh.queue || msg.group != m.sh.group)) {
+		// Read before the console switched between groups: read again.
+		m.ref.again, m.ref.inFlight = false, true
+		return fetch(m.sh, m.plan())
+	}
 	switch {
 	case msg.err == nil:
 		if m.ref.err != nil {
@@ -283,7 +342,11 @@ func (m *Model) onSnapshot(msg snapshotMsg) tea.Cmd {
 		m.sh.log.Warn("refresh failed", slog.Int("attempt", m.ref.failures), slog.Any("err", msg.err))
 	}
 	var cmds []tea.Cmd
-	for _, c := range []component{m.slots, m.blocked, m.detail, m.dead, m.audit, m.confirm} {
+	views := []component{m.slots, m.blocked, m.detail, m.dead, m.audit, m.confirm, m.keyv}
+	if m.groupsMode {
+		views = []component{m.groups}
+	}
+	for _, c := range views {
 		cmds = append(cmds, c.Update(msg))
 	}
 	if m.ref.again {
@@ -308,6 +371,9 @@ func (m *Model) onAction(msg tea.Msg) tea.Cmd {
 			return nil
 		}
 		m.confirmOpen = true
+		if msg.req.kind.bulk() {
+			return tea.Batch(m.confirm.open(msg.req), dryRun(m.sh, msg.req))
+		}
 		return tea.Batch(m.confirm.open(msg.req), m.refreshNow())
 	case cancelConfirmMsg:
 		m.confirmOpen = false
@@ -323,14 +389,15 @@ func (m *Model) onAction(msg tea.Msg) tea.Cmd {
 		}
 		m.flash = flash{sev: sevNone, text: pendingText(msg.req)}
 		m.sh.log.Info("action", slog.String("action", msg.req.kind.verb()), slog.String("key", actionKey(msg.req)),
-			slog.Int64("event_id", msg.req.key.Head.ID), slog.Int64("dead_letter_id", msg.req.dead.ID), slog.String("reason", msg.req.reason))
+			slog.Int64("event_id", msg.req.key.Head.ID), slog.Int64("dead_letter_id", msg.req.dead.ID), slog.String("filter", msg.req.filter),
+			slog.String("reason", msg.req.reason))
 		return act(m.sh, msg.req)
 	case actionMsg:
 		m.flash = resultFlash(msg)
 		m.flash.at = msg.at
 		m.sh.log.Info("action result", slog.String("action", msg.req.kind.verb()), slog.String("key", actionKey(msg.req)),
-			slog.String("outcome", string(msg.result.Outcome)+string(msg.replay.Outcome)), slog.Any("err", msg.err))
-		if msg.err == nil && msg.req.kind != actRetry && msg.req.kind != actReplay && m.detail.key.Key == msg.req.key.Key {
+			slog.String("outcome", string(msg.result.Outcome)+string(msg.replay.Outcome)), slog.Int("count", msg.bulk.Count), slog.Any("err", msg.err))
+		if msg.err == nil && msg.req.kind != actRetry && msg.req.kind != actReplay && !msg.req.kind.bulk() && m.detail.key.Key == msg.req.key.Key {
 			m.detailOpen = false // the key is resolved: back to the inbox
 		}
 		return m.refreshNow()

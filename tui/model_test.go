@@ -93,7 +93,7 @@ func TestNavigation(t *testing.T) {
 func TestFilterAndSort(t *testing.T) {
 	t.Parallel()
 	m, _ := setup(t, Options{})
-	press(t, m, "2", "/", "text:BILLING")
+	press(t, m, "2", "f", "text:BILLING")
 	if !m.blocked.filtering || len(m.blocked.rows) != 1 || m.blocked.rows[0].Key != "tenant-42" {
 		t.Fatalf("filter billing: %d rows, want tenant-42 (its error mentions billing)", len(m.blocked.rows))
 	}

@@ -35,10 +35,10 @@ func TestKeysTypedFastAreEachAKey(t *testing.T) {
 	if m.blocked.cursor != 0 {
 		t.Fatalf(`"kk": cursor %d, want 0`, m.blocked.cursor)
 	}
-	// A key that opens a text input hands it the rest: "/bill" filters.
-	drive(t, m, tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("/bill")})
+	// A key that opens a text input hands it the rest: "fbill" filters.
+	drive(t, m, tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("fbill")})
 	if !m.blocked.filtering || m.blocked.filter.Value() != "bill" || len(m.blocked.rows) != 1 {
-		t.Fatalf(`"/bill": filtering %v, filter %q, %d rows`, m.blocked.filtering, m.blocked.filter.Value(), len(m.blocked.rows))
+		t.Fatalf(`"fbill": filtering %v, filter %q, %d rows`, m.blocked.filtering, m.blocked.filter.Value(), len(m.blocked.rows))
 	}
 	// Typed fast into the reason, "qq" is text, not quit.
 	press(t, m, "esc", "s")

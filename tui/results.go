@@ -13,6 +13,10 @@ import (
 
 func pendingText(r actionRequest) string {
 	switch r.kind {
+	case actReplayMany:
+		return "… replaying " + actionTarget(r)
+	case actPurgeMany:
+		return "… purging " + actionTarget(r)
 	case actReplay:
 		return fmt.Sprintf("… replaying dead letter %d", r.dead.ID)
 	case actRetry:
@@ -26,6 +30,16 @@ func resultFlash(msg actionMsg) flash {
 	r, k := msg.result, line(msg.req.key.Key)
 	if msg.err != nil {
 		return flash{sev: sevCrit, text: fmt.Sprintf("✗ %s of %s failed: %s", msg.req.kind.verb(), actionTarget(msg.req), actionErrText(msg.err))}
+	}
+	if b := msg.bulk; msg.req.kind.bulk() {
+		if msg.req.kind == actPurgeMany {
+			return flash{sev: sevOK, text: fmt.Sprintf("✓ Purged %s (%s) · audit entry %d", plural(b.Count, "dead letter"), filterText(msg.req), b.AuditID)}
+		}
+		t := fmt.Sprintf("✓ Replayed %s (%s) in event order", plural(b.Count, "dead letter"), filterText(msg.req))
+		if b.AlreadyReplayed > 0 {
+			t += fmt.Sprintf("; %d already replayed, left as they were", b.AlreadyReplayed)
+		}
+		return flash{sev: sevOK, text: fmt.Sprintf("%s · audit entry %d", t, b.AuditID)}
 	}
 	switch r.Outcome {
 	case partitionq.OutcomeSkipped:
@@ -57,7 +71,18 @@ func resultFlash(msg actionMsg) flash {
 	return flash{sev: sevWarn, text: fmt.Sprintf("%s of %s: outcome %q", msg.req.kind.verb(), actionTarget(msg.req), string(r.Outcome)+string(msg.replay.Outcome))}
 }
 
+// filterText is the selection of a bulk action, for the result line.
+func filterText(r actionRequest) string {
+	if r.filter == "" {
+		return "every one shown"
+	}
+	return line(r.filter)
+}
+
 func actionTarget(r actionRequest) string {
+	if r.kind.bulk() {
+		return "the dead letters (" + filterText(r) + ")"
+	}
 	if r.kind == actReplay {
 		return fmt.Sprintf("dead letter %d", r.dead.ID)
 	}

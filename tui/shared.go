@@ -25,6 +25,7 @@ type shared struct {
 	refreshLimit time.Duration // Options.RefreshTimeout
 	styles       styles
 	log          *slog.Logger
+	baseLog      *slog.Logger // log without the group's attributes
 	now          func() time.Time
 	// after returns a command that delivers msg after d: tea.Tick in the
 	// console, something that does not sleep in model tests.

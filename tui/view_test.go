@@ -24,7 +24,7 @@ func TestViews(t *testing.T) {
 		{name: "slots"},
 		{name: "slots_sorted_by_lag", keys: step{keyMsg("o"), keyMsg("down")}},
 		{name: "blocked", keys: step{keyMsg("2")}},
-		{name: "blocked_filter", keys: append(step{keyMsg("2"), keyMsg("/")}, typeText("billing")...)},
+		{name: "blocked_filter", keys: append(step{keyMsg("2"), keyMsg("f")}, typeText("billing")...)},
 		{name: "key_detail", keys: step{keyMsg("2"), keyMsg("enter")}},
 		{name: "confirm_skip", keys: append(step{keyMsg("2"), keyMsg("s")}, typeText("dup row, fixed by hand")...)},
 		{name: "confirm_quarantine", keys: step{keyMsg("2"), keyMsg("Q")}},
@@ -42,6 +42,14 @@ func TestViews(t *testing.T) {
 		{name: "hostile_confirm_skip", keys: step{keyMsg("2"), keyMsg("s")}, blocked: hostileBlocked()},
 		{name: "draining_key_detail", keys: step{keyMsg("2"), keyMsg("G"), keyMsg("enter")}, blocked: hostileBlocked()},
 		{name: "draining_confirm_skip", keys: step{keyMsg("2"), keyMsg("G"), keyMsg("s")}, blocked: hostileBlocked()},
+		// Issue 14: every group, find a key, dead letters in bulk.
+		{name: "groups", opts: Options{Queue: everyGroup}, keys: step{keyMsg("down")}},
+		{name: "find_key_prompt", keys: append(step{keyMsg("/")}, typeText("tenant-7")...)},
+		{name: "find_key_blocked", keys: append(append(step{keyMsg("/")}, typeText("tenant-7")...), keyMsg("enter"))},
+		{name: "find_key_flowing", keys: append(append(step{keyMsg("/")}, typeText("hooli")...), keyMsg("enter"))},
+		{name: "dead_letters_filter", keys: append(append(step{keyMsg("3"), keyMsg("a"), keyMsg("f")}, typeText("reason=skip")...), keyMsg("enter"))},
+		{name: "confirm_bulk_replay", keys: append(step{keyMsg("3"), keyMsg("R")}, typeText("billing is back")...)},
+		{name: "confirm_bulk_purge", keys: append(append(append(step{keyMsg("3"), keyMsg("a"), keyMsg("f")}, typeText("key=tenant-9")...), keyMsg("enter"), keyMsg("P")), typeText("tenant gone")...)},
 	}
 	for _, size := range [][2]int{{80, 24}, {120, 40}} {
 		for _, c := range cases {
@@ -76,7 +84,8 @@ func TestViews(t *testing.T) {
 func TestOddSizes(t *testing.T) {
 	t.Parallel()
 	for _, size := range [][2]int{{1, 1}, {20, 5}, {40, 10}, {80, 12}, {200, 60}} {
-		for _, keys := range [][]string{{}, {"2"}, {"2", "enter"}, {"2", "s"}, {"3"}, {"3", "enter"}, {"4"}, {"?"}} {
+		for _, keys := range [][]string{{}, {"2"}, {"2", "enter"}, {"2", "s"}, {"3"}, {"3", "enter"}, {"4"}, {"?"},
+			{"/", "text:tenant-7", "enter"}, {"/"}, {"3", "R"}, {"3", "f"}, {"0"}} {
 			m := incidentModel(t, Options{}, size[0], size[1])
 			press(t, m, keys...)
 			checkFrame(t, m.View(), size[0], size[1])

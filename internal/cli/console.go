@@ -32,12 +32,20 @@ letters and audit trail, with skip, retry now, quarantine and replay a few
 keystrokes away (none of them with --read-only). It owns the terminal
 until you quit with q; its logs go to --log-file only. It needs a terminal
 (standard input and output). A queue or group that does not exist yet is
-shown as such, with the setup command, until it does. See docs/console.md.`,
-		Example: "  partitionq console --queue files --group indexer --read-only",
+shown as such, with the setup command, until it does. Without --queue and
+--group it opens on the list of every group of every queue: enter opens
+one, 0 goes back to the list. See docs/console.md.`,
+		Example: "  partitionq console --queue files --group indexer --read-only\n  partitionq console",
 		Args:    cobra.NoArgs,
 		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
-			if err := t.need(); err != nil {
-				return err
+			switch {
+			case t.queue == "" && t.group == "": // every group
+			case t.queue == "" || t.group == "":
+				return usagef("give both --queue and --group (one group), or neither (the list of every group)")
+			default:
+				if err := t.need(); err != nil {
+					return err
+				}
 			}
 			if opts.refreshTimeout < tui.RefreshMin {
 				return usagef("invalid --refresh-timeout %s: give at least %s, such as %s", opts.refreshTimeout, tui.RefreshMin, tui.RefreshTimeoutDefault)

@@ -71,19 +71,34 @@ func (a *app) dlqListCmd() *cobra.Command {
 	var (
 		t      target
 		q      partitionq.DeadLetterQuery
+		sel    dlqFilterFlags
 		asJSON bool
 	)
 	cmd := &cobra.Command{
-		Use:     "list",
-		Short:   "List the dead letters of a group, oldest first",
-		Example: "  partitionq dlq list --queue files --group indexer --pending",
-		Args:    cobra.NoArgs,
+		Use:   "list",
+		Short: "List the dead letters of a group, oldest first, filtered by key, type, error, reason, time",
+		Long: `List the dead letters of a group, oldest first. The filters narrow the list
+and combine (all must hold): --key, --type, --error (text in the last
+error, ignoring case), --dead-reason (max_attempts, handler, skip,
+quarantine: how it died), --since and --before (when it died), --pending
+(not replayed), --id; or --filter with the same fields in one expression,
+as the console's filter prompt takes them:
+
+  --filter 'type=FileDeleted error="disk full" since=24h'
+
+dlq replay and dlq purge take the same filters.`,
+		Example: `  partitionq dlq list --queue files --group indexer --pending
+  partitionq dlq list --queue files --group indexer --key tenant-42 --error timeout --since 24h`,
+		Args: cobra.NoArgs,
 		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err
 			}
 			if q.Limit < 1 {
 				return usagef("invalid --limit %d: give 1 or more", q.Limit)
+			}
+			if err := sel.apply(&q, time.Now()); err != nil {
+				return err
 			}
 			s, err := a.open(cmd.Context())
 			if err != nil {
@@ -107,8 +122,7 @@ func (a *app) dlqListCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	t.bind(f)
-	f.StringVar(&q.Key, "key", "", "only the dead letters of this key")
-	f.BoolVar(&q.Pending, "pending", false, "only those not replayed")
+	sel.bind(f, "only these dead letters (repeatable, or comma-separated)")
 	f.Int64Var(&q.AfterID, "after", 0, "only ids above this one (to page on)")
 	f.IntVar(&q.Limit, "limit", 100, "show at most this many")
 	f.BoolVar(&asJSON, "json", false, "print JSON")

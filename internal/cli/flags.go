@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/partitionq/partitionq/internal/dlqfilter"
 	"github.com/partitionq/partitionq/internal/termsafe"
 	"github.com/partitionq/partitionq/partitionq"
 )
@@ -127,22 +128,86 @@ func parseSlots(s string, n int) ([]int, error) {
 // parseBefore reads --before: an RFC 3339 time, a date (local midnight), or
 // a duration meaning that long ago.
 func parseBefore(s string, now time.Time) (time.Time, error) {
+	return parseTimeFlag("before", s, now)
+}
+
+// parseTimeFlag reads a time flag (see dlqfilter.ParseTime); "" is the zero time.
+func parseTimeFlag(flag, s string, now time.Time) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
 	}
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t, nil
+	t, err := dlqfilter.ParseTime(s, now)
+	if err != nil {
+		return time.Time{}, usagef("invalid --%s %s: %v", flag, termsafe.Echo(s), err)
 	}
-	if t, err := time.ParseInLocation(time.DateOnly, s, time.Local); err == nil {
-		return t, nil
+	return t, nil
+}
+
+// dlqFilterFlags select dead letters: dlq list, replay and purge share them.
+type dlqFilterFlags struct {
+	key, typ, errText, reason, since, before string
+	pending                                  bool
+	ids                                      []int64
+	filters                                  []string
+}
+
+func (f *dlqFilterFlags) bind(fs *pflag.FlagSet, idHelp string) {
+	fs.StringVar(&f.key, "key", "", "only the dead letters of this key")
+	fs.StringVar(&f.typ, "type", "", "only those of this event type")
+	fs.StringVar(&f.errText, "error", "", "only those whose last error contains this text (ignoring case)")
+	fs.StringVar(&f.reason, "dead-reason", "", `only those whose reason starts with this: max_attempts, handler, skip, quarantine`)
+	fs.StringVar(&f.since, "since", "", "only those that died at or after this time or age (2024-05-01, 24h)")
+	fs.StringVar(&f.before, "before", "", "only those that died before this time or age")
+	fs.BoolVar(&f.pending, "pending", false, "only those not replayed")
+	fs.Int64SliceVar(&f.ids, "id", nil, idHelp)
+	fs.StringArrayVar(&f.filters, "filter", nil, "a filter expression (repeatable): "+dlqfilter.Fields)
+}
+
+// set reports whether any filter flag was given.
+func (f *dlqFilterFlags) set() bool {
+	return f.key != "" || f.typ != "" || f.errText != "" || f.reason != "" || f.since != "" || f.before != "" || f.pending ||
+		len(f.ids) > 0 || len(f.filters) > 0
+}
+
+// apply narrows q with the flags: --filter expressions first, then the
+// single flags.
+func (f *dlqFilterFlags) apply(q *partitionq.DeadLetterQuery, now time.Time) error {
+	for _, expr := range f.filters {
+		if err := dlqfilter.Apply(q, expr, now); err != nil {
+			return usagef("invalid --filter: %v", err)
+		}
 	}
-	if t, err := time.ParseInLocation(time.DateTime, s, time.Local); err == nil {
-		return t, nil
+	for _, id := range f.ids {
+		if id < 1 {
+			return usagef("invalid --id %d: give the ID shown by partitionq dlq list", id)
+		}
 	}
-	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
-		return now.Add(-d), nil
+	q.IDs = append(q.IDs, f.ids...)
+	for _, s := range []struct {
+		dst *string
+		v   string
+	}{{&q.Key, f.key}, {&q.Type, f.typ}, {&q.Error, f.errText}, {&q.Reason, f.reason}} {
+		if s.v != "" {
+			*s.dst = s.v
+		}
 	}
-	return time.Time{}, usagef("invalid --before %s: give a time (2024-05-01T12:00:00Z, 2024-05-01 or 2024-05-01 12:00:00) or an age (72h)", termsafe.Echo(s))
+	q.Pending = q.Pending || f.pending
+	var err error
+	if f.since != "" {
+		if q.DeadAfter, err = parseTimeFlag("since", f.since, now); err != nil {
+			return err
+		}
+	}
+	if f.before != "" {
+		if q.DeadBefore, err = parseTimeFlag("before", f.before, now); err != nil {
+			return err
+		}
+	}
+	if !q.DeadAfter.IsZero() && !q.DeadBefore.IsZero() && !q.DeadAfter.Before(q.DeadBefore) {
+		return usagef("--since %s is not before --before %s: nothing could match; give a range whose start comes first",
+			q.DeadAfter.Format(time.RFC3339), q.DeadBefore.Format(time.RFC3339))
+	}
+	return nil
 }
 
 // exactArgs wants n positional arguments, named for the message.

@@ -131,8 +131,73 @@ type replayOut struct {
 	NewEventID int64  `json:"new_event_id"`
 }
 
+// purgeOut is the --json output of dlq purge; bulkOut's with Purged.
 type purgeOut struct {
 	Purged int64 `json:"purged"`
+}
+
+// bulkOut is the --json output of dlq purge and of a bulk dlq replay
+// (several ids, filters or --all): Replayed and AlreadyReplayed for a
+// replay, Purged for a purge.
+type bulkOut struct {
+	Action          string `json:"action"`
+	DryRun          bool   `json:"dry_run"`
+	Queue           string `json:"queue"`
+	Group           string `json:"group"`
+	Filter          string `json:"filter"`
+	Replayed        *int   `json:"replayed"`
+	AlreadyReplayed *int   `json:"already_replayed"`
+	Purged          *int64 `json:"purged"`
+	AuditID         int64  `json:"audit_id"`
+	DeadLetters     []struct {
+		ID         int64  `json:"id"`
+		EventID    int64  `json:"event_id"`
+		Key        string `json:"key"`
+		Type       string `json:"type"`
+		Outcome    string `json:"outcome"`
+		NewEventID *int64 `json:"new_event_id"`
+	} `json:"dead_letters"`
+	UnmatchedIDs []int64 `json:"unmatched_ids"`
+}
+
+type groupsOut struct {
+	Groups []struct {
+		Queue        string   `json:"queue"`
+		Group        string   `json:"group"`
+		SlotCount    int      `json:"slot_count"`
+		OwnedSlots   int      `json:"owned_slots"`
+		Workers      []string `json:"workers"`
+		Backlog      int64    `json:"backlog"`
+		LagSeconds   float64  `json:"lag_seconds"`
+		SetAside     int64    `json:"set_aside"`
+		BlockedKeys  int      `json:"blocked_keys"`
+		DrainingKeys int      `json:"draining_keys"`
+		DeadLetters  int64    `json:"dead_letters"`
+		Broken       string   `json:"broken"`
+	} `json:"groups"`
+}
+
+type keyOut struct {
+	Queue string `json:"queue"`
+	Group string `json:"group"`
+	Key   string `json:"key"`
+	Slot  int    `json:"slot"`
+	Owner *struct {
+		Name  string `json:"name"`
+		Epoch int64  `json:"epoch"`
+	} `json:"owner"`
+	State    string         `json:"state"`
+	Blocked  *blockedKeyOut `json:"blocked"`
+	SetAside []struct {
+		EventID int64     `json:"event_id"`
+		Type    string    `json:"type"`
+		Payload string    `json:"payload"`
+		SentAt  time.Time `json:"sent_at"`
+		Head    bool      `json:"head"`
+	} `json:"set_aside"`
+	DeadLetters        []deadLetterOut `json:"dead_letters"`
+	DeadLetterCount    int64           `json:"dead_letter_count"`
+	PendingDeadLetters int64           `json:"pending_dead_letters"`
 }
 
 type auditOut struct {

@@ -201,7 +201,7 @@ fi
 		t.Errorf("purge --all --before 1h (all died in the last hour) printed %q", out)
 	}
 	h.json(&pg, with(qg, "dlq", "purge", "--all")...)
-	pinKeys(t, "dlq purge", h.raw(with(qg, "dlq", "purge", "--all")...), "purged")
+	pinKeys(t, "dlq purge", h.raw(with(qg, "dlq", "purge", "--all")...), "action", "dry_run", "queue", "group", "filter", "purged", "audit_id", "dead_letters", "unmatched_ids")
 	if pg.Purged != 2 {
 		t.Errorf("purge --all = %+v", pg)
 	}

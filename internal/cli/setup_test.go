@@ -84,4 +84,7 @@ func TestConsoleCommandLine(t *testing.T) {
 	// comes before connecting (the offline server does not answer), and a
 	// group that does not exist is not the console's error.
 	h.fails(cli.ExitFailed, []string{"the console needs a terminal", "partitionq status"}, "console", "--queue", "q", "--group", "nosuch")
+	// Neither --queue nor --group: the list of every group (still a terminal needed).
+	h.fails(cli.ExitFailed, []string{"the console needs a terminal"}, "console")
+	h.fails(cli.ExitUsage, []string{"give both --queue and --group (one group), or neither"}, "console", "--queue", "q")
 }

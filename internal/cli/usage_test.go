@@ -34,7 +34,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"dlq", "frob"}, `unknown dlq subcommand "frob"`},
 		{[]string{"dlq", "show", "--queue", "q", "--group", "g"}, "wants ID"},
 		{[]string{"dlq", "show", "x", "--queue", "q", "--group", "g"}, `invalid dead letter id "x"`},
-		{[]string{"dlq", "purge", "--queue", "q", "--group", "g"}, "--id ID (repeatable) or --all"},
+		{[]string{"dlq", "purge", "--queue", "q", "--group", "g"}, "--id ID (repeatable), filters such as --key K or --filter EXPR, or --all"},
 		{[]string{"dlq", "purge", "--queue", "q", "--group", "g", "--all", "--id", "3"}, "not both"},
 		{[]string{"dlq", "purge", "--queue", "q", "--group", "g", "--all", "--before", "yesterday"}, `invalid --before "yesterday"`},
 		{[]string{"status", "--queue", "q", "--group", "g", "--engine", "kafka"}, `invalid --engine "kafka"`},
@@ -79,7 +79,7 @@ func TestUnreachableDatabase(t *testing.T) {
 func TestHelpListsEveryCommand(t *testing.T) {
 	t.Parallel()
 	out := offline(t).ok("--help")
-	for _, c := range []string{"setup", "send", "work", "tick", "status", "blocked", "preview", "audit", "console",
+	for _, c := range []string{"setup", "send", "work", "tick", "groups", "status", "key", "blocked", "preview", "audit", "console",
 		"skip", "retry", "quarantine", "dlq", "version"} {
 		if !strings.Contains(out, "\n  "+c+" ") {
 			t.Errorf("--help does not list %s:\n%s", c, out)

@@ -183,6 +183,12 @@ func TestOperatorActs(t *testing.T) {
 			t.Fatalf("Replay: %+v, %v", res, err)
 		}
 	})
+	t.Run("bulk replay", func(t *testing.T) {
+		res, err := oc.ReplayMatching(e.ctx, partitionq.BulkRequest{Match: partitionq.DeadLetterQuery{Queue: "q", Group: "g", Key: "k2", Pending: true}, Reason: "test"})
+		if err != nil || res.Count != 2 || res.AuditID == 0 {
+			t.Fatalf("ReplayMatching of k2's quarantined events: %+v, %v", res, err)
+		}
+	})
 	t.Run("audited under its role", func(t *testing.T) {
 		es, err := oc.Audit(e.ctx, "q", "g", 10)
 		if err != nil {
@@ -203,6 +209,8 @@ func TestOperatorActs(t *testing.T) {
 		before := e.state()
 		_, err = oc.Purge(e.ctx, partitionq.PurgeRequest{Queue: "q", Group: "g"})
 		denied(t, "Purge", err)
+		_, err = oc.PurgeMatching(e.ctx, partitionq.BulkRequest{Match: partitionq.DeadLetterQuery{Queue: "q", Group: "g"}, All: true})
+		denied(t, "PurgeMatching", err)
 		// A worker may dead-letter more meanwhile; a purge would only remove.
 		if after := e.state(); after.dead < before.dead {
 			t.Fatalf("a refused purge removed dead letters: %d -> %d", before.dead, after.dead)
@@ -239,7 +247,17 @@ func TestViewerOnlyLooks(t *testing.T) {
 		if _, err := vc.Audit(e.ctx, "q", "g", 10); err != nil {
 			t.Errorf("Audit: %v", err)
 		}
-		for _, args := range [][]string{{"blocked", "--queue", "q", "--group", "g", "--json"}, {"dlq", "list", "--queue", "q", "--group", "g", "--json"}} {
+		if gs, err := vc.AllGroups(e.ctx); err != nil || len(gs) != 1 || gs[0].BlockedKeys != 2 || gs[0].DeadLetters != 1 {
+			t.Errorf("AllGroups: %+v, %v", gs, err)
+		}
+		if ki, err := vc.Key(e.ctx, "q", "g", "k"); err != nil || ki.State != partitionq.KeyBlocked || len(ki.SetAside) != 3 {
+			t.Errorf("Key: %+v, %v", ki, err)
+		}
+		if dry, err := vc.ReplayMatching(e.ctx, partitionq.BulkRequest{Match: partitionq.DeadLetterQuery{Queue: "q", Group: "g"}, All: true, DryRun: true}); err != nil || dry.Count != 1 {
+			t.Errorf("ReplayMatching dry run: %+v, %v", dry, err)
+		}
+		for _, args := range [][]string{{"blocked", "--queue", "q", "--group", "g", "--json"}, {"dlq", "list", "--queue", "q", "--group", "g", "--json"},
+			{"groups", "--json"}, {"key", "--queue", "q", "--group", "g", "--key", "k", "--json"}} {
 			if code, out, errs := e.cli("viewer", "", args...); code != cli.ExitOK {
 				t.Errorf("partitionq %s as viewer: exit %d\n%s%s", strings.Join(args, " "), code, out, errs)
 			}
@@ -279,6 +297,11 @@ func TestViewerOnlyLooks(t *testing.T) {
 		denied(t, "Replay", err)
 		_, err = vc.Purge(e.ctx, partitionq.PurgeRequest{Queue: "q", Group: "g"})
 		denied(t, "Purge", err)
+		bulk := partitionq.BulkRequest{Match: partitionq.DeadLetterQuery{Queue: "q", Group: "g"}, All: true, Reason: "viewer tries"}
+		_, err = vc.ReplayMatching(e.ctx, bulk)
+		denied(t, "ReplayMatching", err)
+		_, err = vc.PurgeMatching(e.ctx, bulk)
+		denied(t, "PurgeMatching", err)
 		_, err = vc.Send(e.ctx, "q", partitionq.Message{Key: "k"})
 		denied(t, "Send", err)
 		_, err = e.pool("viewer", 2).Exec(e.ctx, e.db.SQL(consumeSQL))

@@ -291,3 +291,40 @@ func isLockNotAvailable(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "55P03"
 }
+
+// QueueConsumer is one consumer of any queue, with the engine's view of it.
+type QueueConsumer struct {
+	Queue    string
+	Consumer string
+	SubID    int32
+	Lag      time.Duration // age of the last finished tick
+	// PendingEvents counts the events of the whole queue after the
+	// consumer's last finished tick.
+	PendingEvents int64
+}
+
+// AllConsumers returns every consumer of every queue, with its lag and
+// pending count: one query, whatever the number of queues and consumers.
+// It calls get_consumer_info(queue) per queue, which the viewer role may
+// call on both engines (sql/roles.sql), not get_consumer_info().
+func (e *Engine) AllConsumers(ctx context.Context, db DB) ([]QueueConsumer, error) {
+	rows, err := db.Query(ctx, e.f(`
+		select q.queue_name, i.consumer_name, s.sub_id, i.lag, coalesce(i.pending_events, 0)
+		  from pgq.queue q
+		  cross join lateral pgq.get_consumer_info(q.queue_name) i
+		  join pgq.consumer c on c.co_name = i.consumer_name
+		  join pgq.subscription s on s.sub_queue = q.queue_id and s.sub_consumer = c.co_id
+		 order by 1, 2`))
+	if err != nil {
+		return nil, fmt.Errorf("consumer info of every queue: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (QueueConsumer, error) {
+		var c QueueConsumer
+		var lag *time.Duration
+		err := r.Scan(&c.Queue, &c.Consumer, &c.SubID, &lag, &c.PendingEvents)
+		if lag != nil {
+			c.Lag = *lag
+		}
+		return c, err
+	})
+}

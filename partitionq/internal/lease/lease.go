@@ -629,12 +629,13 @@ func Owned(ctx context.Context, tx db.DB, queue, group string, slots []int, epoc
 
 // Owner is the worker that owns a slot, as the database says.
 type Owner struct {
-	Slot     int
-	Epoch    int64
-	WorkerID int64
-	Identity string
-	Host     string
-	OSPid    int
+	Queue, Group string
+	Slot         int
+	Epoch        int64
+	WorkerID     int64
+	Identity     string
+	Host         string
+	OSPid        int
 	// BackendPID is the server process of the owner's lease session (0 when
 	// it connects through a pooler).
 	BackendPID int
@@ -648,24 +649,39 @@ type Owner struct {
 
 // Owners returns the owner of every slot of a group that has one.
 func Owners(ctx context.Context, q db.DB, queue, group string) (map[int]Owner, error) {
+	os, err := readOwners(ctx, q, &queue, &group)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]Owner{}
+	for _, o := range os {
+		out[o.Slot] = o
+	}
+	return out, nil
+}
+
+// AllOwners returns the owner of every slot of every group that has one,
+// in one query.
+func AllOwners(ctx context.Context, q db.DB) ([]Owner, error) {
+	return readOwners(ctx, q, nil, nil)
+}
+
+func readOwners(ctx context.Context, q db.DB, queue, group *string) ([]Owner, error) {
 	rows, err := q.Query(ctx, `
-		select s.slot, s.epoch, s.worker_id, w.identity, w.host, w.os_pid, coalesce(w.backend_pid, 0),
+		select s.queue, s.grp, s.slot, s.epoch, s.worker_id, w.identity, w.host, w.os_pid, coalesce(w.backend_pid, 0),
 		       -- another role's address is NULL without pg_read_all_stats
 		       case when a.backend_start is null then '' else coalesce(host(a.client_addr), 'local') end,
 		       coalesce(s.since, w.started_at), w.lease_until > clock_timestamp(), w.lease_until - clock_timestamp()
 		  from partitionq.slot s join partitionq.worker w on w.id = s.worker_id
 		  left join pg_stat_activity a on a.pid = w.backend_pid
-		 where s.queue = $1 and s.grp = $2`, queue, group)
+		 where ($1::text is null or s.queue = $1) and ($2::text is null or s.grp = $2)`, queue, group)
 	if err != nil {
 		return nil, fmt.Errorf("read slot owners: %w", err)
 	}
-	out := map[int]Owner{}
-	for rows.Next() {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Owner, error) {
 		var o Owner
-		if err := rows.Scan(&o.Slot, &o.Epoch, &o.WorkerID, &o.Identity, &o.Host, &o.OSPid, &o.BackendPID, &o.Addr, &o.Since, &o.Live, &o.LeaseLeft); err != nil {
-			return nil, err
-		}
-		out[o.Slot] = o
-	}
-	return out, rows.Err()
+		err := r.Scan(&o.Queue, &o.Group, &o.Slot, &o.Epoch, &o.WorkerID, &o.Identity, &o.Host, &o.OSPid, &o.BackendPID, &o.Addr,
+			&o.Since, &o.Live, &o.LeaseLeft)
+		return o, err
+	})
 }

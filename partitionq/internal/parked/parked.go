@@ -173,7 +173,8 @@ func DeadLetter(s Slot, ev engine.Event, attempts int, lastErr, reason, actor st
 
 // Head is the oldest parked event of a key, with what is known of it.
 type Head struct {
-	Slot int
+	Queue, Group string
+	Slot         int
 	engine.Event
 	// After is the engine's retry time: Far for a parked head; a real time
 	// for a timed retry of the skip policy (which blocks nothing).
@@ -218,8 +219,8 @@ func Heads(ctx context.Context, q db.DB, eng *engine.Engine, slots []Slot, key *
 	out := make([]Head, len(rhs))
 	for i, h := range rhs {
 		s := bySub[h.Sub]
-		out[i] = Head{Slot: s.Slot, Event: h.Event, After: h.After, Waiting: h.Waiting}
-		if f, ok := fails[failureKey{s.Consumer, h.ID}]; ok {
+		out[i] = Head{Queue: s.Queue, Group: s.Group, Slot: s.Slot, Event: h.Event, After: h.After, Waiting: h.Waiting}
+		if f, ok := fails[failureKey{s.Queue, s.Consumer, h.ID}]; ok {
 			out[i].Failure = &f
 		}
 	}
@@ -516,6 +517,7 @@ func deleteFailures(ctx context.Context, q db.DB, s Slot, ids []int64) error {
 }
 
 type failureKey struct {
+	queue    string
 	consumer string
 	evID     int64
 }
@@ -552,9 +554,9 @@ func failures(ctx context.Context, q db.DB, s Slot, ids []int64) (map[int64]Fail
 	return out, rows.Err()
 }
 
-// failuresOf returns the failure records of events of any of slots (one
-// query), keyed by consumer and event id. A database without partitionq's
-// schema has none.
+// failuresOf returns the failure records of events of any of slots, of
+// one queue or several (one query), keyed by queue, consumer and event id.
+// A database without partitionq's schema has none.
 func failuresOf(ctx context.Context, q db.DB, slots []Slot, ids []int64) (map[failureKey]Failure, error) {
 	out := map[failureKey]Failure{}
 	if len(ids) == 0 {
@@ -563,22 +565,24 @@ func failuresOf(ctx context.Context, q db.DB, slots []Slot, ids []int64) (map[fa
 	if ok, err := store.Installed(ctx, q); err != nil || !ok {
 		return out, err
 	}
-	consumers := make([]string, len(slots))
+	queues, consumers := make([]string, len(slots)), make([]string, len(slots))
 	for i, s := range slots {
-		consumers[i] = s.Consumer
+		queues[i], consumers[i] = s.Queue, s.Consumer
 	}
-	rows, err := q.Query(ctx, `select `+failureCols+` from partitionq.failure
-		where queue = $1 and consumer = any($2::text[]) and ev_id = any($3::int8[])`, slots[0].Queue, consumers, ids)
+	rows, err := q.Query(ctx, `select queue, `+failureCols+` from partitionq.failure
+		where (queue, consumer) in (select * from unnest($1::text[], $2::text[])) and ev_id = any($3::int8[])`, queues, consumers, ids)
 	if err != nil {
 		return nil, fmt.Errorf("read failures: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		c, f, err := scanFailure(rows)
-		if err != nil {
+		var queue, c string
+		var f Failure
+		if err := rows.Scan(&queue, &c, &f.EvID, &f.Attempts, &f.LastError, &f.FirstFailedAt, &f.LastFailedAt, &f.NextAttemptAt,
+			&f.Due, &f.Wait, &f.Age, &f.FlaggedAt); err != nil {
 			return nil, err
 		}
-		out[failureKey{c, f.EvID}] = f
+		out[failureKey{queue, c, f.EvID}] = f
 	}
 	return out, rows.Err()
 }

@@ -12,6 +12,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -300,21 +302,120 @@ type DeadLetterFilter struct {
 	Limit        int
 	Pending      bool // only those not replayed
 	Newest       bool // newest first; AfterID bounds from above (0: none)
+	// ByEvent orders by ev_id (the original event order) instead of id.
+	ByEvent bool
+	// ForUpdate locks the rows for the rest of the transaction db.
+	ForUpdate bool
+
+	Type       *string   // only this event type
+	ErrorLike  string    // only those whose last error contains this, ignoring case
+	Reason     string    // only those whose reason starts with this
+	DeadAfter  time.Time // only those dead at or after this time, when not zero
+	DeadBefore time.Time // only those dead before this time, when not zero
+	IDs        []int64   // only these ids, when not nil
 }
 
-// ListDeadLetters lists dead letters in id order.
-func ListDeadLetters(ctx context.Context, db DB, f DeadLetterFilter) ([]DeadLetter, error) {
-	order, bound := "id > $4 order by id", f.AfterID
-	if f.Newest {
-		order = "($4 = 0 or id < $4) order by id desc"
+// where returns the filter's condition and its arguments (paging and order
+// excluded).
+func (f DeadLetterFilter) where() (string, []any) {
+	args := []any{f.Queue, f.Group}
+	cond := "queue = $1 and grp = $2"
+	add := func(sql string, v any) {
+		args = append(args, v)
+		cond += " and " + strings.ReplaceAll(sql, "$?", "$"+strconv.Itoa(len(args)))
 	}
-	rows, err := db.Query(ctx, `select `+dlCols+` from partitionq.dead_letter
-		where queue = $1 and grp = $2 and ($3::text is null or key = $3) and (not $6 or replayed_at is null)
-		  and `+order+` limit $5`, f.Queue, f.Group, f.Key, bound, f.Limit, f.Pending)
+	if f.Key != nil {
+		add("key = $?", *f.Key)
+	}
+	if f.Pending {
+		cond += " and replayed_at is null"
+	}
+	if f.Type != nil {
+		add("ev_type = $?", *f.Type)
+	}
+	if f.ErrorLike != "" {
+		add("strpos(lower(last_error), lower($?)) > 0", f.ErrorLike)
+	}
+	if f.Reason != "" {
+		add("starts_with(reason, $?)", f.Reason)
+	}
+	if !f.DeadAfter.IsZero() {
+		add("dead_at >= $?", f.DeadAfter)
+	}
+	if !f.DeadBefore.IsZero() {
+		add("dead_at < $?", f.DeadBefore)
+	}
+	if f.IDs != nil {
+		add("id = any($?::int8[])", f.IDs)
+	}
+	return cond, args
+}
+
+// ListDeadLetters lists the dead letters f selects, in id order (ev_id
+// order with ByEvent), at most f.Limit (all when it is 0).
+func ListDeadLetters(ctx context.Context, db DB, f DeadLetterFilter) ([]DeadLetter, error) {
+	cond, args := f.where()
+	col := "id"
+	if f.ByEvent {
+		col = "ev_id"
+	}
+	order := " order by " + col
+	if f.AfterID != 0 || f.Newest {
+		args = append(args, f.AfterID)
+		n := "$" + strconv.Itoa(len(args))
+		if f.Newest {
+			cond += " and (" + n + " = 0 or id < " + n + ")"
+		} else {
+			cond += " and id > " + n
+		}
+	}
+	if f.Newest {
+		order += " desc"
+	}
+	sql := `select ` + dlCols + ` from partitionq.dead_letter where ` + cond + order
+	if f.Limit > 0 {
+		args = append(args, f.Limit)
+		sql += " limit $" + strconv.Itoa(len(args))
+	}
+	if f.ForUpdate {
+		sql += " for update"
+	}
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", err)
 	}
 	return pgx.CollectRows(rows, scanDL)
+}
+
+// CountMatching counts the dead letters f selects (paging, order and
+// limit ignored).
+func CountMatching(ctx context.Context, db DB, f DeadLetterFilter) (int64, error) {
+	cond, args := f.where()
+	var n int64
+	if err := db.QueryRow(ctx, `select count(*) from partitionq.dead_letter where `+cond, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count dead letters: %w", err)
+	}
+	return n, nil
+}
+
+// GroupCount is the number of dead letters of one group not yet replayed.
+type GroupCount struct {
+	Queue, Group string
+	Pending      int64
+}
+
+// CountAllDeadLetters counts, for every group with dead letters, those not
+// yet replayed: one query.
+func CountAllDeadLetters(ctx context.Context, db DB) ([]GroupCount, error) {
+	rows, err := db.Query(ctx, `select queue, grp, count(*) from partitionq.dead_letter where replayed_at is null group by 1, 2`)
+	if err != nil {
+		return nil, fmt.Errorf("count dead letters: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (GroupCount, error) {
+		var c GroupCount
+		err := r.Scan(&c.Queue, &c.Group, &c.Pending)
+		return c, err
+	})
 }
 
 // ErrNoDeadLetter reports that no dead letter has the given id in the group.
@@ -402,6 +503,18 @@ func Audit(ctx context.Context, db DB, a AuditEntry) error {
 		return fmt.Errorf("record audit entry: %w", err)
 	}
 	return nil
+}
+
+// AuditID records one operator action, as Audit does, and returns the id
+// of its entry.
+func AuditID(ctx context.Context, db DB, a AuditEntry) (int64, error) {
+	var id int64
+	err := db.QueryRow(ctx, `insert into partitionq.audit (actor, action, queue, grp, key, ev_id, reason, outcome)
+		values ($1, $2, $3, $4, $5, $6, $7, $8) returning id`, a.Actor, a.Action, a.Queue, a.Group, a.Key, a.EvID, a.Reason, a.Outcome).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("record audit entry: %w", err)
+	}
+	return id, nil
 }
 
 // ListAudit returns the newest audit entries of a group, newest first.

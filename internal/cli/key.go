@@ -1,0 +1,145 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/partitionq/partitionq/partitionq"
+)
+
+// keyJSON is the --json output of key (docs/cli.md).
+type keyJSON struct {
+	Queue string     `json:"queue"`
+	Group string     `json:"group"`
+	Key   string     `json:"key"`
+	Slot  int        `json:"slot"`
+	Owner *ownerJSON `json:"owner"`
+	State string     `json:"state"`
+	// Blocked is the key's entry of blocked --json when it is blocked or
+	// draining, null when it flows.
+	Blocked            *blockedKeyJSON    `json:"blocked"`
+	SetAside           []previewEventJSON `json:"set_aside"`
+	DeadLetters        []deadLetterJSON   `json:"dead_letters"`
+	DeadLetterCount    int64              `json:"dead_letter_count"`
+	PendingDeadLetters int64              `json:"pending_dead_letters"`
+}
+
+func toKeyJSON(ki partitionq.KeyInfo) keyJSON {
+	out := keyJSON{Queue: ki.Queue, Group: ki.Group, Key: ki.Key, Slot: ki.Slot, State: string(ki.State),
+		SetAside: make([]previewEventJSON, 0, len(ki.SetAside)), DeadLetters: make([]deadLetterJSON, 0, len(ki.DeadLetters)),
+		DeadLetterCount: ki.DeadLetterCount, PendingDeadLetters: ki.PendingDeadLetters}
+	if o := ki.Owner; o != nil {
+		out.Owner = &ownerJSON{Name: o.Name, Host: o.Host, PID: o.PID, BackendPID: o.BackendPID, Addr: o.Addr, Since: optTime(o.Since),
+			Epoch: o.Epoch, LeaseLeftSeconds: seconds(o.LeaseLeft)}
+	}
+	if ki.Blocked != nil {
+		bk := toBlockedKeyJSON(*ki.Blocked)
+		out.Blocked = &bk
+	}
+	for _, ev := range ki.SetAside {
+		out.SetAside = append(out.SetAside, previewEventJSON{EventID: ev.ID, Type: ev.Type, Payload: string(ev.Payload), SentAt: utc(ev.Time), Head: ev.Head})
+	}
+	for _, d := range ki.DeadLetters {
+		out.DeadLetters = append(out.DeadLetters, toDeadLetterJSON(d))
+	}
+	return out
+}
+
+func (a *app) keyCmd() *cobra.Command {
+	var (
+		t      target
+		key    string
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "key",
+		Short: "Find a key: its slot and owner, state (flowing, blocked, draining), set-aside events, dead letters",
+		Long: `Show one key of a group: the slot it routes to and the worker that owns that
+slot; its state: flowing (nothing set aside), blocked (its head failed: its
+later events wait) or draining (its failed head was resolved, its waiting
+events run next); its events set aside in the slot, in the order they will
+run (the head first); and its newest dead letters. Up to ` + strconv.Itoa(partitionq.KeyEventsLimit) + ` of each are
+listed, with the totals.`,
+		Example: "  partitionq key --queue files --group indexer --key tenant-42",
+		Args:    cobra.NoArgs,
+		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
+			if err := t.need(); err != nil {
+				return err
+			}
+			if err := need("key", key, "name the key, e.g. --key tenant-42"); err != nil {
+				return err
+			}
+			s, err := a.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			ki, err := s.client.Key(cmd.Context(), t.queue, t.group, key)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), toKeyJSON(ki))
+			}
+			return printKey(cmd.OutOrStdout(), ki)
+		}),
+	}
+	f := cmd.Flags()
+	t.bind(f)
+	f.StringVar(&key, "key", "", "the key (required)")
+	f.BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printKey(w io.Writer, ki partitionq.KeyInfo) error {
+	owner := "no live owner: its events wait for a worker"
+	if o := ki.Owner; o != nil {
+		owner = fmt.Sprintf("%s (process %d on %s, epoch %d)", o.Name, o.PID, o.Host, o.Epoch)
+	}
+	state := "flowing: nothing set aside, its events run as they arrive"
+	if bk := ki.Blocked; bk != nil {
+		switch bk.State {
+		case partitionq.KeyDraining:
+			state = fmt.Sprintf("draining: its failed event was resolved; event %d and %d after it run next, in order", bk.Head.ID, bk.Waiting)
+		default:
+			next := "now"
+			if !bk.Head.NextAttempt.IsZero() {
+				next = fmtTime(bk.Head.NextAttempt)
+			}
+			state = fmt.Sprintf("blocked since %s on event %d (%s), %d attempts, next %s; %d waiting behind it",
+				fmtTime(bk.BlockedSince), bk.Head.ID, dash(bk.Head.Type), bk.Head.Attempts, next, bk.Waiting)
+		}
+	}
+	tb := newFields(w)
+	tb.row("key:", ki.Key)
+	tb.row("group:", fmt.Sprintf("%s on queue %s", ki.Group, ki.Queue))
+	tb.row("slot:", strconv.Itoa(ki.Slot))
+	tb.row("owner:", owner)
+	tb.row("state:", state)
+	if err := tb.flush(); err != nil {
+		return err
+	}
+	if ki.Blocked != nil && ki.Blocked.State == partitionq.KeyBlocked {
+		fmt.Fprintf(w, "last error:\n%s\n", indent(dash(ki.Blocked.Head.LastError)))
+	}
+	if len(ki.SetAside) > 0 {
+		fmt.Fprintf(w, "\nset aside, in the order they run (%d shown):\n", len(ki.SetAside))
+		tb := newTable(w, "#", "EVENT", "TYPE", "SENT", "PAYLOAD").widths(map[string]int{"TYPE": 24, "PAYLOAD": 60})
+		for i, ev := range ki.SetAside {
+			tb.row(strconv.Itoa(i+1), i64(ev.ID), dash(ev.Type), fmtTime(ev.Time), string(ev.Payload))
+		}
+		if err := tb.flush(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(w, "\ndead letters: %d (%d not replayed)", ki.DeadLetterCount, ki.PendingDeadLetters)
+	if len(ki.DeadLetters) == 0 {
+		_, err := fmt.Fprintln(w)
+		return err
+	}
+	fmt.Fprintf(w, ", newest first (%d shown):\n", len(ki.DeadLetters))
+	return printDeadLetters(w, ki.DeadLetters)
+}

@@ -1,0 +1,97 @@
+package partitionq
+
+import (
+	"context"
+
+	"github.com/partitionq/partitionq/partitionq/internal/parked"
+	"github.com/partitionq/partitionq/partitionq/internal/store"
+)
+
+// KeyEventsLimit is how many of a key's set-aside events and dead letters
+// Client.Key returns at most.
+const KeyEventsLimit = 20
+
+// KeyInfo is everything about one key of a group that an operator looks
+// for: where it runs, whether it flows, what waits and what died.
+type KeyInfo struct {
+	Queue, Group, Key string
+	Slot              int
+	// Owner is the live worker that owns the key's slot (nil: none).
+	Owner *Owner
+	// State is KeyFlowing, KeyBlocked or KeyDraining.
+	State KeyState
+	// Blocked describes the head and its failure when State is not
+	// KeyFlowing (nil otherwise).
+	Blocked *BlockedKey
+	// SetAside holds the key's events in its slot's retry queue in the
+	// order they will run, the head first: at most KeyEventsLimit (Blocked.Waiting
+	// + 1 is how many there are). Events of the key not yet read from the
+	// queue are not listed.
+	SetAside []PreviewEvent
+	// DeadLetters holds the key's newest dead letters, newest first, at most
+	// KeyEventsLimit; DeadLetterCount counts them all and PendingDeadLetters
+	// those not yet replayed.
+	DeadLetters        []DeadLetter
+	DeadLetterCount    int64
+	PendingDeadLetters int64
+}
+
+// Key finds one key of a group: its slot and the slot's owner, its state
+// (flowing, blocked, draining), its set-aside events and its dead letters.
+// A key the group has never seen is simply flowing, with nothing listed.
+// ctx governs the queries: 13, whatever the number of slots and events.
+func (c *Client) Key(ctx context.Context, queue, group, key string) (KeyInfo, error) {
+	g, s, err := c.groupAndSlot(ctx, queue, group, key)
+	if err != nil {
+		return KeyInfo{}, err
+	}
+	ki := KeyInfo{Queue: queue, Group: group, Key: key, Slot: s, State: KeyFlowing}
+	heads, err := parked.Heads(ctx, c.pool, c.eng, c.slots(g)[s:s+1], &key)
+	if err != nil {
+		return KeyInfo{}, err
+	}
+	for _, h := range heads {
+		if !h.Parked() {
+			continue // a timed retry (skip policy): the key flows
+		}
+		bk := blockedKey(h)
+		ki.Blocked, ki.State = &bk, bk.State
+	}
+	if ki.Blocked != nil || len(heads) > 0 {
+		evs, err := parked.Events(ctx, c.pool, c.eng, c.slots(g)[s], key, KeyEventsLimit)
+		if err != nil {
+			return KeyInfo{}, err
+		}
+		for i, ev := range evs {
+			ki.SetAside = append(ki.SetAside, PreviewEvent{ID: ev.ID, Type: ev.Type, Payload: []byte(ev.Data), Time: ev.Time, Head: i == 0})
+		}
+	}
+	ok, err := store.Installed(ctx, c.pool)
+	if err != nil || !ok {
+		return ki, err
+	}
+	owners, err := c.owners(ctx, queue, group)
+	if err != nil {
+		return KeyInfo{}, err
+	}
+	if o, found := owners[s]; found && o.Live {
+		ki.Owner = &Owner{Name: o.Identity, Host: o.Host, PID: int32(o.OSPid), BackendPID: int32(o.BackendPID), Addr: o.Addr,
+			Since: o.Since, Epoch: o.Epoch, LeaseLeft: o.LeaseLeft}
+	}
+	f := store.DeadLetterFilter{Queue: queue, Group: group, Key: &key, Newest: true, Limit: KeyEventsLimit}
+	dls, err := store.ListDeadLetters(ctx, c.pool, f)
+	if err != nil {
+		return KeyInfo{}, err
+	}
+	for _, d := range dls {
+		ki.DeadLetters = append(ki.DeadLetters, fromStore(d))
+	}
+	if ki.DeadLetterCount, err = store.CountMatching(ctx, c.pool, f); err != nil {
+		return KeyInfo{}, err
+	}
+	f.Pending = true
+	if ki.PendingDeadLetters, err = store.CountMatching(ctx, c.pool, f); err != nil {
+		return KeyInfo{}, err
+	}
+	return ki, nil
+}

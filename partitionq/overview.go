@@ -1,0 +1,171 @@
+package partitionq
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"github.com/partitionq/partitionq/partitionq/internal/lease"
+	"github.com/partitionq/partitionq/partitionq/internal/parked"
+	"github.com/partitionq/partitionq/partitionq/internal/store"
+)
+
+// GroupOverview sums up one consumer group for the list of every group
+// (AllGroups): enough to see which group needs a look, not a slot-by-slot
+// status (see Status).
+type GroupOverview struct {
+	Queue, Group string
+	Slots        int // N
+	// Owned counts the slots a live worker owns; Slots - Owned are not
+	// being handled.
+	Owned int
+	// Workers names the live workers owning slots of the group (their
+	// Identity), sorted, each once.
+	Workers []string
+	// Backlog is the engine's pending count of the group's slowest slot:
+	// events of the queue (all keys) after that slot's last finished tick.
+	// It bounds from above what any one slot has left to read.
+	Backlog int64
+	// Lag is the largest slot lag: the age of the oldest last finished tick.
+	Lag time.Duration
+	// SetAside counts the group's events in the engine's retry queue
+	// (parked heads, the events waiting behind them, timed retries).
+	SetAside int64
+	// BlockedKeys counts keys whose parked head failed; DrainingKeys those
+	// whose failed head was resolved and whose parked events now run.
+	BlockedKeys, DrainingKeys int
+	// DeadLetters counts the group's dead letters not yet replayed.
+	DeadLetters int64
+	// Broken, when not empty, says why the group's consumers do not form a
+	// whole group (a slot's consumer missing, or consumers for two values of
+	// N); its other counts then cover the consumers found.
+	Broken string
+}
+
+// AllGroups lists every consumer group of every queue, sorted by queue and
+// group, with its owners, backlog, blocked keys and dead letters. It reads
+// them for all groups at once: five queries (eight when some key is
+// parked), whatever the number of queues, groups and slots. ctx governs the
+// queries.
+func (c *Client) AllGroups(ctx context.Context) ([]GroupOverview, error) {
+	cons, err := c.eng.AllConsumers(ctx, c.pool)
+	if err != nil {
+		return nil, err
+	}
+	type gk struct{ queue, group string }
+	type slotCons struct {
+		sub  int32
+		name string
+	}
+	byGroup := map[gk]*GroupOverview{}
+	slotsOf := map[gk]map[int]slotCons{}
+	var order []gk
+	var subs []int32
+	for _, in := range cons {
+		g, slot, n, ok := parseConsumerName(in.Consumer)
+		if !ok {
+			continue
+		}
+		k := gk{in.Queue, g}
+		ov := byGroup[k]
+		if ov == nil {
+			ov = &GroupOverview{Queue: in.Queue, Group: g, Slots: n}
+			byGroup[k], slotsOf[k] = ov, map[int]slotCons{}
+			order = append(order, k)
+		}
+		if n != ov.Slots {
+			ov.Broken = "it has consumers for two numbers of slots: unregister the stray consumers (see docs/operations.md)"
+			continue
+		}
+		slotsOf[k][slot] = slotCons{in.SubID, in.Consumer}
+		subs = append(subs, in.SubID)
+		ov.Backlog = max(ov.Backlog, in.PendingEvents)
+		ov.Lag = max(ov.Lag, in.Lag)
+	}
+	for _, k := range order {
+		if ov := byGroup[k]; ov.Broken == "" && len(slotsOf[k]) != ov.Slots {
+			ov.Broken = "some slots have no consumer: run partitionq setup again with the same number of slots"
+		}
+	}
+	installed, err := store.Installed(ctx, c.pool)
+	if err != nil {
+		return nil, err
+	}
+	if installed && len(order) > 0 {
+		owners, err := lease.AllOwners(ctx, c.pool)
+		if err != nil {
+			return nil, err
+		}
+		workers := map[gk]map[string]bool{}
+		for _, o := range owners {
+			k := gk{o.Queue, o.Group}
+			ov := byGroup[k]
+			if ov == nil || !o.Live || o.Slot >= ov.Slots {
+				continue
+			}
+			ov.Owned++
+			if workers[k] == nil {
+				workers[k] = map[string]bool{}
+			}
+			workers[k][o.Identity] = true
+		}
+		for k, names := range workers {
+			for n := range names {
+				byGroup[k].Workers = append(byGroup[k].Workers, n)
+			}
+			sort.Strings(byGroup[k].Workers)
+		}
+		counts, err := store.CountAllDeadLetters(ctx, c.pool)
+		if err != nil {
+			return nil, err
+		}
+		for _, dc := range counts {
+			if ov := byGroup[gk{dc.Queue, dc.Group}]; ov != nil {
+				ov.DeadLetters = dc.Pending
+			}
+		}
+	}
+	if len(subs) > 0 {
+		rc, err := c.eng.RetryCountsOf(ctx, c.pool, subs)
+		if err != nil {
+			return nil, err
+		}
+		var parkedSlots []parked.Slot
+		for _, k := range order {
+			for slot, sc := range slotsOf[k] {
+				r := rc[sc.sub]
+				byGroup[k].SetAside += r.Timed + r.Parked
+				if r.Parked > 0 {
+					parkedSlots = append(parkedSlots, parked.Slot{Queue: k.queue, Group: k.group, Consumer: sc.name, Slot: slot, SubID: sc.sub})
+				}
+			}
+		}
+		if len(parkedSlots) > 0 && installed {
+			heads, err := parked.Heads(ctx, c.pool, c.eng, parkedSlots, nil)
+			if err != nil {
+				return nil, err
+			}
+			for _, h := range heads {
+				ov := byGroup[gk{h.Queue, h.Group}]
+				switch {
+				case ov == nil || !h.Parked():
+				case h.Draining():
+					ov.DrainingKeys++
+				default:
+					ov.BlockedKeys++
+				}
+			}
+		}
+	}
+	out := make([]GroupOverview, 0, len(order))
+	for _, k := range order {
+		out = append(out, *byGroup[k])
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Queue != out[j].Queue {
+			return out[i].Queue < out[j].Queue
+		}
+		return out[i].Group < out[j].Group
+	})
+	return out, nil
+}
