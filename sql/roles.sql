@@ -112,6 +112,7 @@ revoke insert, update, delete, truncate, trigger on partitionq.dead_letter, part
     from partitionq_producer, partitionq_worker, partitionq_operator, partitionq_viewer;
 revoke usage, update on sequence partitionq.dead_letter_id_seq, partitionq.audit_id_seq
     from partitionq_producer, partitionq_worker, partitionq_operator, partitionq_viewer;
+revoke select on partitionq.dead_letter from partitionq_worker; -- give_up needs no read
 
 -- ------------------------------------------------------------- the engine
 --   producer  insert_event, through the engine's writer role
