@@ -25,7 +25,10 @@ declare
     v_sub   int;
     v_batch bigint;
     v_sql   text;
+    v_found bigint[];
+    v_rest  bigint[];
     v_slot  constant text := '(case when ev_extra1 is null then 0 else (hashtextextended(ev_extra1, 0) %% $3 + $3) %% $3 end) = $4';
+    v_retry text;
 begin
     if p_engine is null or p_engine not in ('pgq', 'pgque') then
         raise exception 'unknown engine schema %: pgq or pgque', p_engine using errcode = '22023';
@@ -36,17 +39,26 @@ begin
     if v_sub is null then
         return;
     end if;
-    return query execute format('select r.ev_id, r.ev_time, coalesce(r.ev_retry, 0)::int, coalesce(r.ev_type, ''''),
+    v_retry := format('select r.ev_id, r.ev_time, coalesce(r.ev_retry, 0)::int, coalesce(r.ev_type, ''''),
             coalesce(r.ev_data, ''''), r.ev_extra1, true from %I.retry_queue r
-         where r.ev_owner = $1 and r.ev_id = any($2) and ' || replace(v_slot, 'ev_extra1', 'r.ev_extra1'), p_engine)
-        using v_sub, p_ids, p_n, p_slot;
-    if v_batch is not null then
-        execute format('select %I.batch_event_sql($1)', p_engine) into v_sql using v_batch;
-        return query execute format('select e.ev_id, e.ev_time, coalesce(e.ev_retry, 0)::int, coalesce(e.ev_type, ''''),
-                coalesce(e.ev_data, ''''), e.ev_extra1, false from (%s) e
-             where e.ev_id = any($2) and ' || replace(v_slot, 'ev_extra1', 'e.ev_extra1'), v_sql)
-            using v_sub, p_ids, p_n, p_slot;
+         where r.ev_owner = $1 and r.ev_id = any($2) and ' || replace(v_slot, 'ev_extra1', 'r.ev_extra1'), p_engine);
+    execute 'select array_agg(x.ev_id) from (' || v_retry || ') x' into v_found using v_sub, p_ids, p_n, p_slot;
+    return query execute v_retry using v_sub, p_ids, p_n, p_slot;
+    -- Only the events not in the retry queue are looked for in the batch
+    -- (a parked event's drain may run while the slot's batch is finished).
+    v_rest := array(select unnest(p_ids) except select unnest(v_found));
+    if v_batch is null or cardinality(v_rest) = 0 then
+        return;
     end if;
+    begin
+        execute format('select %I.batch_event_sql($1)', p_engine) into v_sql using v_batch;
+    exception when raise_exception then
+        return; -- finished since ("Cannot find data for batch"): none of it is open
+    end;
+    return query execute format('select e.ev_id, e.ev_time, coalesce(e.ev_retry, 0)::int, coalesce(e.ev_type, ''''),
+            coalesce(e.ev_data, ''''), e.ev_extra1, false from (%s) e
+         where e.ev_id = any($2) and ' || replace(v_slot, 'ev_extra1', 'e.ev_extra1'), v_sql)
+        using v_sub, v_rest, p_n, p_slot;
 end
 $f$;
 -- The event p_ev_id of queue p_queue if the current transaction inserted
