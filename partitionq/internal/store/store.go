@@ -1,6 +1,7 @@
-// Package store owns partitionq's own schema "partitionq" (its tables and
-// their migration) and keeps the dead letters and the audit trail of
-// operator actions. Failure records of parked heads are package parked's,
+// Package store owns partitionq's own schema "partitionq" (its tables,
+// functions and their migration) and keeps the dead letters and the audit
+// trail of operator actions, which every role but the schema owner writes
+// only through the record functions of records.go. Failure records of parked heads are package parked's,
 // the ownership and progress tables packages lease and runner's. None of it
 // decides whether a key is blocked: that is derived from the engine's retry
 // queue.
