@@ -82,12 +82,12 @@ type ActionResult struct {
 // Act runs an operator action on the head of a.Key in slot s, in one
 // transaction that also runs audit (which records it), except for a skip or
 // quarantine done, whose audit entry partitionq.set_aside writes with the
-// dead letters. It takes the engine
-// mover's table lock (H4), then the head's row lock, waiting up to
-// a.LockTimeout for a worker handling the head (then ErrHeadBusy); a head
-// resolved meanwhile is never acted on (OutcomeAlreadyResolved, the action
-// does not move on to the next event). A head that never failed is acted on
-// only when a.HeadID names it (else ErrNeverFailed).
+// dead letters. It takes the engine mover's table lock (H4), then the
+// head's row lock, waiting up to a.LockTimeout for a worker handling the
+// head (then ErrHeadBusy); a head resolved meanwhile is never acted on
+// (OutcomeAlreadyResolved, the action does not move on to the next event).
+// A head that never failed is acted on only when a.HeadID names it (else
+// ErrNeverFailed).
 func Act(ctx context.Context, pool db.TxStarter, eng *engine.Engine, s Slot, a Action,
 	audit func(ctx context.Context, tx pgx.Tx, res ActionResult) error) (ActionResult, error) {
 	res := ActionResult{EventID: a.HeadID}
