@@ -94,8 +94,14 @@ func (c *Client) ReplayMatching(ctx context.Context, r BulkRequest) (BulkResult,
 			fresh = append(fresh, i)
 		}
 		res.Count = len(fresh)
-		if tx == nil || len(evs) == 0 {
+		if tx == nil {
 			return nil
+		}
+		if len(evs) == 0 { // nothing to send: the audit entry says so
+			var err error
+			res.AuditID, err = store.RecordReplay(ctx, tx, c.eng.Schema(), r.Match.Queue, r.Match.Group, []int64{}, []int64{},
+				r.Reason, c.actor(r.Actor), bulkNote(*res, r.Match))
+			return err
 		}
 		if _, ok, err := c.eng.QueueID(ctx, tx, r.Match.Queue); err != nil {
 			return err
@@ -106,13 +112,17 @@ func (c *Client) ReplayMatching(ctx context.Context, r BulkRequest) (BulkResult,
 		if err != nil {
 			return err
 		}
+		dlIDs := make([]int64, len(fresh))
 		for j, i := range fresh {
-			if err := store.MarkReplayed(ctx, tx, dls[i].ID, ids[j]); err != nil {
-				return err
-			}
+			dlIDs[j] = dls[i].ID
 			res.Items[i].NewEventID = ids[j]
 		}
-		return nil
+		// Checks each replay's event, marks the dead letters and writes the
+		// one audit entry; a dead letter a concurrent replay marked first
+		// fails it (PQ004) and nothing is sent.
+		res.AuditID, err = store.RecordReplay(ctx, tx, c.eng.Schema(), r.Match.Queue, r.Match.Group, dlIDs, ids,
+			r.Reason, c.actor(r.Actor), bulkNote(*res, r.Match))
+		return err
 	})
 }
 
@@ -127,16 +137,18 @@ func (c *Client) PurgeMatching(ctx context.Context, r BulkRequest) (BulkResult, 
 			res.Items[i].Outcome = OutcomePurged
 		}
 		res.Count = len(dls)
-		if tx == nil || len(ids) == 0 {
+		if tx == nil {
 			return nil
 		}
-		n, err := store.PurgeDeadLetters(ctx, tx, r.Match.Queue, r.Match.Group, ids, time.Time{})
+		n, auditID, err := store.PurgeDeadLetters(ctx, tx, r.Match.Queue, r.Match.Group, ids, time.Time{},
+			r.Reason, c.actor(r.Actor), bulkNote(*res, r.Match))
 		if err != nil {
 			return err
 		}
-		if n != int64(len(ids)) { // cannot happen: the rows are locked
-			return fmt.Errorf("purge: %d dead letters selected but %d deleted: nothing was purged", len(ids), n)
+		if n != int64(len(ids)) { // a concurrent purge took some
+			return fmt.Errorf("purge: %d dead letters selected but %d deleted (another purge ran at the same time): nothing was purged; run it again", len(ids), n)
 		}
+		res.AuditID = auditID
 		return nil
 	})
 }
@@ -194,19 +206,7 @@ func (c *Client) bulk(ctx context.Context, r BulkRequest, action string,
 				seen[id] = true
 			}
 		}
-		if err := act(ctx, tx, dls, &res); err != nil {
-			return err
-		}
-		if tx == nil {
-			return nil
-		}
-		entry := store.AuditEntry{Actor: c.actor(r.Actor), Action: action, Queue: r.Match.Queue, Group: r.Match.Group,
-			Reason: r.Reason, Outcome: bulkOutcome(action, res, r.Match)}
-		if k := oneKey(dls); k != nil {
-			entry.Key = k
-		}
-		res.AuditID, err = store.AuditID(ctx, tx, entry)
-		return err
+		return act(ctx, tx, dls, &res)
 	}
 	if ok, err := store.Installed(ctx, c.pool); err != nil {
 		return BulkResult{}, err
@@ -217,10 +217,7 @@ func (c *Client) bulk(ctx context.Context, r BulkRequest, action string,
 	if r.DryRun {
 		err = run(nil, c.pool)
 	} else {
-		err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-			f.ForUpdate = true
-			return run(tx, tx)
-		})
+		err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error { return run(tx, tx) })
 	}
 	if err != nil {
 		return BulkResult{}, err
@@ -232,36 +229,18 @@ func (c *Client) bulk(ctx context.Context, r BulkRequest, action string,
 	return res, nil
 }
 
-// oneKey returns the key shared by every dead letter, or nil.
-func oneKey(dls []store.DeadLetter) *string {
-	if len(dls) == 0 {
-		return nil
-	}
-	k := dls[0].Key
-	for _, d := range dls[1:] {
-		if d.Key != k {
-			return nil
-		}
-	}
-	return &k
-}
-
-// bulkOutcome is the audit outcome of a bulk action: the count, then the
-// filter that selected the dead letters.
-func bulkOutcome(action string, res BulkResult, q DeadLetterQuery) string {
-	var b strings.Builder
-	if action == "replay" {
-		fmt.Fprintf(&b, "%s %d", OutcomeReplayed, res.Count)
-		if res.AlreadyReplayed > 0 {
-			fmt.Fprintf(&b, ", %s %d", OutcomeAlreadyReplayed, res.AlreadyReplayed)
-		}
-	} else {
-		fmt.Fprintf(&b, "%s %d", OutcomePurged, res.Count)
+// bulkNote is what the audit entry of a bulk action says after its count:
+// the dead letters left alone as replayed before, then the filter that
+// selected them ("already_replayed 1, key=\"a\"").
+func bulkNote(res BulkResult, q DeadLetterQuery) string {
+	var parts []string
+	if res.AlreadyReplayed > 0 {
+		parts = append(parts, fmt.Sprintf("%s %d", OutcomeAlreadyReplayed, res.AlreadyReplayed))
 	}
 	if d := q.Describe(); d != "" {
-		b.WriteString(" (" + d + ")")
+		parts = append(parts, d)
 	}
-	return b.String()
+	return strings.Join(parts, ", ")
 }
 
 // Describe says in a few words what q selects ("key=acme type=FileDeleted"),

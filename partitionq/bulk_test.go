@@ -160,7 +160,7 @@ func TestReplayMatchingInEventOrder(t *testing.T) {
 		t.Fatalf("audit = %+v, %v; want the single replay and the bulk one", audit, err)
 	}
 	if a := audit[0]; a.Action != "replay" || a.Key != "a" || a.Actor != "alice" || a.Reason != "fixed" ||
-		a.Outcome != `replayed 5, already_replayed 1 (key="a")` {
+		a.Outcome != `replayed 5 (already_replayed 1, key="a")` {
 		t.Fatalf("bulk audit entry = %+v", a)
 	}
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/partitionq/partitionq/partitionq/internal/db"
 	"github.com/partitionq/partitionq/partitionq/internal/engine"
 	"github.com/partitionq/partitionq/partitionq/internal/store"
 )
@@ -165,7 +166,7 @@ func (c *Client) DeadLetterByID(ctx context.Context, queue, group string, id int
 	} else if !ok {
 		return DeadLetter{}, noDeadLetter(id)
 	}
-	d, err := store.GetDeadLetter(ctx, c.pool, queue, group, id, false)
+	d, err := store.GetDeadLetter(ctx, c.pool, queue, group, id)
 	if errors.Is(err, store.ErrNoDeadLetter) {
 		return DeadLetter{}, noDeadLetter(id)
 	}
@@ -200,9 +201,25 @@ func (c *Client) Replay(ctx context.Context, queue, group string, id int64, reas
 	if err := store.Migrate(ctx, c.pool); err != nil {
 		return ReplayResult{}, err
 	}
+	// The dead letter is read without a lock (the operator may not update
+	// it); partitionq.record_replay locks it and refuses a second replay,
+	// which a concurrent one that committed first makes: then the next try
+	// finds it replayed.
+	var res ReplayResult
+	var err error
+	for try := 0; try < 2; try++ {
+		res, err = c.replayOnce(ctx, queue, group, id, reason, actor)
+		if db.Code(err) != store.CodeReplayedAlready {
+			break
+		}
+	}
+	return res, err
+}
+
+func (c *Client) replayOnce(ctx context.Context, queue, group string, id int64, reason, actor string) (ReplayResult, error) {
 	var res ReplayResult
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		d, err := store.GetDeadLetter(ctx, tx, queue, group, id, true)
+		d, err := store.GetDeadLetter(ctx, tx, queue, group, id)
 		if errors.Is(err, store.ErrNoDeadLetter) {
 			return noDeadLetter(id)
 		}
@@ -221,10 +238,10 @@ func (c *Client) Replay(ctx context.Context, queue, group string, id int64, reas
 			if err != nil {
 				return err
 			}
-			if err := store.MarkReplayed(ctx, tx, id, evID); err != nil {
-				return err
-			}
 			res = ReplayResult{Outcome: OutcomeReplayed, NewEventID: evID}
+			// Checks the replay's event and writes the audit entry.
+			_, err = store.RecordReplay(ctx, tx, c.eng.Schema(), queue, group, []int64{id}, []int64{evID}, reason, c.actor(actor), "")
+			return err
 		}
 		key := d.Key
 		return store.Audit(ctx, tx, store.AuditEntry{Actor: c.actor(actor), Action: "replay", Queue: queue, Group: group,
@@ -254,15 +271,8 @@ func (c *Client) Purge(ctx context.Context, r PurgeRequest) (int64, error) {
 	if err := store.Migrate(ctx, c.pool); err != nil {
 		return 0, err
 	}
-	var n int64
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		var err error
-		if n, err = store.PurgeDeadLetters(ctx, tx, r.Queue, r.Group, r.IDs, r.Before); err != nil {
-			return err
-		}
-		return store.Audit(ctx, tx, store.AuditEntry{Actor: c.actor(r.Actor), Action: "purge", Queue: r.Queue, Group: r.Group,
-			Reason: r.Reason, Outcome: fmt.Sprintf("%s %d", OutcomePurged, n)})
-	})
+	// One statement: the delete and its audit entry (with the count).
+	n, _, err := store.PurgeDeadLetters(ctx, c.pool, r.Queue, r.Group, r.IDs, r.Before, r.Reason, c.actor(r.Actor), "")
 	return n, err
 }
 

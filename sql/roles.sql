@@ -51,8 +51,17 @@
 --     pgque.quote_fqname(text), which the first calls (admin only): the
 --     worker reads a batch's events through the engine's own description
 --     of the batch.
---   * partitionq.*: failure records (worker, operator), dead letters
---     (worker and operator insert; operator marks replays), audit (operator).
+--   * partitionq.*: failure records (worker, operator). The dead letters
+--     and the audit trail are written through functions of partitionq's
+--     schema only (SECURITY DEFINER, run as the schema owner, search_path
+--     pinned, recording session_user themselves; docs/security.md):
+--       give_up             worker    dead letters of events in its slot's open batch or retry queue
+--       set_aside           operator  skip and quarantine dead letters, with their audit entry
+--       record_replay       operator  marks dead letters replayed (the replay sent in the same transaction)
+--       record_action       operator  the audit entry of retry now and of actions that changed nothing
+--       purge_dead_letters  nobody    (the owner) deletes dead letters, one audit entry with the count
+--     No role here has INSERT, UPDATE or DELETE on partitionq.dead_letter
+--     or partitionq.audit; the viewer reads them.
 
 do $roles$
 declare
@@ -68,10 +77,11 @@ $roles$;
 
 -- ------------------------------------------------- partitionq's own tables
 -- The producer has none. The viewer reads them all; the worker records
--- failures and dead letters; the operator, on top of the viewer, acts on
--- failures, writes dead letters (quarantine) and marks replays, with an
--- audit entry each. Purge (delete dead letters for good) stays with the
--- owner; grant delete on partitionq.dead_letter to the operator to allow it.
+-- failures and gives events up (give_up); the operator, on top of the
+-- viewer, acts on failures, skips and quarantines (set_aside), replays
+-- (record_replay) and audits the rest (record_action). Purge (delete dead
+-- letters for good) stays with the owner; to allow an operator role:
+--   grant execute on function partitionq.purge_dead_letters(text, text, bigint[], timestamptz, text, text, text) to partitionq_operator;
 grant usage on schema partitionq to partitionq_viewer, partitionq_worker;
 grant select on partitionq.schema_version, partitionq.failure, partitionq.dead_letter, partitionq.audit,
                 partitionq.worker, partitionq.slot, partitionq.slot_progress to partitionq_viewer;
@@ -87,16 +97,22 @@ grant select, insert, update on partitionq.slot_progress to partitionq_worker;
 grant select, insert, delete on partitionq.slot_done to partitionq_worker;
 grant execute on function partitionq.check_owner(text, text, int, bigint),
                           partitionq.record_done(text, text, int, bigint, bigint, bigint) to partitionq_worker;
-grant select, insert on partitionq.dead_letter to partitionq_worker;
-grant usage on sequence partitionq.dead_letter_id_seq to partitionq_worker;
+grant execute on function partitionq.give_up(text, text, text, int, text, bigint[], int[], text[], text[]) to partitionq_worker;
 
 grant partitionq_viewer to partitionq_operator;
 grant update (next_attempt_at), delete on partitionq.failure to partitionq_operator;
 grant select, delete on partitionq.slot_done to partitionq_operator;
-grant insert, update (replayed_at, replay_ev_id) on partitionq.dead_letter to partitionq_operator;
-grant usage on sequence partitionq.dead_letter_id_seq to partitionq_operator;
-grant insert on partitionq.audit to partitionq_operator;
-grant usage on sequence partitionq.audit_id_seq to partitionq_operator;
+grant execute on function partitionq.set_aside(text, text, text, int, text, text, bigint[], text, text),
+                          partitionq.record_replay(text, text, text, bigint[], bigint[], text, text, text),
+                          partitionq.record_action(text, text, text, text, text, bigint, text, text) to partitionq_operator;
+
+-- Records are append-only for every role here: what an earlier version of
+-- this file (or a DBA) granted on them directly is taken back.
+revoke insert, update, delete, truncate, trigger on partitionq.dead_letter, partitionq.audit
+    from partitionq_producer, partitionq_worker, partitionq_operator, partitionq_viewer;
+revoke usage, update on sequence partitionq.dead_letter_id_seq, partitionq.audit_id_seq
+    from partitionq_producer, partitionq_worker, partitionq_operator, partitionq_viewer;
+revoke select on partitionq.dead_letter from partitionq_worker; -- give_up needs no read
 
 -- ------------------------------------------------------------- the engine
 --   producer  insert_event, through the engine's writer role

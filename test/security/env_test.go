@@ -37,6 +37,9 @@ type env struct {
 	ac     *partitionq.Client // the owner's client
 	prefix string
 	ctx    context.Context
+	// extraRoles are roles a test made beyond the group and login roles;
+	// dropped at cleanup too.
+	extraRoles []string
 }
 
 // rolesSQL is sql/roles.sql with the role names under prefix.
@@ -55,14 +58,38 @@ func rolesSQL(t *testing.T, prefix string) string {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	e := newBareEnv(t)
+	if _, err := e.ac.Setup(e.ctx, partitionq.GroupSpec{Queue: "q", Group: "g", Slots: 2, TickMaxLag: 20 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	sql := rolesSQL(t, e.prefix)
+	for range 2 { // idempotent
+		if _, err := e.admin.Exec(e.ctx, sql); err != nil {
+			t.Fatalf("sql/roles.sql: %v", err)
+		}
+	}
+	e.logins()
+	tctx, stop := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.ac.RunTicker(tctx, partitionq.TickerConfig{Interval: 10 * time.Millisecond, MaintInterval: time.Second}) //nolint:errcheck
+	}()
+	t.Cleanup(func() { stop(); <-done })
+	return e
+}
+
+// newBareEnv is a fresh database with an engine and nothing else: no
+// partitionq schema, no roles yet (their names are reserved: they are
+// dropped at cleanup).
+func newBareEnv(t *testing.T) *env {
+	t.Helper()
 	db := pgtest.New(t)
 	admin := pgtest.Pool(t, db, 10)
 	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
 	ac, err := partitionq.NewClient(ctx, admin, partitionq.Config{})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ac.Setup(ctx, partitionq.GroupSpec{Queue: "q", Group: "g", Slots: 2, TickMaxLag: 20 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	b := make([]byte, 4)
@@ -70,24 +97,17 @@ func newEnv(t *testing.T) *env {
 	e := &env{t: t, db: db, admin: admin, ac: ac, prefix: "pqsec_" + hex.EncodeToString(b), ctx: ctx}
 	// Runs before the database is dropped (cleanups run last first).
 	t.Cleanup(e.dropRoles)
-	sql := rolesSQL(t, e.prefix)
-	for range 2 { // idempotent
-		if _, err := admin.Exec(ctx, sql); err != nil {
-			t.Fatalf("sql/roles.sql: %v", err)
-		}
-	}
-	for _, r := range roleNames {
-		if _, err := admin.Exec(ctx, fmt.Sprintf("create role %s login in role %s", e.login(r), e.group(r))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		ac.RunTicker(ctx, partitionq.TickerConfig{Interval: 10 * time.Millisecond, MaintInterval: time.Second}) //nolint:errcheck
-	}()
-	t.Cleanup(func() { cancel(); <-done })
 	return e
+}
+
+// logins creates a login role in each group role.
+func (e *env) logins() {
+	e.t.Helper()
+	for _, r := range roleNames {
+		if _, err := e.admin.Exec(e.ctx, fmt.Sprintf("create role %s login in role %s", e.login(r), e.group(r))); err != nil {
+			e.t.Fatal(err)
+		}
+	}
 }
 
 func (e *env) group(role string) string { return e.prefix + "_" + role }
@@ -102,21 +122,23 @@ func (e *env) dropRoles() {
 		return
 	}
 	defer conn.Close(ctx)
+	var names []string
 	for _, r := range roleNames {
-		for _, name := range []string{e.login(r), e.group(r)} {
-			var exists bool
-			if err := conn.QueryRow(ctx, `select exists (select 1 from pg_roles where rolname = $1)`, name).Scan(&exists); err != nil || !exists {
-				continue
-			}
-			// Drop the grants in this database, end the role's sessions, drop it.
-			for _, stmt := range []string{
-				"drop owned by " + name,
-				fmt.Sprintf("select pg_terminate_backend(pid) from pg_stat_activity where usename = '%s'", name),
-				"drop role " + name,
-			} {
-				if _, err := conn.Exec(ctx, stmt); err != nil {
-					e.t.Errorf("drop role %s: %s: %v", name, stmt, err)
-				}
+		names = append(names, e.login(r), e.group(r))
+	}
+	for _, name := range append(names, e.extraRoles...) {
+		var exists bool
+		if err := conn.QueryRow(ctx, `select exists (select 1 from pg_roles where rolname = $1)`, name).Scan(&exists); err != nil || !exists {
+			continue
+		}
+		// Drop the grants in this database, end the role's sessions, drop it.
+		for _, stmt := range []string{
+			"drop owned by " + name,
+			fmt.Sprintf("select pg_terminate_backend(pid) from pg_stat_activity where usename = '%s'", name),
+			"drop role " + name,
+		} {
+			if _, err := conn.Exec(ctx, stmt); err != nil {
+				e.t.Errorf("drop role %s: %s: %v", name, stmt, err)
 			}
 		}
 	}

@@ -80,12 +80,14 @@ type ActionResult struct {
 }
 
 // Act runs an operator action on the head of a.Key in slot s, in one
-// transaction that also runs audit (which records it). It takes the engine
-// mover's table lock (H4), then the head's row lock, waiting up to
-// a.LockTimeout for a worker handling the head (then ErrHeadBusy); a head
-// resolved meanwhile is never acted on (OutcomeAlreadyResolved, the action
-// does not move on to the next event). A head that never failed is acted on
-// only when a.HeadID names it (else ErrNeverFailed).
+// transaction that also runs audit (which records it), except for a skip or
+// quarantine done, whose audit entry partitionq.set_aside writes with the
+// dead letters. It takes the engine mover's table lock (H4), then the
+// head's row lock, waiting up to a.LockTimeout for a worker handling the
+// head (then ErrHeadBusy); a head resolved meanwhile is never acted on
+// (OutcomeAlreadyResolved, the action does not move on to the next event).
+// A head that never failed is acted on only when a.HeadID names it (else
+// ErrNeverFailed).
 func Act(ctx context.Context, pool db.TxStarter, eng *engine.Engine, s Slot, a Action,
 	audit func(ctx context.Context, tx pgx.Tx, res ActionResult) error) (ActionResult, error) {
 	res := ActionResult{EventID: a.HeadID}
@@ -141,6 +143,9 @@ func Act(ctx context.Context, pool db.TxStarter, eng *engine.Engine, s Slot, a A
 		if err := act(ctx, tx, eng, s, a, head, &res); err != nil {
 			return err
 		}
+		if res.Outcome == OutcomeSkipped || res.Outcome == OutcomeQuarantined {
+			return nil // partitionq.set_aside wrote the audit entry with the dead letters
+		}
 		return audit(ctx, tx, res)
 	})
 	if err != nil {
@@ -150,14 +155,9 @@ func Act(ctx context.Context, pool db.TxStarter, eng *engine.Engine, s Slot, a A
 }
 
 func act(ctx context.Context, tx pgx.Tx, eng *engine.Engine, s Slot, a Action, head Head, res *ActionResult) error {
-	reason := string(a.Kind)
-	if a.Reason != "" {
-		reason += ": " + a.Reason
-	}
 	switch a.Kind {
 	case Skip:
-		dl := DeadLetter(s, head.Event, failedAttempts(head), lastError(head), reason, a.Actor)
-		if err := resolve(ctx, tx, eng, s, []int64{head.ID}, []store.DeadLetter{dl}); err != nil {
+		if err := setAside(ctx, tx, eng, s, a, []int64{head.ID}); err != nil {
 			return err
 		}
 		next, err := eng.RetryEvents(ctx, tx, s.SubID, a.Key, 10)
@@ -183,16 +183,7 @@ func act(ctx context.Context, tx pgx.Tx, eng *engine.Engine, s Slot, a Action, h
 		for i, ev := range evs {
 			ids[i] = ev.ID
 		}
-		fails, err := failures(ctx, tx, s, ids)
-		if err != nil {
-			return err
-		}
-		dls := make([]store.DeadLetter, len(evs))
-		for i, ev := range evs {
-			f := fails[ev.ID]
-			dls[i] = DeadLetter(s, ev, f.Attempts, f.LastError, reason, a.Actor)
-		}
-		if err := resolve(ctx, tx, eng, s, ids, dls); err != nil {
+		if err := setAside(ctx, tx, eng, s, a, ids); err != nil {
 			return err
 		}
 		res.Outcome, res.Count = OutcomeQuarantined, len(evs)
@@ -202,18 +193,15 @@ func act(ctx context.Context, tx pgx.Tx, eng *engine.Engine, s Slot, a Action, h
 	return nil
 }
 
-func failedAttempts(h Head) int {
-	if h.Failure != nil {
-		return h.Failure.Attempts
+// setAside dead-letters parked events of the key for an operator's skip or
+// quarantine, with the action's audit entry (partitionq.set_aside, which
+// reads the events and their failure records itself), then removes them
+// from the retry queue.
+func setAside(ctx context.Context, tx pgx.Tx, eng *engine.Engine, s Slot, a Action, ids []int64) error {
+	if _, err := store.SetAside(ctx, tx, eng.Schema(), s.Queue, s.Group, s.Slot, s.Consumer, string(a.Kind), ids, a.Reason, a.Actor); err != nil {
+		return err
 	}
-	return 0
-}
-
-func lastError(h Head) string {
-	if h.Failure != nil {
-		return h.Failure.LastError
-	}
-	return ""
+	return resolve(ctx, tx, eng, s, ids, nil)
 }
 
 // Drop removes everything parked of the slots of a dropped group (their

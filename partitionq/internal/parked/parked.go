@@ -158,7 +158,7 @@ func (o *Outcome) Write(ctx context.Context, tx db.DB, eng *engine.Engine) error
 			return err
 		}
 	}
-	return store.AddDeadLetters(ctx, tx, o.dead)
+	return store.GiveUp(ctx, tx, eng.Schema(), o.s.Queue, o.s.Group, o.s.Slot, o.s.Consumer, o.dead)
 }
 
 // DeadLetter builds the dead letter of event ev of slot s, whatever gave it
@@ -457,10 +457,15 @@ func Flag(ctx context.Context, q db.DB, s Slot, headID int64) (bool, error) {
 	return tag.RowsAffected() == 1, nil
 }
 
-// resolve removes resolved events (handled or given up) of slot s from the
-// retry queue, with their failure records, and stores the dead letters; in
-// tx, where the caller holds the events' row locks.
+// resolve stores the dead letters a worker gives up (partitionq.give_up,
+// which finds them in the retry queue: before they leave it) and removes
+// resolved events (handled or given up) of slot s from the retry queue, with
+// their failure records; in tx, where the caller holds the events' row
+// locks.
 func resolve(ctx context.Context, tx pgx.Tx, eng *engine.Engine, s Slot, ids []int64, dead []store.DeadLetter) error {
+	if err := store.GiveUp(ctx, tx, eng.Schema(), s.Queue, s.Group, s.Slot, s.Consumer, dead); err != nil {
+		return err
+	}
 	if len(ids) > 0 {
 		if err := eng.DeleteRetries(ctx, tx, s.SubID, ids); err != nil {
 			return err
@@ -473,7 +478,7 @@ func resolve(ctx context.Context, tx pgx.Tx, eng *engine.Engine, s Slot, ids []i
 			return err
 		}
 	}
-	return store.AddDeadLetters(ctx, tx, dead)
+	return nil
 }
 
 // doneInDrains returns which of the parked events of slot s an exactly-once

@@ -1,6 +1,7 @@
-// Package store owns partitionq's own schema "partitionq" (its tables and
-// their migration) and keeps the dead letters and the audit trail of
-// operator actions. Failure records of parked heads are package parked's,
+// Package store owns partitionq's own schema "partitionq" (its tables,
+// functions and their migration) and keeps the dead letters and the audit
+// trail of operator actions, which every role but the schema owner writes
+// only through the record functions of records.go. Failure records of parked heads are package parked's,
 // the ownership and progress tables packages lease and runner's. None of it
 // decides whether a key is blocked: that is derived from the engine's retry
 // queue.
@@ -18,16 +19,16 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/partitionq/partitionq/partitionq/internal/db"
-
 	"github.com/partitionq/partitionq/internal/pglock"
+	"github.com/partitionq/partitionq/partitionq/internal/db"
+	"github.com/partitionq/partitionq/partitionq/internal/engine"
 )
 
 // DB is a pool, a connection or a transaction (db.DB).
 type DB = db.DB
 
 // Version is the schema version this package writes.
-const Version = 3 // 2: failure.flagged_at; 3: worker leases, slot ownership and progress, ticker turns
+const Version = 4 // 2: failure.flagged_at; 3: worker leases, slot ownership and progress, ticker turns; 4: records through functions only
 
 const ddl = `
 create schema if not exists partitionq;
@@ -169,7 +170,7 @@ end
 $f$;
 revoke all on function partitionq.check_owner(text, text, int, bigint) from public;
 revoke all on function partitionq.record_done(text, text, int, bigint, bigint, bigint) from public;
-`
+` + engine.RecordsDDL + recordsDDL
 
 // Migrate creates the schema and tables when missing. Concurrent callers
 // are serialized with a transaction-level advisory lock.
@@ -197,8 +198,27 @@ func Migrate(ctx context.Context, db db.TxStarter) error {
 	if err := pglock.Xact(ctx, tx, pglock.Migrate); err != nil {
 		return err
 	}
+	// The version found under the lock (another caller may have migrated).
+	var from int
+	if err := tx.QueryRow(ctx, `select to_regclass('partitionq.schema_version') is not null`).Scan(&exists); err != nil {
+		return fmt.Errorf("read partitionq schema version: %w", err)
+	}
+	if exists {
+		if err := tx.QueryRow(ctx, `select coalesce(max(version), 0) from partitionq.schema_version`).Scan(&from); err != nil {
+			return fmt.Errorf("read partitionq schema version: %w", err)
+		}
+	}
+	if from >= Version {
+		return tx.Commit(ctx)
+	}
 	if _, err := tx.Exec(ctx, ddl); err != nil {
 		return fmt.Errorf("create schema partitionq: %w", err)
+	}
+	if from > 0 && from < 4 {
+		// Records through functions only: the grants move to them.
+		if _, err := tx.Exec(ctx, moveGrants); err != nil {
+			return fmt.Errorf("migrate partitionq schema from version %d: %w", from, err)
+		}
 	}
 	if _, err := tx.Exec(ctx, `delete from partitionq.schema_version`); err != nil {
 		return err
@@ -257,34 +277,6 @@ type DeadLetter struct {
 	ReplayEvID *int64
 }
 
-// AddDeadLetters stores dead letters in one statement. An event that is
-// already a dead letter of the group is left as it is (a replayed batch
-// after a crash writes the same rows again).
-func AddDeadLetters(ctx context.Context, db DB, dls []DeadLetter) error {
-	if len(dls) == 0 {
-		return nil
-	}
-	n := len(dls)
-	q, g, typ, data, key, lastErr, reason, actor := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	slot, attempts := make([]int32, n), make([]int32, n)
-	evID := make([]int64, n)
-	evTime := make([]time.Time, n)
-	for i, d := range dls {
-		q[i], g[i], typ[i], data[i], key[i], lastErr[i], reason[i], actor[i] = d.Queue, d.Group, d.Type, d.Data, d.Key, d.LastError, d.Reason, d.Actor
-		slot[i], attempts[i], evID[i], evTime[i] = int32(d.Slot), int32(d.Attempts), d.EvID, d.EvTime
-	}
-	_, err := db.Exec(ctx, `
-		insert into partitionq.dead_letter (queue, grp, slot, ev_id, ev_time, ev_type, ev_data, key, attempts, last_error, reason, actor)
-		select * from unnest($1::text[], $2::text[], $3::int4[], $4::int8[], $5::timestamptz[], $6::text[], $7::text[],
-		                     $8::text[], $9::int4[], $10::text[], $11::text[], $12::text[])
-		on conflict (queue, grp, ev_id) do nothing`,
-		q, g, slot, evID, evTime, typ, data, key, attempts, lastErr, reason, actor)
-	if err != nil {
-		return fmt.Errorf("store %d dead letters: %w", n, err)
-	}
-	return nil
-}
-
 const dlCols = `id, queue, grp, slot, ev_id, ev_time, ev_type, ev_data, key, attempts, last_error, reason, actor, db_role, dead_at, replayed_at, replay_ev_id`
 
 func scanDL(r pgx.CollectableRow) (DeadLetter, error) {
@@ -304,8 +296,6 @@ type DeadLetterFilter struct {
 	Newest       bool // newest first; AfterID bounds from above (0: none)
 	// ByEvent orders by ev_id (the original event order) instead of id.
 	ByEvent bool
-	// ForUpdate locks the rows for the rest of the transaction db.
-	ForUpdate bool
 
 	Type       *string   // only this event type
 	ErrorLike  string    // only those whose last error contains this, ignoring case
@@ -377,9 +367,6 @@ func ListDeadLetters(ctx context.Context, db DB, f DeadLetterFilter) ([]DeadLett
 		args = append(args, f.Limit)
 		sql += " limit $" + strconv.Itoa(len(args))
 	}
-	if f.ForUpdate {
-		sql += " for update"
-	}
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", err)
@@ -421,14 +408,9 @@ func CountAllDeadLetters(ctx context.Context, db DB) ([]GroupCount, error) {
 // ErrNoDeadLetter reports that no dead letter has the given id in the group.
 var ErrNoDeadLetter = errors.New("no such dead letter")
 
-// GetDeadLetter returns one dead letter; forUpdate locks it for the rest of
-// the transaction db.
-func GetDeadLetter(ctx context.Context, db DB, queue, group string, id int64, forUpdate bool) (DeadLetter, error) {
-	sql := `select ` + dlCols + ` from partitionq.dead_letter where queue = $1 and grp = $2 and id = $3`
-	if forUpdate {
-		sql += ` for update`
-	}
-	rows, err := db.Query(ctx, sql, queue, group, id)
+// GetDeadLetter returns one dead letter.
+func GetDeadLetter(ctx context.Context, db DB, queue, group string, id int64) (DeadLetter, error) {
+	rows, err := db.Query(ctx, `select `+dlCols+` from partitionq.dead_letter where queue = $1 and grp = $2 and id = $3`, queue, group, id)
 	if err != nil {
 		return DeadLetter{}, err
 	}
@@ -437,29 +419,6 @@ func GetDeadLetter(ctx context.Context, db DB, queue, group string, id int64, fo
 		return DeadLetter{}, ErrNoDeadLetter
 	}
 	return d, err
-}
-
-// MarkReplayed records that a dead letter was re-sent as event evID.
-func MarkReplayed(ctx context.Context, db DB, id, evID int64) error {
-	_, err := db.Exec(ctx, `update partitionq.dead_letter set replayed_at = now(), replay_ev_id = $2 where id = $1`, id, evID)
-	return err
-}
-
-// PurgeDeadLetters deletes the dead letters of a group (only the given ids
-// when ids is not nil; only those dead before `before` when it is not zero)
-// and returns how many.
-func PurgeDeadLetters(ctx context.Context, db DB, queue, group string, ids []int64, before time.Time) (int64, error) {
-	var b *time.Time
-	if !before.IsZero() {
-		b = &before
-	}
-	tag, err := db.Exec(ctx, `delete from partitionq.dead_letter
-		where queue = $1 and grp = $2 and ($3::int8[] is null or id = any($3)) and ($4::timestamptz is null or dead_at < $4)`,
-		queue, group, ids, b)
-	if err != nil {
-		return 0, fmt.Errorf("purge dead letters: %w", err)
-	}
-	return tag.RowsAffected(), nil
 }
 
 // CountDeadLetters counts the dead letters of a group not yet replayed.
@@ -493,28 +452,6 @@ type AuditEntry struct {
 	EvID    *int64
 	Reason  string
 	Outcome string
-}
-
-// Audit records one operator action.
-func Audit(ctx context.Context, db DB, a AuditEntry) error {
-	_, err := db.Exec(ctx, `insert into partitionq.audit (actor, action, queue, grp, key, ev_id, reason, outcome)
-		values ($1, $2, $3, $4, $5, $6, $7, $8)`, a.Actor, a.Action, a.Queue, a.Group, a.Key, a.EvID, a.Reason, a.Outcome)
-	if err != nil {
-		return fmt.Errorf("record audit entry: %w", err)
-	}
-	return nil
-}
-
-// AuditID records one operator action, as Audit does, and returns the id
-// of its entry.
-func AuditID(ctx context.Context, db DB, a AuditEntry) (int64, error) {
-	var id int64
-	err := db.QueryRow(ctx, `insert into partitionq.audit (actor, action, queue, grp, key, ev_id, reason, outcome)
-		values ($1, $2, $3, $4, $5, $6, $7, $8) returning id`, a.Actor, a.Action, a.Queue, a.Group, a.Key, a.EvID, a.Reason, a.Outcome).Scan(&id)
-	if err != nil {
-		return 0, fmt.Errorf("record audit entry: %w", err)
-	}
-	return id, nil
 }
 
 // ListAudit returns the newest audit entries of a group, newest first.

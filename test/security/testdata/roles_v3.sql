@@ -1,0 +1,154 @@
+-- sql/roles.sql as it was for schema version 3, for the migration test. Frozen: do not edit.
+-- sql/roles.sql: least-privilege roles for partitionq, on PgQ or PgQue.
+--
+-- Four group roles (NOLOGIN); give each person or service a login role that
+-- is a member of one of them (see docs/security.md):
+--
+--   partitionq_producer  sends events                      (Client.Send*, partitionq send)
+--   partitionq_worker    consumes the queue's groups        (Worker, partitionq work without --ticker)
+--   partitionq_operator  skip, retry now, quarantine, replay, and everything the viewer sees
+--   partitionq_viewer    reads status, blocked keys, dead letters and the audit trail
+--                        (partitionq status/blocked/preview/dlq list/audit, the console)
+--
+-- Setup (partitionq setup / Client.Setup: create_queue, register_consumer, the
+-- partitionq schema), purging dead letters, and the ticker (pgqd, partitionq
+-- tick, or a worker with RunTicker) stay with the owner: a role that owns the
+-- partitionq schema and is a member of pgq_admin / pgque_admin (or a superuser).
+--
+-- Run it as that owner in each database, after the first partitionq setup
+-- (it grants on the tables that setup creates), e.g.
+--   psql "$DATABASE_URL" -v ON_ERROR_STOP=1 -f sql/roles.sql
+-- It is idempotent. Roles are cluster-wide; the grants are per database.
+-- It grants on the engine installed in the database: PgQ (schema pgq) or
+-- PgQue (schema pgque); with both installed it grants on both.
+--
+-- PgQ's own roles (created by `create extension pgq`, see pgq.grant_perms):
+--   pgq_writer  insert_event                         -> producer, operator (replay)
+--   pgq_reader  next_batch, get_batch_cursor, finish_batch, event_retry,
+--               register/unregister_consumer         -> worker
+--   pgq_admin   create/drop queues, ticker, maintenance, event_retry_raw,
+--               the retry queue                      -> nobody here (the owner)
+-- The queue catalog (pgq.queue, consumer, subscription, tick) and
+-- get_consumer_info are readable by PUBLIC already.
+--
+-- PgQue's roles (created by its install file) are the same three under the
+-- names pgque_writer, pgque_reader and pgque_admin, with two differences
+-- that matter here: PgQue revokes every function from PUBLIC (the viewer is
+-- granted get_consumer_info by name), and keeps get_batch_cursor for admins
+-- (pgque_reader cannot call it; see docs/engines.md). PgQue grants select on
+-- its catalog, its event tables and its retry queue to PUBLIC.
+--
+-- What partitionq needs beyond the engine's grants, and why (the smallest
+-- additions; <e> is pgq or pgque):
+--   * <e>.event_retry_raw (admin only): the worker parks a blocked key's
+--     events in the retry queue without counting them as failures.
+--   * <e>.retry_queue (admin only on PgQ): blocked keys are read from it
+--     (viewer: select); the worker and the operator delete resolved rows and
+--     lock the head row (select ... for update needs UPDATE on a column, so
+--     update is granted on ev_retry only, which the worker also writes);
+--     the operator's `lock table ... in share update exclusive mode`
+--     (serializing with the engine's retry mover) is allowed by DELETE.
+--   * pgque.batch_event_sql(bigint), pgque.batch_event_tables(bigint) and
+--     pgque.quote_fqname(text), which the first calls (admin only): the
+--     worker reads a batch's events through the engine's own description
+--     of the batch.
+--   * partitionq.*: failure records (worker, operator), dead letters
+--     (worker and operator insert; operator marks replays), audit (operator).
+
+do $roles$
+declare
+    r text;
+begin
+    foreach r in array array['partitionq_producer', 'partitionq_worker', 'partitionq_operator', 'partitionq_viewer'] loop
+        if not exists (select 1 from pg_roles where rolname = r) then
+            execute format('create role %I nologin', r);
+        end if;
+    end loop;
+end
+$roles$;
+
+-- ------------------------------------------------- partitionq's own tables
+-- The producer has none. The viewer reads them all; the worker records
+-- failures and dead letters; the operator, on top of the viewer, acts on
+-- failures, writes dead letters (quarantine) and marks replays, with an
+-- audit entry each. Purge (delete dead letters for good) stays with the
+-- owner; grant delete on partitionq.dead_letter to the operator to allow it.
+grant usage on schema partitionq to partitionq_viewer, partitionq_worker;
+grant select on partitionq.schema_version, partitionq.failure, partitionq.dead_letter, partitionq.audit,
+                partitionq.worker, partitionq.slot, partitionq.slot_progress to partitionq_viewer;
+
+grant select on partitionq.schema_version to partitionq_worker;
+grant select, insert, update, delete on partitionq.failure to partitionq_worker;
+-- Ownership: the worker's lease row, the slots' owners and epochs, the
+-- progress inside open batches, exactly-once completions.
+grant select, insert, update, delete on partitionq.worker to partitionq_worker;
+grant usage on sequence partitionq.worker_id_seq to partitionq_worker;
+grant select, insert, update on partitionq.slot to partitionq_worker;
+grant select, insert, update on partitionq.slot_progress to partitionq_worker;
+grant select, insert, delete on partitionq.slot_done to partitionq_worker;
+grant execute on function partitionq.check_owner(text, text, int, bigint),
+                          partitionq.record_done(text, text, int, bigint, bigint, bigint) to partitionq_worker;
+grant select, insert on partitionq.dead_letter to partitionq_worker;
+grant usage on sequence partitionq.dead_letter_id_seq to partitionq_worker;
+
+grant partitionq_viewer to partitionq_operator;
+grant update (next_attempt_at), delete on partitionq.failure to partitionq_operator;
+grant select, delete on partitionq.slot_done to partitionq_operator;
+grant insert, update (replayed_at, replay_ev_id) on partitionq.dead_letter to partitionq_operator;
+grant usage on sequence partitionq.dead_letter_id_seq to partitionq_operator;
+grant insert on partitionq.audit to partitionq_operator;
+grant usage on sequence partitionq.audit_id_seq to partitionq_operator;
+
+-- ------------------------------------------------------------- the engine
+--   producer  insert_event, through the engine's writer role
+--   viewer    the retry queue (blocked keys, their waiting events, set-aside
+--             counts; payloads are visible: the console shows them) and
+--             get_consumer_info (slot lag)
+--   worker    batches through the engine's reader role; park, drain and
+--             resolve a blocked key's events in the retry queue
+--   operator  (viewer's, plus) skip and quarantine delete parked rows;
+--             replay sends again, through the writer role
+do $engine$
+begin
+    if to_regprocedure('pgq.next_batch(text,text)') is not null then
+        grant pgq_writer to partitionq_producer;
+
+        grant usage on schema pgq to partitionq_viewer;
+        grant select on pgq.retry_queue to partitionq_viewer;
+
+        grant pgq_reader to partitionq_worker;
+        grant execute on function pgq.event_retry_raw(text, text, timestamptz, bigint, timestamptz, integer,
+                                                       text, text, text, text, text, text) to partitionq_worker;
+        grant select, delete on pgq.retry_queue to partitionq_worker;
+        grant update (ev_retry) on pgq.retry_queue to partitionq_worker;
+
+        grant pgq_writer to partitionq_operator;
+        grant delete on pgq.retry_queue to partitionq_operator;
+        grant update (ev_retry) on pgq.retry_queue to partitionq_operator;
+    end if;
+
+    if to_regprocedure('pgque.next_batch(text,text)') is not null then
+        grant pgque_writer to partitionq_producer;
+
+        grant usage on schema pgque to partitionq_viewer;
+        grant select on pgque.retry_queue to partitionq_viewer;
+        grant execute on function pgque.get_consumer_info(text) to partitionq_viewer;
+
+        grant pgque_reader to partitionq_worker;
+        grant execute on function pgque.event_retry_raw(text, text, timestamptz, bigint, timestamptz, integer,
+                                                         text, text, text, text, text, text) to partitionq_worker;
+        grant execute on function pgque.batch_event_sql(bigint), pgque.batch_event_tables(bigint),
+                                  pgque.quote_fqname(text) to partitionq_worker;
+        grant select, delete on pgque.retry_queue to partitionq_worker;
+        grant update (ev_retry) on pgque.retry_queue to partitionq_worker;
+
+        grant pgque_writer to partitionq_operator;
+        grant delete on pgque.retry_queue to partitionq_operator;
+        grant update (ev_retry) on pgque.retry_queue to partitionq_operator;
+    end if;
+
+    if to_regprocedure('pgq.next_batch(text,text)') is null and to_regprocedure('pgque.next_batch(text,text)') is null then
+        raise exception 'no queue engine in this database (neither pgq nor pgque): install PgQ or PgQue first, then run partitionq setup';
+    end if;
+end
+$engine$;
