@@ -171,7 +171,7 @@ func TestDLQFiltersAndBulk(t *testing.T) {
 	want := []string{
 		`purge|b|purged 2 (error="b-")`,
 		`purge||purged 0 (ids=999999)`,
-		`replay|KEY|replayed 1 (already_replayed 1, ids=` + strings.Join(ids, ",") + `)`,
+		`replay|b|replayed 1 (already_replayed 1, ids=` + strings.Join(ids, ",") + `)`,
 		`replay|a|replayed 4 (key="a")`,
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {

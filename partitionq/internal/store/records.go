@@ -76,6 +76,7 @@ begin
         select p_queue, p_grp, p_slot, ev.ev_id, ev.ev_time, ev.ev_type, ev.ev_data, coalesce(ev.ev_key, ''),
                greatest(coalesce(u.att, 0), ev.ev_retry), coalesce(u.err, ''), u.rsn, 'worker', session_user
           from unnest(p_ev_ids, p_attempts, p_errors, p_reasons) u(id, att, err, rsn) join ev on ev.ev_id = u.id
+         order by ev.ev_id -- dead letters' ids in event order
             on conflict (queue, grp, ev_id) do nothing
         returning 1)
     select (select count(*) from ins),
@@ -119,6 +120,7 @@ begin
                p_action || case when coalesce(p_reason, '') = '' then '' else ': ' || p_reason end,
                coalesce(p_actor, ''), session_user
           from ev left join partitionq.failure f on f.queue = p_queue and f.consumer = p_consumer and f.ev_id = ev.ev_id
+         order by ev.ev_id -- dead letters' ids in event order
             on conflict (queue, grp, ev_id) do nothing
         returning 1)
     select (select count(*) from ins),
