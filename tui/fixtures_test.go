@@ -45,14 +45,14 @@ func incidentStatus(offset time.Duration) partitionq.GroupStatus {
 		Queue: "files", Group: "indexer", Slots: 4, Engine: "pgq", DeadLetters: 2, At: base.Add(offset), Head: head,
 		SlotStatus: []partitionq.SlotStatus{
 			{Slot: 0, Consumer: "indexer#0/4", Owner: worker("partitionq:web-1:4121", 88231), Lag: time.Second,
-				LastSeen: 400 * time.Millisecond, QueuePending: pending[0], PendingEstimate: 3, Position: head - pending[0]},
+				LastSeen: 400 * time.Millisecond, QueuePending: pending[0], Pending: 3, Position: head - pending[0]},
 			{Slot: 1, Consumer: "indexer#1/4", Owner: worker("partitionq:web-1:4121", 88232), Lag: 2 * time.Second,
-				LastSeen: time.Second, QueuePending: pending[1], PendingEstimate: 10, BlockedKeys: 2, SetAside: 59, Position: head - pending[1]},
+				LastSeen: time.Second, QueuePending: pending[1], Pending: 10, BlockedKeys: 2, SetAside: 59, Position: head - pending[1]},
 			{Slot: 2, Consumer: "indexer#2/4", Owner: worker("partitionq:web-2:5230", 90417), Lag: 4*time.Minute + 12*time.Second + offset,
-				LastSeen: 4*time.Minute + 10*time.Second + offset, InBatch: true, QueuePending: pending[2], PendingEstimate: 2030, BlockedKeys: 1, SetAside: 1,
+				LastSeen: 4*time.Minute + 10*time.Second + offset, InBatch: true, QueuePending: pending[2], Pending: 2030, BlockedKeys: 1, SetAside: 1,
 				Position: head - pending[2]},
 			{Slot: 3, Consumer: "indexer#3/4", Lag: 3*time.Minute + offset, LastSeen: 3*time.Minute + offset,
-				QueuePending: pending[3], PendingEstimate: 1350, Position: head - pending[3]},
+				QueuePending: pending[3], Pending: 1350, Position: head - pending[3]},
 		},
 	}
 }

@@ -287,7 +287,7 @@ func TestEmptyStates(t *testing.T) {
 	quiet := incidentStatus(0)
 	for i := range quiet.SlotStatus {
 		s := &quiet.SlotStatus[i]
-		s.Owner, s.Lag, s.LastSeen, s.QueuePending, s.PendingEstimate, s.BlockedKeys, s.InBatch = &partitionq.Owner{Name: "w", PID: 1}, time.Second, time.Second, 0, 0, 0, false
+		s.Owner, s.Lag, s.LastSeen, s.QueuePending, s.Pending, s.BlockedKeys, s.InBatch = &partitionq.Owner{Name: "w", PID: 1}, time.Second, time.Second, 0, 0, 0, false
 	}
 	drive(t, m, snapshotMsg{at: base, status: quiet})
 	if v := m.View(); !strings.Contains(v, "no traffic") {
