@@ -2,10 +2,12 @@ package partitionq
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/partitionq/partitionq/partitionq/internal/db"
 	"github.com/partitionq/partitionq/partitionq/internal/engine"
 
 	"github.com/partitionq/partitionq/partitionq/internal/lease"
@@ -209,6 +211,9 @@ func (c *Client) backlog(ctx context.Context, g Group, gs *GroupStatus) error {
 			}
 		}
 		bl, err := c.eng.Backlog(ctx, tx, spec)
+		if db.IsInsufficientPrivilege(err) {
+			return fmt.Errorf("%w: this role may not read the queue's event tables, which status scans for each slot's pending events: run sql/roles.sql again (it grants them to partitionq_viewer)", err)
+		}
 		if err != nil {
 			return err
 		}

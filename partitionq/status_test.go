@@ -100,6 +100,9 @@ func TestStatusPendingExactUnderSkew(t *testing.T) {
 			if (i == hotSlot && s.Pending != wantHot) || (i != hotSlot && s.Pending != 0) {
 				return false, nil
 			}
+			if i != hotSlot && want[i] > 0 && s.SinceFinish < 0 { // its batch is done: its finish follows
+				return false, nil
+			}
 		}
 		return true, nil
 	})
@@ -127,25 +130,29 @@ func TestStatusPendingExactUnderSkew(t *testing.T) {
 }
 
 // The rates Status reports come from the database and match a steady load:
-// 200 events a second for 11 seconds, one in ten failing (dead-lettered at
-// its first attempt), gives about 180 handled/s and 20 failed/s over the
-// last 10 s, and the minute's rates are what the minute held.
+// 100 events a second for 11 seconds, one in ten failing (dead-lettered at
+// its first attempt). The truth is what the handler did: its calls are
+// timed, and Status's rates over the last 10 s and minute (whole seconds
+// before the current one) must be within 10% of the calls in those seconds.
 func TestStatusRatesSteadyLoad(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.group(t, 4)
-	var handled, failed atomic.Int64
+	var mu sync.Mutex
+	var okAt, failAt []time.Time
 	errBad := errors.New("bad event")
 	h := partitionq.HandlerFunc(func(ctx context.Context, ev *partitionq.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
 		if ev.Type == "Bad" {
-			failed.Add(1)
+			failAt = append(failAt, time.Now())
 			return errBad
 		}
-		handled.Add(1)
+		okAt = append(okAt, time.Now())
 		return nil
 	})
 	b.worker(t, partitionq.WorkerConfig{Handler: h, MaxAttempts: 1})
-	const perTick, every, seconds = 10, 50 * time.Millisecond, 11
+	const perTick, every, seconds = 5, 50 * time.Millisecond, 11
 	tk := time.NewTicker(every)
 	defer tk.Stop()
 	start := time.Now()
@@ -169,17 +176,30 @@ func TestStatusRatesSteadyLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rate := float64(perTick) / every.Seconds() // 200/s
+	now := st.At.Truncate(time.Second)
+	mu.Lock()
+	in := func(ts []time.Time, w time.Duration) float64 {
+		n := 0
+		for _, at := range ts {
+			if !at.Before(now.Add(-w)) && at.Before(now) {
+				n++
+			}
+		}
+		return float64(n) / w.Seconds()
+	}
+	truth := partitionq.Rates{Handled10s: in(okAt, 10*time.Second), Failed10s: in(failAt, 10*time.Second),
+		Handled1m: in(okAt, time.Minute), Failed1m: in(failAt, time.Minute)}
+	mu.Unlock()
+	t.Logf("sent %.0f/s; handler: %+v; status: %+v", float64(perTick)/every.Seconds(), truth, st.Rates)
 	within := func(what string, got, want float64) {
-		if math.Abs(got-want) > 0.1*want {
-			t.Errorf("%s: %.1f/s, want %.1f/s ±10%%", what, got, want)
+		if want <= 0 || math.Abs(got-want) > 0.1*want {
+			t.Errorf("%s: %.2f/s, the handler did %.2f/s: not within 10%%", what, got, want)
 		}
 	}
-	within("handled over 10 s", st.Rates.Handled10s, 0.9*rate)
-	within("failed over 10 s", st.Rates.Failed10s, 0.1*rate)
-	// The minute holds everything handled so far but the current second's.
-	within("handled over 1 min", st.Rates.Handled1m, float64(handled.Load())/60)
-	within("failed over 1 min", st.Rates.Failed1m, float64(failed.Load())/60)
+	within("handled over 10 s", st.Rates.Handled10s, truth.Handled10s)
+	within("failed over 10 s", st.Rates.Failed10s, truth.Failed10s)
+	within("handled over 1 min", st.Rates.Handled1m, truth.Handled1m)
+	within("failed over 1 min", st.Rates.Failed1m, truth.Failed1m)
 	var sum partitionq.Rates
 	for _, s := range st.SlotStatus {
 		if s.Rates.Handled10s <= 0 {
