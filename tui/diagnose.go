@@ -125,8 +125,8 @@ func diagnose(in slotInput) diagnosis {
 			blocked = append(blocked, k)
 		}
 	}
-	behind := s.Pending > 0 && s.Lag >= BehindLag
 	ticksMissing := noTicks(st)
+	behind := s.Pending > 0 && s.Lag >= BehindLag && !ticksMissing
 	switch {
 	case s.Owner == nil && in.noOwnerFor < OwnerGrace:
 		d.add(sevNone, "unowned", "No live owner yet: a worker that has just started, or a standby taking over, claims slot %d within a second or two.", s.Slot)
