@@ -108,8 +108,8 @@ type GroupStatus struct {
 // runs a fixed number of queries whatever the number of slots: among them
 // one scan of the group's unfinished events in the queue's event tables
 // (from the position of the slot furthest behind), which counts every
-// slot's Pending exactly; its cost grows with the backlog (about a second
-// per million unfinished events, docs/operations.md). ctx governs the queries.
+// slot's Pending exactly; its cost grows with the backlog (0.5 to 1 s per
+// million unfinished events, docs/operations.md). ctx governs the queries.
 func (c *Client) Status(ctx context.Context, queue, group string) (GroupStatus, error) {
 	g, err := c.Group(ctx, queue, group)
 	if err != nil {
