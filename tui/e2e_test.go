@@ -132,6 +132,14 @@ echo "$PARTITIONQ_KEY $payload" >> ` + shellQuote(handled) + "\n"
 	term.frameIntact()
 	term.keys("4")
 	term.waitFor("the skips in the audit trail", "e2e", "skip", "skipped", "poison invoice, INC-42")
+	// The slots: the group's exact pending and the worker's handled rate
+	// (from the database), and each slot's lag to the millisecond.
+	term.keys("1")
+	term.waitFor("the slots with the handled rate", "[1 Slots]", "/s handled", "HANDLED/s")
+	pgtest.WaitFor(t, 10*time.Second, "the group's pending count and a sub-second lag on the slots view", func() (bool, error) {
+		sc := term.screen()
+		return regexp.MustCompile(`\d pending `).MatchString(sc) && regexp.MustCompile(`\s\d{1,3}ms\s`).MatchString(sc), nil
+	})
 	term.keys("q")
 	pgtest.WaitFor(t, 10*time.Second, "the console to quit on q", func() (bool, error) { return !term.alive(), nil })
 	if b, err := os.ReadFile(consoleLog); err != nil || !strings.Contains(string(b), "outcome=skipped") {
