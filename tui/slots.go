@@ -252,9 +252,9 @@ func (v *slotsView) columns() []column {
 		{title: "SLOT", width: 4, right: true},
 		{title: "OWNER", width: ow, max: ow},
 		{title: "LAG", width: 6, right: true},
-		{title: "PENDING", width: 6},
+		{title: "PENDING", width: 7},
 		{title: "", width: 5, right: true},
-		{title: "HANDLED/s", width: 6},
+		{title: "HANDLED/s", width: 9},
 		{title: "", width: 5, right: true},
 		{title: "FAIL/s", width: 6, right: true},
 		{title: "BLK", width: 3, right: true},
@@ -376,12 +376,28 @@ func (v *slotsView) summary() string {
 		parts = append(parts, "no traffic: nothing pending, nothing handled in the last minute")
 		return strings.Join(parts, " · ")
 	}
-	parts = append(parts, count(st.Pending)+" pending "+v.hist.pendingLine(-1, v.snap.at, groupSpark),
-		rate(r.Handled10s)+"/s handled "+v.hist.handledLine(-1, v.snap.at, groupSpark))
-	if r.Failed10s > 0 || r.Failed1m > 0 {
-		parts = append(parts, rate(r.Failed10s)+"/s failed")
+	// The group's backlog and rates, with their sparklines when the line
+	// has room for them; without the number of slots (the header says it)
+	// when it has room for neither.
+	line := ""
+	for i, spark := range []int{groupSpark, 0, 0} {
+		if i == 2 {
+			parts = parts[1:]
+		}
+		pending, handled := count(st.Pending)+" pending", rate(r.Handled10s)+"/s handled"
+		if spark > 0 {
+			pending += " " + v.hist.pendingLine(-1, v.snap.at, spark)
+			handled += " " + v.hist.handledLine(-1, v.snap.at, spark)
+		}
+		all := append(parts[:len(parts):len(parts)], pending, handled)
+		if r.Failed10s > 0 || r.Failed1m > 0 {
+			all = append(all, rate(r.Failed10s)+"/s failed")
+		}
+		if line = strings.Join(all, " · "); lipglossWidth(line) <= v.w {
+			break
+		}
 	}
-	return strings.Join(parts, " · ")
+	return line
 }
 
 // why renders the diagnosis of the selected slot in height lines.
