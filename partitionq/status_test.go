@@ -212,3 +212,50 @@ func TestStatusRatesSteadyLoad(t *testing.T) {
 		t.Errorf("group rates %+v are not the sum of the slots' %+v", st.Rates, sum)
 	}
 }
+
+// An event the engine's retry mover puts back into the stream belongs to
+// the consumer that retried it (ev_owner): it counts for that slot only,
+// never for another group reading the same queue, whose pending stays the
+// number of events sent.
+func TestStatusPendingCountsOnlyOwnRetries(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.group(t, 2)
+	if _, err := b.client.Setup(b.ctx, partitionq.GroupSpec{Queue: "q", Group: "other", Slots: 3}); err != nil {
+		t.Fatal(err)
+	}
+	var calls sync.Map // event id -> *atomic.Int32
+	h := partitionq.HandlerFunc(func(ctx context.Context, ev *partitionq.Event) error {
+		n, _ := calls.LoadOrStore(ev.ID, new(atomic.Int32))
+		if n.(*atomic.Int32).Add(1) == 1 && ev.Key == "retried" {
+			return errors.New("first attempt fails")
+		}
+		return nil
+	})
+	b.worker(t, partitionq.WorkerConfig{Handler: h, Policy: partitionq.PolicySkip, BackoffMin: 50 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+	var ms []partitionq.Message
+	for i := range 19 {
+		ms = append(ms, partitionq.Message{Key: fmt.Sprintf("k%d", i), Type: "T", Payload: []byte("{}")})
+	}
+	ms = append(ms, partitionq.Message{Key: "retried", Type: "T", Payload: []byte("{}")})
+	ids, err := b.client.SendBatch(b.ctx, "q", ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retried := ids[len(ids)-1]
+	pgtest.WaitFor(t, 30*time.Second, "the retried event handled again, and group g done", func() (bool, error) {
+		n, ok := calls.Load(retried)
+		if !ok || n.(*atomic.Int32).Load() < 2 {
+			return false, nil
+		}
+		st, err := b.client.Status(b.ctx, "q", "g")
+		return err == nil && st.Pending == 0, err
+	})
+	st, err := b.client.Status(b.ctx, "q", "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Pending != int64(len(ms)) {
+		t.Errorf("group other: %d pending, want the %d events sent (the retried copy is g's)", st.Pending, len(ms))
+	}
+}
