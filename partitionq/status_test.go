@@ -69,6 +69,8 @@ func TestStatusPendingExactUnderSkew(t *testing.T) {
 
 	const handleFirst = 300
 	release := make(chan struct{})
+	var released sync.Once
+	unhold := func() { released.Do(func() { close(release) }) }
 	var hotDone atomic.Int64
 	var once sync.Once
 	held := make(chan struct{})
@@ -88,6 +90,7 @@ func TestStatusPendingExactUnderSkew(t *testing.T) {
 		return nil
 	})
 	b.worker(t, partitionq.WorkerConfig{Handler: h, Concurrency: 8})
+	t.Cleanup(unhold) // before the worker's stop, which waits for the handler
 	<-held
 	wantHot := want[hotSlot] - handleFirst - (want[hotSlot] - hotEvents) // the hot slot's cold keys are done too
 	var last partitionq.GroupStatus
@@ -122,7 +125,7 @@ func TestStatusPendingExactUnderSkew(t *testing.T) {
 		st, err := b.client.Status(b.ctx, "q", "g")
 		return err == nil && math.Abs(st.SlotStatus[hotSlot].Rates.Handled1m*60-doneHot) < 1e-6, err
 	})
-	close(release)
+	unhold()
 	pgtest.WaitFor(t, 30*time.Second, "nothing pending", func() (bool, error) {
 		st, err := b.client.Status(b.ctx, "q", "g")
 		return err == nil && st.Pending == 0, err
