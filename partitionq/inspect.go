@@ -193,6 +193,9 @@ func (c *Client) backlog(ctx context.Context, g Group, gs *GroupStatus) error {
 		spec := engine.BacklogSpec{Queue: g.Queue, Subs: g.subIDs, Batch: make([]int64, g.Slots), Below: make([]int64, g.Slots)}
 		if installed {
 			stats, err := slotstats.Read(ctx, tx, g.Queue, g.Group)
+			if c := db.Code(err); c == db.CodeUndefinedTable || c == db.CodeUndefinedColumn {
+				return fmt.Errorf("%w: partitionq's schema in this database is older than this version (no slot rates): run partitionq setup once as its owner to upgrade it", err)
+			}
 			if err != nil {
 				return err
 			}
