@@ -189,7 +189,9 @@ func (r *Runner) flush(ctx context.Context) {
 		for i, s := range slots {
 			keep[i] = owned[s]
 		}
-		_, err = tx.Exec(tctx, `
+		// The progress and the slots' rate buckets, in one round trip.
+		batch := &pgx.Batch{}
+		batch.Queue(`
 			insert into partitionq.slot_progress as p (queue, grp, slot, batch_id, done_below, done, handled, failed, updated_at)
 			select $1, $2, u.slot, u.batch, u.below, u.done, u.h, u.f, clock_timestamp()
 			  from unnest($3::int4[], $4::int8[], $5::int8[], $6::bytea[], $7::int8[], $8::int8[], $9::bool[]) u(slot, batch, below, done, h, f, keep)
@@ -198,9 +200,6 @@ func (r *Runner) flush(ctx context.Context) {
 			   set batch_id = excluded.batch_id, done_below = excluded.done_below, done = excluded.done,
 			       handled = p.handled + excluded.handled, failed = p.failed + excluded.failed, updated_at = excluded.updated_at`,
 			r.cfg.Queue, r.cfg.Group, ps, batches, belows, dones, hs, fs, keep)
-		if err != nil {
-			return err
-		}
 		var kps []int32
 		var khs, kfs []int64
 		for i := range ps {
@@ -208,7 +207,8 @@ func (r *Runner) flush(ctx context.Context) {
 				kps, khs, kfs = append(kps, ps[i]), append(khs, hs[i]), append(kfs, fs[i])
 			}
 		}
-		return slotstats.Record(tctx, tx, r.cfg.Queue, r.cfg.Group, kps, khs, kfs)
+		slotstats.QueueRecord(batch, r.cfg.Queue, r.cfg.Group, kps, khs, kfs)
+		return tx.SendBatch(tctx, batch).Close()
 	})
 	if err != nil {
 		for _, x := range rows {

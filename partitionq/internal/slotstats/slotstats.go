@@ -35,6 +35,25 @@ const (
 // slots' buckets older than Keep. Slots with nothing to add are left out;
 // with none, nothing is sent.
 func Record(ctx context.Context, tx db.DB, queue, group string, slots []int32, handled, failed []int64) error {
+	sql, args, ok := recordStmt(queue, group, slots, handled, failed)
+	if !ok {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, sql, args...); err != nil {
+		return fmt.Errorf("record slot rates: %w", err)
+	}
+	return nil
+}
+
+// QueueRecord is Record as a statement queued in b, to be sent with the
+// transaction's other statements in one round trip.
+func QueueRecord(b *pgx.Batch, queue, group string, slots []int32, handled, failed []int64) {
+	if sql, args, ok := recordStmt(queue, group, slots, handled, failed); ok {
+		b.Queue(sql, args...)
+	}
+}
+
+func recordStmt(queue, group string, slots []int32, handled, failed []int64) (string, []any, bool) {
 	var ss []int32
 	var hs, fs []int64
 	for i, s := range slots {
@@ -43,20 +62,16 @@ func Record(ctx context.Context, tx db.DB, queue, group string, slots []int32, h
 		}
 	}
 	if len(ss) == 0 {
-		return nil
+		return "", nil, false
 	}
-	_, err := tx.Exec(ctx, `
+	return `
 		with now as (select floor(extract(epoch from clock_timestamp()))::bigint as sec),
 		     gone as (delete from partitionq.slot_rate r using now
 		               where r.queue = $1 and r.grp = $2 and r.slot = any($3::int4[]) and r.sec < now.sec - $6)
 		insert into partitionq.slot_rate as r (queue, grp, slot, sec, handled, failed)
 		select $1, $2, u.slot, now.sec, u.h, u.f from now, unnest($3::int4[], $4::int8[], $5::int8[]) u(slot, h, f)
 		on conflict (queue, grp, slot, sec) do update set handled = r.handled + excluded.handled, failed = r.failed + excluded.failed`,
-		queue, group, ss, hs, fs, int64(Keep/time.Second))
-	if err != nil {
-		return fmt.Errorf("record slot rates: %w", err)
-	}
-	return nil
+		[]any{queue, group, ss, hs, fs, int64(Keep / time.Second)}, true
 }
 
 // Rates are handler calls per second over the last ShortWindow and
