@@ -107,20 +107,19 @@ func resetProgress(ctx context.Context, tx pgx.Tx, queue, group string, slots []
 	if len(slots) == 0 {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, `
+	// One round trip: the progress reset, the exactly-once completions
+	// dropped, the rate buckets.
+	batch := &pgx.Batch{}
+	batch.Queue(`
 		insert into partitionq.slot_progress as p (queue, grp, slot, batch_id, done_below, done, handled, failed, updated_at, finished_at)
 		select $1, $2, u.slot, null, 0, '', u.h, u.f, clock_timestamp(), clock_timestamp() from unnest($3::int4[], $4::int8[], $5::int8[]) u(slot, h, f)
 		on conflict (queue, grp, slot) do update
 		   set batch_id = null, done_below = 0, done = '', handled = p.handled + excluded.handled,
-		       failed = p.failed + excluded.failed, updated_at = excluded.updated_at, finished_at = excluded.finished_at`, queue, group, slots, handled, failed); err != nil {
-		return err
-	}
-	if err := slotstats.Record(ctx, tx, queue, group, slots, handled, failed); err != nil {
-		return err
-	}
-	_, err := tx.Exec(ctx, `delete from partitionq.slot_done d using unnest($3::int4[], $4::int8[]) u(slot, batch)
+		       failed = p.failed + excluded.failed, updated_at = excluded.updated_at, finished_at = excluded.finished_at`, queue, group, slots, handled, failed)
+	batch.Queue(`delete from partitionq.slot_done d using unnest($3::int4[], $4::int8[]) u(slot, batch)
 		where d.queue = $1 and d.grp = $2 and d.slot = u.slot and d.batch_id = u.batch`, queue, group, slots, batches)
-	return err
+	slotstats.QueueRecord(batch, queue, group, slots, handled, failed)
+	return tx.SendBatch(ctx, batch).Close()
 }
 
 // flushLoop flushes progress whenever there is news, at most once per

@@ -29,24 +29,12 @@ const (
 	Keep = 2 * time.Minute
 )
 
-// Record adds handler outcomes of slots to the current second's bucket of
-// each, in tx (the transaction that records the slots' progress or
-// finishes their batches, after it checked they are owned), and deletes the
-// slots' buckets older than Keep. Slots with nothing to add are left out;
-// with none, nothing is sent.
-func Record(ctx context.Context, tx db.DB, queue, group string, slots []int32, handled, failed []int64) error {
-	sql, args, ok := recordStmt(queue, group, slots, handled, failed)
-	if !ok {
-		return nil
-	}
-	if _, err := tx.Exec(ctx, sql, args...); err != nil {
-		return fmt.Errorf("record slot rates: %w", err)
-	}
-	return nil
-}
-
-// QueueRecord is Record as a statement queued in b, to be sent with the
-// transaction's other statements in one round trip.
+// QueueRecord queues in b the statement that adds handler outcomes of slots
+// to the current second's bucket of each and deletes the slots' buckets
+// older than Keep. b is sent in the transaction that records the slots'
+// progress or finishes their batches, after it checked they are owned, with
+// that transaction's other writes in one round trip. Slots with nothing to
+// add are left out; with none, nothing is queued.
 func QueueRecord(b *pgx.Batch, queue, group string, slots []int32, handled, failed []int64) {
 	if sql, args, ok := recordStmt(queue, group, slots, handled, failed); ok {
 		b.Queue(sql, args...)
