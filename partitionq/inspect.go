@@ -9,7 +9,6 @@ import (
 
 	"github.com/partitionq/partitionq/partitionq/internal/db"
 	"github.com/partitionq/partitionq/partitionq/internal/engine"
-
 	"github.com/partitionq/partitionq/partitionq/internal/lease"
 	"github.com/partitionq/partitionq/partitionq/internal/parked"
 	"github.com/partitionq/partitionq/partitionq/internal/slotstats"
@@ -40,7 +39,7 @@ type SlotStatus struct {
 	Consumer string // the slot's engine consumer
 	Owner    *Owner // nil when no live worker owns the slot
 	// Lag is the age of the last tick the slot finished: how far behind
-	// the slot's reading is, in ticks.
+	// the slot's reading is.
 	Lag time.Duration
 	// LastSeen is how long ago the slot last took or finished a batch.
 	LastSeen time.Duration
@@ -193,7 +192,7 @@ func (c *Client) backlog(ctx context.Context, g Group, gs *GroupStatus) error {
 		spec := engine.BacklogSpec{Queue: g.Queue, Subs: g.subIDs, Batch: make([]int64, g.Slots), Below: make([]int64, g.Slots)}
 		if installed {
 			stats, err := slotstats.Read(ctx, tx, g.Queue, g.Group)
-			if c := db.Code(err); c == db.CodeUndefinedTable || c == db.CodeUndefinedColumn {
+			if code := db.Code(err); code == db.CodeUndefinedTable || code == db.CodeUndefinedColumn {
 				return fmt.Errorf("%w: partitionq's schema in this database is older than this version (no slot rates): run partitionq setup once as its owner to upgrade it", err)
 			}
 			if err != nil {
