@@ -2,10 +2,16 @@ package partitionq
 
 import (
 	"context"
+	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/partitionq/partitionq/partitionq/internal/db"
+	"github.com/partitionq/partitionq/partitionq/internal/engine"
 	"github.com/partitionq/partitionq/partitionq/internal/lease"
 	"github.com/partitionq/partitionq/partitionq/internal/parked"
+	"github.com/partitionq/partitionq/partitionq/internal/slotstats"
 	"github.com/partitionq/partitionq/partitionq/internal/store"
 )
 
@@ -39,16 +45,27 @@ type SlotStatus struct {
 	LastSeen time.Duration
 	// InBatch is true while the slot has an open batch.
 	InBatch bool
+	// Pending is the exact number of events of the slot's own share that it
+	// has not finished: in the stream after the last tick it finished (read
+	// or not yet, ticked or not yet), less those its open batch's recorded
+	// progress marks resolved. An event parked inside the open batch counts
+	// until the batch finishes; from then on it is in SetAside, not here.
+	Pending int64
+	// Oldest is the age of the oldest of the Pending events (by the time it
+	// was sent); 0 when none.
+	Oldest time.Duration
+	// SinceFinish is how long ago the slot's owner last finished a batch;
+	// negative when no worker of this version has finished one yet.
+	SinceFinish time.Duration
+	// Rates are the slot's handler outcomes per second, from the database:
+	// they count every worker that owned the slot in the window.
+	Rates Rates
 	// QueuePending is the engine's pending count: events of the whole
 	// queue after the slot's position, all keys included.
 	QueuePending int64
-	// PendingEstimate is QueuePending / N: an estimate of the slot's own
-	// share, exact only when keys spread evenly. Labelled "est." in output.
-	PendingEstimate int64
 	// Position is the queue's event sequence at the last tick the slot
 	// finished: it only grows, by every event of the queue (all slots) the
-	// slot has read past. The change of Position over time, divided by N,
-	// estimates the slot's read rate.
+	// slot has read past.
 	Position int64
 	// BlockedKeys counts keys whose parked head failed (pause policy).
 	BlockedKeys int
@@ -64,6 +81,16 @@ type SlotStatus struct {
 	LongestBlocked time.Duration
 }
 
+// Rates are handler outcomes per second over the last 10 seconds and the
+// last minute (whole seconds before the current one), as the workers record
+// them in the database when they record progress and finish batches: they
+// include every worker process. Handled counts handler calls that
+// succeeded, Failed those that failed (each failed attempt once).
+type Rates struct {
+	Handled10s, Failed10s float64
+	Handled1m, Failed1m   float64
+}
+
 // GroupStatus is a group's status.
 type GroupStatus struct {
 	Queue, Group string
@@ -71,15 +98,21 @@ type GroupStatus struct {
 	Engine       string // engine schema
 	SlotStatus   []SlotStatus
 	DeadLetters  int64 // not yet replayed
+	// Pending is the sum of the slots' Pending, Rates the sum of their Rates.
+	Pending int64
+	Rates   Rates
 	// Head is the queue's event sequence at its newest tick: the change of
 	// Head over time is the rate at which events arrive (all keys).
 	Head int64
 	At   time.Time
 }
 
-// Status reads the status of every slot of a group. It is read-only and
-// cheap: a fixed number of catalog and engine queries whatever the number
-// of slots, no scan of the event tables. ctx governs the queries.
+// Status reads the status of every slot of a group. It is read-only, and
+// runs a fixed number of queries whatever the number of slots: among them
+// one scan of the group's unfinished events in the queue's event tables
+// (from the position of the slot furthest behind), which counts every
+// slot's Pending exactly; its cost grows with the backlog (0.5 to 1 s per
+// million unfinished events, docs/operations.md). ctx governs the queries.
 func (c *Client) Status(ctx context.Context, queue, group string) (GroupStatus, error) {
 	g, err := c.Group(ctx, queue, group)
 	if err != nil {
@@ -112,7 +145,9 @@ func (c *Client) Status(ctx context.Context, queue, group string) (GroupStatus, 
 		s.Lag, s.LastSeen, s.InBatch = in.Lag, in.LastSeen, in.CurrentBatch != nil
 		s.QueuePending, s.Position = in.PendingEvents, in.Position
 		gs.Head = max(gs.Head, in.Head)
-		s.PendingEstimate = in.PendingEvents / int64(g.Slots)
+	}
+	if err := c.backlog(ctx, g, &gs); err != nil {
+		return GroupStatus{}, err
 	}
 	anyParked := false
 	for i, sub := range g.subIDs {
@@ -148,6 +183,56 @@ func (c *Client) Status(ctx context.Context, queue, group string) (GroupStatus, 
 		return GroupStatus{}, err
 	}
 	return gs, nil
+}
+
+// backlog fills in every slot's exact Pending and Oldest, its last finish
+// and its rates: the recorded progress and the scan of the event tables
+// run in one repeatable-read transaction, so that they see the same moment.
+func (c *Client) backlog(ctx context.Context, g Group, gs *GroupStatus) error {
+	installed, err := store.Installed(ctx, c.pool)
+	if err != nil {
+		return err
+	}
+	for i := range gs.SlotStatus {
+		gs.SlotStatus[i].SinceFinish = -1
+	}
+	return pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		spec := engine.BacklogSpec{Queue: g.Queue, Subs: g.subIDs, Batch: make([]int64, g.Slots), Below: make([]int64, g.Slots)}
+		if installed {
+			stats, err := slotstats.Read(ctx, tx, g.Queue, g.Group)
+			if code := db.Code(err); code == db.CodeUndefinedTable || code == db.CodeUndefinedColumn {
+				return fmt.Errorf("%w: partitionq's schema in this database is older than this version (no slot rates): run partitionq setup once as its owner to upgrade it", err)
+			}
+			if err != nil {
+				return err
+			}
+			for _, st := range stats {
+				if st.Slot < 0 || st.Slot >= g.Slots {
+					continue
+				}
+				s := &gs.SlotStatus[st.Slot]
+				s.SinceFinish = st.SinceFinish
+				s.Rates = Rates(st.Rates)
+				gs.Rates = Rates(slotstats.Rates(gs.Rates).Add(st.Rates))
+				spec.Batch[st.Slot], spec.Below[st.Slot] = st.Batch, st.Done.Below
+				for _, id := range st.Done.Above {
+					spec.DoneSlots, spec.DoneIDs = append(spec.DoneSlots, int32(st.Slot)), append(spec.DoneIDs, id)
+				}
+			}
+		}
+		bl, err := c.eng.Backlog(ctx, tx, spec)
+		if db.IsInsufficientPrivilege(err) {
+			return fmt.Errorf("%w: this role may not read the queue's event tables, which status scans for each slot's pending events: run sql/roles.sql again (it grants them to partitionq_viewer)", err)
+		}
+		if err != nil {
+			return err
+		}
+		for i, b := range bl {
+			gs.SlotStatus[i].Pending, gs.SlotStatus[i].Oldest = b.Pending, b.Oldest
+			gs.Pending += b.Pending
+		}
+		return nil
+	})
 }
 
 // owners reads the recorded owner of every slot of a group (none when

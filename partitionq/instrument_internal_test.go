@@ -50,7 +50,7 @@ func TestMetricsStatusReadCachedAndBounded(t *testing.T) {
 			t.Errorf("status read without a deadline of at most %s (deadline %v, set %v)", statusTimeout, dl, ok)
 		}
 		gs := GroupStatus{Slots: 64, SlotStatus: make([]SlotStatus, 64)}
-		gs.SlotStatus[5] = SlotStatus{Slot: 5, Owner: &Owner{Name: "x"}, BlockedKeys: 2, SetAside: 7, PendingEstimate: 11, Lag: 1500 * time.Millisecond}
+		gs.SlotStatus[5] = SlotStatus{Slot: 5, Owner: &Owner{Name: "x"}, BlockedKeys: 2, SetAside: 7, Pending: 11, Lag: 1500 * time.Millisecond}
 		return gs, fail
 	}
 	reg := prometheus.NewPedanticRegistry()

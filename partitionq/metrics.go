@@ -41,10 +41,8 @@ const (
 var durationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
 
 // slotPendingEvents is the value of partitionq_slot_pending_events: the
-// events of the slot's own share not yet finished. The one place that
-// chooses the SlotStatus field: today the estimate (the queue's pending
-// events divided by N), to become the exact count when Status has one.
-func slotPendingEvents(s SlotStatus) int64 { return s.PendingEstimate }
+// events of the slot's own share not yet finished (Status's exact count).
+func slotPendingEvents(s SlotStatus) int64 { return s.Pending }
 
 // slotDescs are the descriptions of one slot's series. Each carries the
 // slot's labels as constant labels, so that the registry itself refuses a

@@ -137,7 +137,7 @@ func TestMetricsScrapedAgreeWithStatsAndStatus(t *testing.T) {
 			return false, err
 		}
 		for _, s := range st.SlotStatus {
-			if s.InBatch || s.PendingEstimate != 0 { // the end state: what the scrape reads next is the same
+			if s.InBatch || s.Pending != 0 { // the end state: what the scrape reads next is the same
 				return false, nil
 			}
 		}
@@ -174,8 +174,8 @@ func TestMetricsScrapedAgreeWithStatsAndStatus(t *testing.T) {
 		if blocked[s.Slot] != float64(s.BlockedKeys) || parked[s.Slot] != float64(s.SetAside) {
 			t.Errorf("slot %d: scraped blocked keys %v, parked %v; Status says %d, %d", s.Slot, blocked[s.Slot], parked[s.Slot], s.BlockedKeys, s.SetAside)
 		}
-		if pending[s.Slot] != float64(s.PendingEstimate) {
-			t.Errorf("slot %d: scraped pending %v, Status says %d", s.Slot, pending[s.Slot], s.PendingEstimate)
+		if pending[s.Slot] != float64(s.Pending) {
+			t.Errorf("slot %d: scraped pending %v, Status says %d", s.Slot, pending[s.Slot], s.Pending)
 		}
 		if _, ok := lag[s.Slot]; !ok || math.Abs(lag[s.Slot]-s.Lag.Seconds()) > 2 {
 			t.Errorf("slot %d: scraped lag %v s, Status says %s", s.Slot, lag[s.Slot], s.Lag)

@@ -84,7 +84,8 @@ $roles$;
 --   grant execute on function partitionq.purge_dead_letters(text, text, bigint[], timestamptz, text, text, text) to partitionq_operator;
 grant usage on schema partitionq to partitionq_viewer, partitionq_worker;
 grant select on partitionq.schema_version, partitionq.failure, partitionq.dead_letter, partitionq.audit,
-                partitionq.worker, partitionq.slot, partitionq.slot_progress to partitionq_viewer;
+                partitionq.worker, partitionq.slot, partitionq.slot_progress, partitionq.slot_done,
+                partitionq.slot_rate to partitionq_viewer;
 
 grant select on partitionq.schema_version to partitionq_worker;
 grant select, insert, update, delete on partitionq.failure to partitionq_worker;
@@ -95,6 +96,8 @@ grant usage on sequence partitionq.worker_id_seq to partitionq_worker;
 grant select, insert, update on partitionq.slot to partitionq_worker;
 grant select, insert, update on partitionq.slot_progress to partitionq_worker;
 grant select, insert, delete on partitionq.slot_done to partitionq_worker;
+-- Handler outcomes per slot and second (the rates status shows).
+grant select, insert, update, delete on partitionq.slot_rate to partitionq_worker;
 grant execute on function partitionq.check_owner(text, text, int, bigint),
                           partitionq.record_done(text, text, int, bigint, bigint, bigint) to partitionq_worker;
 grant execute on function partitionq.give_up(text, text, text, int, text, bigint[], int[], text[], text[]) to partitionq_worker;
@@ -117,19 +120,29 @@ revoke select on partitionq.dead_letter from partitionq_worker; -- give_up needs
 -- ------------------------------------------------------------- the engine
 --   producer  insert_event, through the engine's writer role
 --   viewer    the retry queue (blocked keys, their waiting events, set-aside
---             counts; payloads are visible: the console shows them) and
---             get_consumer_info (slot lag)
+--             counts; payloads are visible: the console shows them),
+--             get_consumer_info (slot lag) and, on PgQ, the event tables
+--             (each slot's exact pending events; PgQue grants them to PUBLIC)
 --   worker    batches through the engine's reader role; park, drain and
 --             resolve a blocked key's events in the retry queue
 --   operator  (viewer's, plus) skip and quarantine delete parked rows;
 --             replay sends again, through the writer role
 do $engine$
+declare
+    q text;
 begin
     if to_regprocedure('pgq.next_batch(text,text)') is not null then
         grant pgq_writer to partitionq_producer;
 
         grant usage on schema pgq to partitionq_viewer;
         grant select on pgq.retry_queue to partitionq_viewer;
+        -- The event tables (status counts each slot's unfinished events):
+        -- the parent table of every queue (a read of it covers its
+        -- rotating tables), and the template later queues copy grants from.
+        grant select on pgq.event_template to partitionq_viewer;
+        for q in select queue_data_pfx from pgq.queue loop
+            execute format('grant select on %I.%I to partitionq_viewer', split_part(q, '.', 1), split_part(q, '.', 2));
+        end loop;
 
         grant pgq_reader to partitionq_worker;
         grant execute on function pgq.event_retry_raw(text, text, timestamptz, bigint, timestamptz, integer,

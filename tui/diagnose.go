@@ -125,8 +125,8 @@ func diagnose(in slotInput) diagnosis {
 			blocked = append(blocked, k)
 		}
 	}
-	behind := s.QueuePending > 0 && s.Lag >= BehindLag
 	ticksMissing := noTicks(st)
+	behind := s.Pending > 0 && s.Lag >= BehindLag && !ticksMissing
 	switch {
 	case s.Owner == nil && in.noOwnerFor < OwnerGrace:
 		d.add(sevNone, "unowned", "No live owner yet: a worker that has just started, or a standby taking over, claims slot %d within a second or two.", s.Slot)
@@ -161,10 +161,10 @@ func diagnose(in slotInput) diagnosis {
 			plural(n, "key"), map[bool]string{true: "its", false: "their"}[n == 1], plural(int(waiting), "event"))
 	}
 	if len(d.findings) == 0 {
-		if s.QueuePending == 0 {
+		if s.Pending == 0 {
 			d.add(sevOK, "ok", "Keeping up: lag %s, nothing pending.", age(s.Lag))
 		} else {
-			d.add(sevOK, "ok", "Keeping up: lag %s, %s pending in the queue (about %s of its own).", age(s.Lag), count(s.QueuePending), count(s.PendingEstimate))
+			d.add(sevOK, "ok", "Keeping up: lag %s, %s of its own pending, the oldest sent %s ago.", age(s.Lag), count(s.Pending), age(s.Oldest))
 		}
 	}
 	return d

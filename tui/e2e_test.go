@@ -141,6 +141,14 @@ echo "$PARTITIONQ_KEY $payload" >> ` + shellQuote(handled) + "\n"
 	term.text("invoice fixed, INC-42")
 	term.keys("Enter")
 	term.waitFor("the bulk replay done", "✓ Replayed 1 dead letter (key=tenant-7 pending) in event order")
+	// The slots: the group's exact pending and the worker's handled rate
+	// (from the database), and each slot's lag to the millisecond.
+	term.keys("1")
+	term.waitFor("the slots with the handled rate", "[1 Slots]", "/s handled", "HANDLED/s")
+	pgtest.WaitFor(t, 10*time.Second, "the group's pending count and a sub-second lag on the slots view", func() (bool, error) {
+		sc := term.screen()
+		return regexp.MustCompile(`\d pending `).MatchString(sc) && regexp.MustCompile(`\s\d{1,3}ms\s`).MatchString(sc), nil
+	})
 	term.keys("q")
 	pgtest.WaitFor(t, 10*time.Second, "the console to quit on q", func() (bool, error) { return !term.alive(), nil })
 	if b, err := os.ReadFile(consoleLog); err != nil || !strings.Contains(string(b), "outcome=skipped") {

@@ -40,21 +40,39 @@ func incidentStatus(offset time.Duration) partitionq.GroupStatus {
 		return &partitionq.Owner{Name: name, Host: host, PID: pid, BackendPID: backend, Addr: "10.0.3.7", Since: base.Add(-26 * time.Hour), Epoch: 7}
 	}
 	// 60 events a second arrive; a slot's position is the head less what
-	// it has pending: slots 0 and 1 keep up, 2 and 3 do not move.
+	// it has pending: slots 0 and 1 keep up, 2 and 3 do not move (their own
+	// backlog grows by their share, 15 a second).
 	head := 100_000 + 60*sec
-	pending := []int64{12 + (sec%3)*5, 40 + (sec%4)*10, 8120 + 60*sec, 5400 + 60*sec}
+	pending := []int64{12 + (sec%3)*5, 40 + (sec%4)*10, 26120 + 60*sec, 23400 + 60*sec}
+	own := []int64{3 + (sec%3+3)%3, 10 + (sec%4+4)%4*2, 6530 + 15*sec, 5850 + 15*sec}
+	wave := float64((sec%20+20)%20) / 2 // the handled rates wobble
+	rates := []partitionq.Rates{
+		{Handled10s: 28 + wave, Handled1m: 29.5},
+		{Handled10s: 27 - wave/2, Failed10s: 0.4, Handled1m: 27.2, Failed1m: 0.3},
+		{}, {},
+	}
+	var group partitionq.Rates
+	for _, r := range rates {
+		group.Handled10s += r.Handled10s
+		group.Failed10s += r.Failed10s
+		group.Handled1m += r.Handled1m
+		group.Failed1m += r.Failed1m
+	}
 	return partitionq.GroupStatus{
 		Queue: "files", Group: "indexer", Slots: 4, Engine: "pgq", DeadLetters: 2, At: base.Add(offset), Head: head,
+		Pending: own[0] + own[1] + own[2] + own[3], Rates: group,
 		SlotStatus: []partitionq.SlotStatus{
-			{Slot: 0, Consumer: "indexer#0/4", Owner: worker("partitionq:web-1:4121", 88231), Lag: time.Second,
-				LastSeen: 400 * time.Millisecond, QueuePending: pending[0], PendingEstimate: 3, Position: head - pending[0]},
-			{Slot: 1, Consumer: "indexer#1/4", Owner: worker("partitionq:web-1:4121", 88232), Lag: 2 * time.Second,
-				LastSeen: time.Second, QueuePending: pending[1], PendingEstimate: 10, BlockedKeys: 2, SetAside: 59, Position: head - pending[1]},
-			{Slot: 2, Consumer: "indexer#2/4", Owner: worker("partitionq:web-2:5230", 90417), Lag: 4*time.Minute + 12*time.Second + offset,
-				LastSeen: 4*time.Minute + 10*time.Second + offset, InBatch: true, QueuePending: pending[2], PendingEstimate: 2030, BlockedKeys: 1, SetAside: 1,
-				Position: head - pending[2]},
-			{Slot: 3, Consumer: "indexer#3/4", Lag: 3*time.Minute + offset, LastSeen: 3*time.Minute + offset,
-				QueuePending: pending[3], PendingEstimate: 1350, Position: head - pending[3]},
+			{Slot: 0, Consumer: "indexer#0/4", Owner: worker("partitionq:web-1:4121", 88231), Lag: 213 * time.Millisecond,
+				LastSeen: 400 * time.Millisecond, QueuePending: pending[0], Pending: own[0], Oldest: 180 * time.Millisecond,
+				SinceFinish: 90 * time.Millisecond, Rates: rates[0], Position: head - pending[0]},
+			{Slot: 1, Consumer: "indexer#1/4", Owner: worker("partitionq:web-1:4121", 88232), Lag: 1200 * time.Millisecond,
+				LastSeen: time.Second, QueuePending: pending[1], Pending: own[1], Oldest: 1500 * time.Millisecond, SinceFinish: 800 * time.Millisecond,
+				Rates: rates[1], BlockedKeys: 2, SetAside: 59, Position: head - pending[1]},
+			{Slot: 2, Consumer: "indexer#2/4", Owner: worker("partitionq:web-2:5230", 90417), Lag: 7*time.Minute + 12*time.Second + offset,
+				LastSeen: 7*time.Minute + 10*time.Second + offset, InBatch: true, QueuePending: pending[2], Pending: own[2], BlockedKeys: 1, SetAside: 1,
+				Oldest: 7*time.Minute + 13*time.Second + offset, SinceFinish: 7*time.Minute + 10*time.Second + offset, Position: head - pending[2]},
+			{Slot: 3, Consumer: "indexer#3/4", Lag: 6*time.Minute + offset, LastSeen: 6*time.Minute + offset,
+				QueuePending: pending[3], Pending: own[3], Oldest: 6*time.Minute + 2*time.Second + offset, SinceFinish: -1, Position: head - pending[3]},
 		},
 	}
 }
@@ -219,8 +237,8 @@ func snapWith(offset time.Duration, plan fetchPlan, blocked []partitionq.Blocked
 	return msg
 }
 
-// incidentModel is a model of width x height that has seen a minute of
-// snapshots of the incident, ending at base.
+// incidentModel is a model of width x height that has seen HistorySpan of
+// snapshots of the incident, one a second, ending at base.
 func incidentModel(t *testing.T, opts Options, width, height int) *Model {
 	t.Helper()
 	return incidentModelWith(t, opts, width, height, incidentBlocked())
@@ -233,7 +251,7 @@ func incidentModelWith(t *testing.T, opts Options, width, height int, blocked []
 	f.blocked = blocked
 	m := newTestModel(t, f, opts)
 	m.Update(tea.WindowSizeMsg{Width: width, Height: height})
-	for i := -60; i <= 0; i++ {
+	for i := -int(HistorySpan / time.Second); i <= 0; i++ {
 		m.Update(snapWith(time.Duration(i)*time.Second, m.plan(), blocked))
 	}
 	return m

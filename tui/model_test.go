@@ -287,8 +287,10 @@ func TestEmptyStates(t *testing.T) {
 	quiet := incidentStatus(0)
 	for i := range quiet.SlotStatus {
 		s := &quiet.SlotStatus[i]
-		s.Owner, s.Lag, s.LastSeen, s.QueuePending, s.PendingEstimate, s.BlockedKeys, s.InBatch = &partitionq.Owner{Name: "w", PID: 1}, time.Second, time.Second, 0, 0, 0, false
+		s.Owner, s.Lag, s.LastSeen, s.QueuePending, s.Pending, s.BlockedKeys, s.InBatch = &partitionq.Owner{Name: "w", PID: 1}, time.Second, time.Second, 0, 0, 0, false
+		s.Rates = partitionq.Rates{}
 	}
+	quiet.Pending, quiet.Rates = 0, partitionq.Rates{}
 	drive(t, m, snapshotMsg{at: base, status: quiet})
 	if v := m.View(); !strings.Contains(v, "no traffic") {
 		t.Fatalf("no traffic:\n%s", v)
@@ -345,46 +347,43 @@ func TestDiagnose(t *testing.T) {
 	}
 }
 
-// READ/s is the change of a slot's position over the last RateWindow,
-// not over the last refresh: a slot whose position moves in jumps (a
-// batch per tick) reads steadily, and never swings between 0 and the
-// size of a jump (it showed 0, then 1.8k, while the demo ran ~200/s).
-func TestThroughput(t *testing.T) {
+// The sparklines show what successive refreshes showed, spread over
+// HistorySpan by time: a slot's pending (the peak of each cell) and its
+// handled rate (the mean), blank where the console saw nothing.
+func TestHistory(t *testing.T) {
 	t.Parallel()
-	tp := newThroughput()
+	h := newHistory()
 	st := incidentStatus(0)
-	if tp.rateText(0) != "…" {
-		t.Errorf("before any snapshot: %q, want …", tp.rateText(0))
+	if got := h.pendingLine(0, base, 10); got != strings.Repeat(" ", 10) {
+		t.Errorf("before any snapshot: %q, want blank", got)
 	}
-	// 200 events/s arrive; slot 0 finishes a batch every 3 refreshes, so its
-	// position jumps by 600 every 3 s; slot 2 does not move.
-	for i := range 30 {
-		sec := int64(i)
-		st.Head = 1000 + 200*sec
-		st.SlotStatus[0].Position = 1000 + 600*(sec/3)
-		st.SlotStatus[0].LastSeen = time.Duration(sec%3) * time.Second
-		st.SlotStatus[2].LastSeen = time.Hour
-		tp.add(st, base.Add(time.Duration(i)*time.Second))
-		if i >= 12 {
-			if r := tp.rateOf(0); r < 150 || r > 250 {
-				t.Errorf("at %ds slot 0 reads %.0f/s, want about 200 (averaged over the window)", i, r)
-			}
+	// Two minutes at one refresh a second: slot 0's backlog climbs, then
+	// falls; its rate is steady at 30/s, then 0.
+	for i := range 120 {
+		at := base.Add(time.Duration(i-119) * time.Second)
+		st.SlotStatus[0].Pending = int64(min(i, 120-i) * 10)
+		st.SlotStatus[0].Rates.Handled10s = 30
+		if i >= 90 {
+			st.SlotStatus[0].Rates.Handled10s = 0
 		}
+		h.add(st, at)
+		h.add(st, at) // the same moment again: kept once
 	}
-	if r := tp.rateOf(2); r != 0 {
-		t.Errorf("slot 2 reads %v/s, want 0", r)
+	if n := len(h.of(0)); n != 120 {
+		t.Errorf("kept %d samples, want 120", n)
 	}
-	if got := tp.history(2); len(got) == 0 || got[len(got)-1] != -1 {
-		t.Errorf("slot 2's last sample %v, want idle (-1)", got)
+	// 10 cells of 30 s: the first 6 (3 minutes before the console started)
+	// are blank; each of the others draws its peak (280, 580, 600, 310).
+	if got, want := h.pendingLine(0, base, 10), "      ▄██▅"; got != want {
+		t.Errorf("pending sparkline %q, want %q", got, want)
 	}
-	if in := tp.arrivals(); in != 200 {
-		t.Errorf("arrivals %v/s, want 200", in)
+	if got, want := h.handledLine(0, base, 10), "      ███▁"; got != want {
+		t.Errorf("handled sparkline %q, want %q", got, want)
 	}
-	// A group made again: its positions start over, so does the rate.
-	st.SlotStatus[0].Position = 5
-	tp.add(st, base.Add(time.Minute))
-	if tp.rateOf(0) >= 0 {
-		t.Errorf("after the position went back: rate %v, want unknown", tp.rateOf(0))
+	// Samples older than HistorySpan are dropped.
+	h.add(st, base.Add(HistorySpan-time.Minute))
+	if n := len(h.of(0)); n != 61 {
+		t.Errorf("%s later: %d samples kept, want the last minute's 60 and the new one", HistorySpan-time.Minute, n)
 	}
 }
 

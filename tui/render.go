@@ -23,6 +23,10 @@ func age(d time.Duration) string {
 		d = 0
 	}
 	switch {
+	case d < time.Second:
+		return fmt.Sprintf("%dms", int(d/time.Millisecond))
+	case d < 10*time.Second:
+		return fmt.Sprintf("%.1fs", float64(d/(100*time.Millisecond))/10)
 	case d < time.Minute:
 		return fmt.Sprintf("%ds", int(d/time.Second))
 	case d < time.Hour:

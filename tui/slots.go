@@ -55,7 +55,7 @@ type slotsView struct {
 	snap   snapshotMsg // the latest good snapshot
 	have   bool
 	err    error // a group-level error (no such queue or group) that replaces the table
-	tp     *throughput
+	hist   *history
 	order  []int // slot indexes in display order
 	cursor int   // position in order
 	offset int
@@ -67,7 +67,7 @@ type slotsView struct {
 }
 
 func newSlotsView(sh *shared) *slotsView {
-	return &slotsView{sh: sh, keys: newSlotsKeys(), tp: newThroughput(), unowned: map[int]time.Time{}}
+	return &slotsView{sh: sh, keys: newSlotsKeys(), hist: newHistory(), unowned: map[int]time.Time{}}
 }
 
 func (v *slotsView) SetSize(w, h int)          { v.w, v.h = w, h }
@@ -94,7 +94,7 @@ func (v *slotsView) onSnapshot(msg snapshotMsg) {
 	}
 	sel := v.selectedSlot()
 	v.snap, v.have, v.err = msg, true, nil
-	v.tp.add(msg.status, msg.at)
+	v.hist.add(msg.status, msg.at)
 	for _, s := range msg.status.SlotStatus {
 		_, seen := v.unowned[s.Slot]
 		switch {
@@ -184,7 +184,7 @@ func (v *slotsView) sort() {
 		case byLag:
 			return int64(s.Lag)
 		case byPending:
-			return s.QueuePending
+			return s.Pending
 		case byBlocked:
 			return int64(s.BlockedKeys)
 		}
@@ -252,21 +252,23 @@ func (v *slotsView) columns() []column {
 		{title: "SLOT", width: 4, right: true},
 		{title: "OWNER", width: ow, max: ow},
 		{title: "LAG", width: 6, right: true},
-		{title: "PENDING", width: 8},
+		{title: "PENDING", width: 7},
 		{title: "", width: 5, right: true},
-		{title: "READ/s", width: 10},
-		{title: "", width: 4, right: true},
+		{title: "HANDLED/s", width: 9},
+		{title: "", width: 5, right: true},
+		{title: "FAIL/s", width: 6, right: true},
 		{title: "BLK", width: 3, right: true},
 		{title: "STATE", width: 8},
 	}
 	if wide {
 		cols = append(cols,
-			column{title: "SEEN", width: 6, right: true},
+			column{title: "OLDEST", width: 6, right: true},
+			column{title: "FINISH", width: 6, right: true},
 			column{title: "ASIDE", width: 5, right: true},
 			column{title: "CONSUMER", width: 10})
-		return flex(v.w, cols, map[int]int{2: 3, 4: 2, 6: 3, 12: 1})
+		return flex(v.w, cols, map[int]int{2: 3, 4: 3, 6: 3, 14: 1})
 	}
-	return flex(v.w, cols, map[int]int{2: 2, 4: 1, 6: 2, 9: 1})
+	return flex(v.w, cols, map[int]int{2: 2, 4: 2, 6: 2, 10: 1})
 }
 
 func (v *slotsView) View() string {
@@ -285,12 +287,9 @@ func (v *slotsView) View() string {
 	lines := []string{v.summary()}
 	cols := v.columns()
 	lines = append(lines, st.header.Render(headerRow(cols)))
-	var maxPending int64
-	for _, s := range ss {
-		maxPending = max(maxPending, s.QueuePending)
-	}
 	from, to := window(len(v.order), v.tableHeight(), v.cursor, v.offset)
 	v.offset = from
+	at := v.snap.at
 	for i := from; i < to; i++ {
 		s := ss[v.order[i]]
 		d := diagnose(v.input(s))
@@ -302,11 +301,18 @@ func (v *slotsView) View() string {
 			mark = "▸"
 		}
 		cells := []string{mark, fmt.Sprint(s.Slot), shortOwner(s.Owner), age(s.Lag),
-			bar(s.QueuePending, maxPending, cols[4].width), count(s.QueuePending),
-			sparkline(v.tp.history(s.Slot), cols[6].width), v.tp.rateText(s.Slot),
+			v.hist.pendingLine(s.Slot, at, cols[4].width), count(s.Pending),
+			v.hist.handledLine(s.Slot, at, cols[6].width), rate(s.Rates.Handled10s), rate(s.Rates.Failed10s),
 			fmt.Sprint(s.BlockedKeys), d.state}
-		if len(cols) > 10 {
-			cells = append(cells, age(s.LastSeen), count(s.SetAside), s.Consumer)
+		if len(cols) > 11 {
+			oldest, finish := "—", "never"
+			if s.Pending > 0 {
+				oldest = age(s.Oldest)
+			}
+			if s.SinceFinish >= 0 {
+				finish = age(s.SinceFinish)
+			}
+			cells = append(cells, oldest, finish, count(s.SetAside), s.Consumer)
 		}
 		line := row(cols, cells...)
 		switch {
@@ -324,12 +330,14 @@ func (v *slotsView) View() string {
 	return padLines(lines, v.w, v.h)
 }
 
+// groupSpark is the width of the group's sparklines in the summary line.
+const groupSpark = 10
+
 // summary is the line above the table: the group at a glance, or an
 // empty state.
 func (v *slotsView) summary() string {
 	st := v.snap.status
 	var stalled, noOwner, starting, behind int
-	var pending int64
 	for _, s := range st.SlotStatus {
 		in := v.input(s)
 		in.keys = nil
@@ -343,7 +351,6 @@ func (v *slotsView) summary() string {
 		case "behind":
 			behind++
 		}
-		pending = max(pending, s.QueuePending)
 	}
 	parts := []string{fmt.Sprintf("%d slots", st.Slots)}
 	if v.sortBy != bySlot {
@@ -364,13 +371,33 @@ func (v *slotsView) summary() string {
 	if draining > 0 {
 		parts = append(parts, fmt.Sprintf("%d draining", draining))
 	}
-	if in := v.tp.arrivals(); in >= 0 {
-		parts = append(parts, rate(in)+"/s in")
+	r := st.Rates
+	if st.Pending == 0 && r.Handled1m == 0 && r.Failed1m == 0 && len(v.snap.blocked) == 0 {
+		parts = append(parts, "no traffic: nothing pending, nothing handled in the last minute")
+		return strings.Join(parts, " · ")
 	}
-	if pending == 0 && !v.tp.seenTraffic() && len(v.snap.blocked) == 0 {
-		parts = append(parts, "no traffic: nothing pending, nothing read lately")
+	// The group's backlog and rates, with their sparklines when the line
+	// has room for them; without the number of slots (the header says it)
+	// when it has room for neither.
+	line := ""
+	for i, spark := range []int{groupSpark, 0, 0} {
+		if i == 2 {
+			parts = parts[1:]
+		}
+		pending, handled := count(st.Pending)+" pending", rate(r.Handled10s)+"/s handled"
+		if spark > 0 {
+			pending += " " + v.hist.pendingLine(-1, v.snap.at, spark)
+			handled += " " + v.hist.handledLine(-1, v.snap.at, spark)
+		}
+		all := append(parts[:len(parts):len(parts)], pending, handled)
+		if r.Failed10s > 0 || r.Failed1m > 0 {
+			all = append(all, rate(r.Failed10s)+"/s failed")
+		}
+		if line = strings.Join(all, " · "); lipglossWidth(line) <= v.w {
+			break
+		}
 	}
-	return strings.Join(parts, " · ")
+	return line
 }
 
 // why renders the diagnosis of the selected slot in height lines.

@@ -41,15 +41,25 @@ type statusOut struct {
 			Epoch            int64     `json:"epoch"`
 			LeaseLeftSeconds float64   `json:"lease_left_seconds"`
 		} `json:"owner"`
-		LagSeconds      float64 `json:"lag_seconds"`
-		LastSeenSeconds float64 `json:"last_seen_seconds"`
-		InBatch         bool    `json:"in_batch"`
-		QueuePending    int64   `json:"queue_pending"`
-		PendingEstimate int64   `json:"pending_estimate"`
-		BlockedKeys     int     `json:"blocked_keys"`
-		DrainingKeys    int     `json:"draining_keys"`
-		SetAside        int64   `json:"set_aside"`
+		LagSeconds         float64  `json:"lag_seconds"`
+		LastSeenSeconds    float64  `json:"last_seen_seconds"`
+		InBatch            bool     `json:"in_batch"`
+		Pending            int64    `json:"pending"`
+		OldestSeconds      float64  `json:"oldest_seconds"`
+		SinceFinishSeconds *float64 `json:"since_finish_seconds"`
+		Rates              ratesOut `json:"rates"`
+		QueuePending       int64    `json:"queue_pending"`
+		BlockedKeys        int      `json:"blocked_keys"`
+		DrainingKeys       int      `json:"draining_keys"`
+		SetAside           int64    `json:"set_aside"`
 	} `json:"slots"`
+}
+
+type ratesOut struct {
+	Handled10s float64 `json:"handled_10s"`
+	Failed10s  float64 `json:"failed_10s"`
+	Handled1m  float64 `json:"handled_1m"`
+	Failed1m   float64 `json:"failed_1m"`
 }
 
 type blockedOut struct {

@@ -164,12 +164,12 @@ func TestWorkMetricsAddr(t *testing.T) {
 			if got["partitionq_slot_owned"][s.Slot] != 1 || s.Owner == nil {
 				mismatch = append(mismatch, fmt.Sprintf("slot %d: owned %v, status owner %+v", s.Slot, got["partitionq_slot_owned"][s.Slot], s.Owner))
 			}
-			if got["partitionq_slot_pending_events"][s.Slot] != float64(s.PendingEstimate) ||
+			if got["partitionq_slot_pending_events"][s.Slot] != float64(s.Pending) ||
 				got["partitionq_blocked_keys"][s.Slot] != float64(s.BlockedKeys) ||
 				got["partitionq_parked_events"][s.Slot] != float64(s.SetAside) {
 				mismatch = append(mismatch, fmt.Sprintf("slot %d: pending %v blocked %v parked %v scraped; status says %d %d %d", s.Slot,
 					got["partitionq_slot_pending_events"][s.Slot], got["partitionq_blocked_keys"][s.Slot], got["partitionq_parked_events"][s.Slot],
-					s.PendingEstimate, s.BlockedKeys, s.SetAside))
+					s.Pending, s.BlockedKeys, s.SetAside))
 			}
 			if lag, ok := got["partitionq_slot_lag_seconds"][s.Slot]; !ok || math.Abs(lag-s.LagSeconds) > 2 {
 				mismatch = append(mismatch, fmt.Sprintf("slot %d: lag %v s scraped, status says %v s", s.Slot, lag, s.LagSeconds))

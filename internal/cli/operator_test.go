@@ -74,17 +74,18 @@ fi
 
 	// status counts the blocked key and the set-aside events of its slot.
 	raw = h.raw(with(qg, "status")...)
-	pinKeys(t, "status", raw, "queue", "group", "engine", "slot_count", "dead_letters", "at", "slots")
+	pinKeys(t, "status", raw, "queue", "group", "engine", "slot_count", "dead_letters", "pending", "rates", "at", "slots")
 	pinKeys(t, "status slot", field(t, raw, "slots", bk.Slot), "slot", "consumer", "owner", "lag_seconds", "last_seen_seconds",
-		"in_batch", "queue_pending", "pending_estimate", "blocked_keys", "draining_keys", "set_aside")
+		"in_batch", "pending", "oldest_seconds", "since_finish_seconds", "rates", "queue_pending", "blocked_keys", "draining_keys", "set_aside")
+	pinKeys(t, "status rates", field(t, field(t, raw, "slots", bk.Slot), "rates", -1), "handled_10s", "failed_10s", "handled_1m", "failed_1m")
 	pinKeys(t, "status owner", field(t, field(t, raw, "slots", bk.Slot), "owner", -1), "name", "host", "pid", "backend_pid", "addr", "since", "epoch", "lease_left_seconds")
 	var st statusOut
 	h.json(&st, with(qg, "status")...)
-	if s := st.Slots[bk.Slot]; s.BlockedKeys != 1 || s.SetAside != 3 {
-		t.Errorf("status of slot %d = %+v, want 1 blocked key and 3 events set aside", bk.Slot, s)
+	if s := st.Slots[bk.Slot]; s.BlockedKeys != 1 || s.SetAside != 3 || s.Pending != 0 || s.SinceFinishSeconds == nil {
+		t.Errorf("status of slot %d = %+v, want 1 blocked key, 3 events set aside, none pending, a finished batch", bk.Slot, s)
 	}
-	if out := h.ok(with(qg, "status")...); !strings.Contains(out, "PENDING (est.)") {
-		t.Errorf("status table does not label the estimate:\n%s", out)
+	if out := h.ok(with(qg, "status")...); !strings.Contains(out, "HANDLED/S 10S 1M") || !strings.Contains(out, "\npending: 0; handled/s: ") {
+		t.Errorf("status table has no rates or no exact pending:\n%s", out)
 	}
 
 	// preview: the head, then the waiting events, in order.

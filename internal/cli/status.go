@@ -20,6 +20,8 @@ type statusJSON struct {
 	Engine      string           `json:"engine"`
 	SlotCount   int              `json:"slot_count"`
 	DeadLetters int64            `json:"dead_letters"`
+	Pending     int64            `json:"pending"`
+	Rates       ratesJSON        `json:"rates"`
 	At          time.Time        `json:"at"`
 	Slots       []slotStatusJSON `json:"slots"`
 }
@@ -31,11 +33,27 @@ type slotStatusJSON struct {
 	LagSeconds      float64    `json:"lag_seconds"`
 	LastSeenSeconds float64    `json:"last_seen_seconds"`
 	InBatch         bool       `json:"in_batch"`
-	QueuePending    int64      `json:"queue_pending"`
-	PendingEstimate int64      `json:"pending_estimate"`
-	BlockedKeys     int        `json:"blocked_keys"`
-	DrainingKeys    int        `json:"draining_keys"`
-	SetAside        int64      `json:"set_aside"`
+	Pending         int64      `json:"pending"`
+	OldestSeconds   float64    `json:"oldest_seconds"`
+	// SinceFinishSeconds is null when the slot never finished a batch.
+	SinceFinishSeconds *float64  `json:"since_finish_seconds"`
+	Rates              ratesJSON `json:"rates"`
+	QueuePending       int64     `json:"queue_pending"`
+	BlockedKeys        int       `json:"blocked_keys"`
+	DrainingKeys       int       `json:"draining_keys"`
+	SetAside           int64     `json:"set_aside"`
+}
+
+// ratesJSON is partitionq.Rates: events per second.
+type ratesJSON struct {
+	Handled10s float64 `json:"handled_10s"`
+	Failed10s  float64 `json:"failed_10s"`
+	Handled1m  float64 `json:"handled_1m"`
+	Failed1m   float64 `json:"failed_1m"`
+}
+
+func toRatesJSON(r partitionq.Rates) ratesJSON {
+	return ratesJSON{Handled10s: r.Handled10s, Failed10s: r.Failed10s, Handled1m: r.Handled1m, Failed1m: r.Failed1m}
 }
 
 type ownerJSON struct {
@@ -53,11 +71,15 @@ type ownerJSON struct {
 
 func toStatusJSON(gs partitionq.GroupStatus) statusJSON {
 	out := statusJSON{Queue: gs.Queue, Group: gs.Group, Engine: gs.Engine, SlotCount: gs.Slots, DeadLetters: gs.DeadLetters,
-		At: utc(gs.At), Slots: make([]slotStatusJSON, 0, len(gs.SlotStatus))}
+		Pending: gs.Pending, Rates: toRatesJSON(gs.Rates), At: utc(gs.At), Slots: make([]slotStatusJSON, 0, len(gs.SlotStatus))}
 	for _, s := range gs.SlotStatus {
 		j := slotStatusJSON{Slot: s.Slot, Consumer: s.Consumer, LagSeconds: seconds(s.Lag), LastSeenSeconds: seconds(s.LastSeen),
-			InBatch: s.InBatch, QueuePending: s.QueuePending, PendingEstimate: s.PendingEstimate, BlockedKeys: s.BlockedKeys,
-			DrainingKeys: s.DrainingKeys, SetAside: s.SetAside}
+			InBatch: s.InBatch, Pending: s.Pending, OldestSeconds: seconds(s.Oldest), Rates: toRatesJSON(s.Rates),
+			QueuePending: s.QueuePending, BlockedKeys: s.BlockedKeys, DrainingKeys: s.DrainingKeys, SetAside: s.SetAside}
+		if s.SinceFinish >= 0 {
+			f := seconds(s.SinceFinish)
+			j.SinceFinishSeconds = &f
+		}
 		if o := s.Owner; o != nil {
 			j.Owner = &ownerJSON{Name: o.Name, Host: o.Host, PID: o.PID, BackendPID: o.BackendPID, Addr: o.Addr, Since: optTime(o.Since),
 				Epoch: o.Epoch, LeaseLeftSeconds: seconds(o.LeaseLeft)}
@@ -75,16 +97,18 @@ func (a *app) statusCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show each slot: owner, lag, pending events, blocked keys, set-aside events",
+		Short: "Show each slot: owner, lag, pending events, rates, blocked keys, set-aside events",
 		Long: `Show the status of every slot of a group: its engine consumer, the worker
 that owns it (its name, and the pid of its PostgreSQL backend: a server
 process, not the worker's), its lag (age of the last tick it finished),
-its pending events, its blocked and draining keys and set-aside events;
-and the group's dead letters not yet replayed.
+its pending events (exact: its own share not yet finished) and the age of
+the oldest of them, how long ago it last finished a batch, its handled and
+failed events per second over the last 10 s and minute (every worker's),
+its blocked and draining keys and set-aside events; and the group's dead
+letters not yet replayed.
 
-PENDING (est.) is the queue's pending events divided by the number of
-slots: an estimate of the slot's share, exact only when keys spread evenly.
-Read-only and cheap. It waits at most --timeout for the database.`,
+Read-only; one scan of the group's unfinished events counts every slot's
+pending. It waits at most --timeout for the database.`,
 		Example: "  partitionq status --queue files --group indexer --json",
 		Args:    cobra.NoArgs,
 		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
@@ -116,7 +140,8 @@ Read-only and cheap. It waits at most --timeout for the database.`,
 
 func printStatus(w io.Writer, gs partitionq.GroupStatus) error {
 	fmt.Fprintf(w, "queue %q, group %q: %d slots, engine %s\n\n", gs.Queue, gs.Group, gs.Slots, gs.Engine)
-	tb := newTable(w, "SLOT", "CONSUMER", "OWNER", "LAG", "PENDING (est.)", "BLOCKED KEYS", "DRAINING", "SET ASIDE").
+	tb := newTable(w, "SLOT", "CONSUMER", "OWNER", "LAG", "PENDING", "OLDEST", "FINISHED", "HANDLED/S 10S 1M", "FAILED/S 10S 1M",
+		"BLOCKED KEYS", "DRAINING", "SET ASIDE").
 		widths(map[string]int{"OWNER": 80})
 	for _, s := range gs.SlotStatus {
 		owner := "-"
@@ -131,11 +156,30 @@ func printStatus(w io.Writer, gs partitionq.GroupStatus) error {
 		if s.InBatch {
 			lag += " (in batch)"
 		}
-		tb.row(strconv.Itoa(s.Slot), s.Consumer, owner, lag, "~"+i64(s.PendingEstimate), strconv.Itoa(s.BlockedKeys), strconv.Itoa(s.DrainingKeys), i64(s.SetAside))
+		oldest, finished := "-", "never"
+		if s.Pending > 0 {
+			oldest = fmtDur(s.Oldest)
+		}
+		if s.SinceFinish >= 0 {
+			finished = fmtDur(s.SinceFinish) + " ago"
+		}
+		tb.row(strconv.Itoa(s.Slot), s.Consumer, owner, lag, i64(s.Pending), oldest, finished,
+			fmtRate(s.Rates.Handled10s)+" "+fmtRate(s.Rates.Handled1m), fmtRate(s.Rates.Failed10s)+" "+fmtRate(s.Rates.Failed1m),
+			strconv.Itoa(s.BlockedKeys), strconv.Itoa(s.DrainingKeys), i64(s.SetAside))
 	}
 	if err := tb.flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "\ndead letters (not replayed): %d\n", gs.DeadLetters)
+	r := gs.Rates
+	_, err := fmt.Fprintf(w, "\npending: %d; handled/s: %s (10s), %s (1m); failed/s: %s (10s), %s (1m)\ndead letters (not replayed): %d\n",
+		gs.Pending, fmtRate(r.Handled10s), fmtRate(r.Handled1m), fmtRate(r.Failed10s), fmtRate(r.Failed1m), gs.DeadLetters)
 	return err
+}
+
+// fmtRate writes events per second with one decimal below 100, none above.
+func fmtRate(r float64) string {
+	if r >= 100 {
+		return strconv.FormatFloat(r, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(r, 'f', 1, 64)
 }

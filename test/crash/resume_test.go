@@ -113,11 +113,16 @@ func TestKillBetweenFlushAndFinish(t *testing.T) {
 	}
 	w := e.start(t)
 	e.send(t, evs)
-	// The batch is open once event 0's handler runs (it waits at its gate).
-	pgtest.WaitFor(t, 30*time.Second, "the batch open", func() (bool, error) {
+	// The batch that holds event 0 is open (its handler waits at its gate,
+	// so the batch cannot finish). Any open batch would not do: an empty
+	// one that is finishing at that moment ends while the lock below waits
+	// for it, and the lock then keeps the events' batch from opening.
+	first := e.evID(t, "k", 0)
+	pgtest.WaitFor(t, 30*time.Second, "the batch of event 0 open", func() (bool, error) {
 		var open bool
-		err := e.pool.QueryRow(e.ctx, e.db.SQL(`select sub_batch is not null from pgq.subscription`)).Scan(&open)
-		return open, err
+		err := e.pool.QueryRow(e.ctx, e.db.SQL(`select coalesce(bool_or(exists (select 1 from pgq.get_batch_events(sub_batch) where ev_id = $1)), false)
+			from pgq.subscription where sub_batch is not null`), first).Scan(&open)
+		return open && err == nil, nil // a batch that ended between the two reads: look again
 	})
 	lock, err := e.pool.Begin(e.ctx)
 	if err != nil {

@@ -27,6 +27,7 @@ var matrix = map[string]map[string]string{
 	"table slot":                  {"worker": "raw", "operator": "r", "viewer": "r"},
 	"table slot_progress":         {"worker": "raw", "operator": "r", "viewer": "r"},
 	"table slot_done":             {"worker": "rad", "operator": "rd"},
+	"table slot_rate":             {"worker": "rawd", "operator": "r", "viewer": "r"},
 	"table ticker_turn":           {},
 	"sequence dead_letter_id_seq": {},
 	"sequence audit_id_seq":       {},

@@ -31,6 +31,7 @@ const (
 	CodeLockNotAvailable   = "55P03"
 	CodeUniqueViolation    = "23505"
 	CodeUndefinedTable     = "42P01"
+	CodeUndefinedColumn    = "42703"
 	CodeUndefinedFunction  = "42883"
 	CodeInsufficientPriv   = "42501"
 	CodeQueryCanceled      = "57014"

@@ -10,6 +10,7 @@ import (
 	"github.com/partitionq/partitionq/partitionq/internal/db"
 	"github.com/partitionq/partitionq/partitionq/internal/lease"
 	"github.com/partitionq/partitionq/partitionq/internal/progress"
+	"github.com/partitionq/partitionq/partitionq/internal/slotstats"
 )
 
 // Progress inside open batches lives in partitionq.slot_progress, one row
@@ -100,22 +101,25 @@ func insertSorted(xs []int64, x int64) []int64 {
 }
 
 // resetProgress clears the progress of finished batches (in their finishing
-// transaction) and adds their last counts to the slots' counters.
+// transaction), records when they finished, and adds their last counts to
+// the slots' counters and rate buckets.
 func resetProgress(ctx context.Context, tx pgx.Tx, queue, group string, slots []int32, batches, handled, failed []int64) error {
 	if len(slots) == 0 {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, `
-		insert into partitionq.slot_progress as p (queue, grp, slot, batch_id, done_below, done, handled, failed, updated_at)
-		select $1, $2, u.slot, null, 0, '', u.h, u.f, clock_timestamp() from unnest($3::int4[], $4::int8[], $5::int8[]) u(slot, h, f)
+	// One round trip: the progress reset, the exactly-once completions
+	// dropped, the rate buckets.
+	batch := &pgx.Batch{}
+	batch.Queue(`
+		insert into partitionq.slot_progress as p (queue, grp, slot, batch_id, done_below, done, handled, failed, updated_at, finished_at)
+		select $1, $2, u.slot, null, 0, '', u.h, u.f, clock_timestamp(), clock_timestamp() from unnest($3::int4[], $4::int8[], $5::int8[]) u(slot, h, f)
 		on conflict (queue, grp, slot) do update
 		   set batch_id = null, done_below = 0, done = '', handled = p.handled + excluded.handled,
-		       failed = p.failed + excluded.failed, updated_at = excluded.updated_at`, queue, group, slots, handled, failed); err != nil {
-		return err
-	}
-	_, err := tx.Exec(ctx, `delete from partitionq.slot_done d using unnest($3::int4[], $4::int8[]) u(slot, batch)
+		       failed = p.failed + excluded.failed, updated_at = excluded.updated_at, finished_at = excluded.finished_at`, queue, group, slots, handled, failed)
+	batch.Queue(`delete from partitionq.slot_done d using unnest($3::int4[], $4::int8[]) u(slot, batch)
 		where d.queue = $1 and d.grp = $2 and d.slot = u.slot and d.batch_id = u.batch`, queue, group, slots, batches)
-	return err
+	slotstats.QueueRecord(batch, queue, group, slots, handled, failed)
+	return tx.SendBatch(ctx, batch).Close()
 }
 
 // flushLoop flushes progress whenever there is news, at most once per
@@ -184,7 +188,9 @@ func (r *Runner) flush(ctx context.Context) {
 		for i, s := range slots {
 			keep[i] = owned[s]
 		}
-		_, err = tx.Exec(tctx, `
+		// The progress and the slots' rate buckets, in one round trip.
+		batch := &pgx.Batch{}
+		batch.Queue(`
 			insert into partitionq.slot_progress as p (queue, grp, slot, batch_id, done_below, done, handled, failed, updated_at)
 			select $1, $2, u.slot, u.batch, u.below, u.done, u.h, u.f, clock_timestamp()
 			  from unnest($3::int4[], $4::int8[], $5::int8[], $6::bytea[], $7::int8[], $8::int8[], $9::bool[]) u(slot, batch, below, done, h, f, keep)
@@ -193,7 +199,15 @@ func (r *Runner) flush(ctx context.Context) {
 			   set batch_id = excluded.batch_id, done_below = excluded.done_below, done = excluded.done,
 			       handled = p.handled + excluded.handled, failed = p.failed + excluded.failed, updated_at = excluded.updated_at`,
 			r.cfg.Queue, r.cfg.Group, ps, batches, belows, dones, hs, fs, keep)
-		return err
+		var kps []int32
+		var khs, kfs []int64
+		for i := range ps {
+			if keep[i] {
+				kps, khs, kfs = append(kps, ps[i]), append(khs, hs[i]), append(kfs, fs[i])
+			}
+		}
+		slotstats.QueueRecord(batch, r.cfg.Queue, r.cfg.Group, kps, khs, kfs)
+		return tx.SendBatch(tctx, batch).Close()
 	})
 	if err != nil {
 		for _, x := range rows {

@@ -28,7 +28,7 @@ import (
 type DB = db.DB
 
 // Version is the schema version this package writes.
-const Version = 4 // 2: failure.flagged_at; 3: worker leases, slot ownership and progress, ticker turns; 4: records through functions only
+const Version = 4 // 2: failure.flagged_at; 3: worker leases, slot ownership and progress, ticker turns; 4: records through functions only, slot rates, last finish
 
 const ddl = `
 create schema if not exists partitionq;
@@ -124,6 +124,21 @@ create table if not exists partitionq.slot_progress (
     failed     bigint      not null default 0,
     updated_at timestamptz not null default clock_timestamp(),
     primary key (queue, grp, slot)
+);
+alter table partitionq.slot_progress add column if not exists finished_at timestamptz;
+-- Handler outcomes per slot and second (unix seconds), added by every
+-- progress flush and batch finish of the slot's owner: the rates Status
+-- reports over the last 10 s and minute, whatever the number of workers.
+-- Rows older than two minutes are deleted by the writes that add new ones,
+-- so a slot has at most about 120 rows.
+create table if not exists partitionq.slot_rate (
+    queue   text   not null,
+    grp     text   not null,
+    slot    int    not null,
+    sec     bigint not null,
+    handled bigint not null default 0,
+    failed  bigint not null default 0,
+    primary key (queue, grp, slot, sec)
 );
 -- Events whose exactly-once handler committed in the open batch (TxHandler).
 create table if not exists partitionq.slot_done (
@@ -246,7 +261,7 @@ func AddSlots(ctx context.Context, db DB, queue, group string, n int) error {
 // DropGroupState removes the ownership and progress rows of a dropped
 // group (its dead letters and audit entries stay).
 func DropGroupState(ctx context.Context, db DB, queue, group string) error {
-	for _, t := range []string{"slot", "slot_progress", "slot_done"} {
+	for _, t := range []string{"slot", "slot_progress", "slot_done", "slot_rate"} {
 		if _, err := db.Exec(ctx, `delete from partitionq.`+t+` where queue = $1 and grp = $2`, queue, group); err != nil {
 			return err
 		}

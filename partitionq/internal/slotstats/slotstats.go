@@ -1,0 +1,158 @@
+// Package slotstats owns what a group's slots have done, as the database
+// records it for every worker: per slot and second, how many handler calls
+// succeeded and failed (partitionq.slot_rate, added to by the slot's owner
+// in the transactions that record its progress and finish its batches), and
+// the recorded progress of each slot's open batch read back for inspection.
+// Status reads it all for a group in one statement, whatever the number of
+// slots.
+//
+// The functions are safe for concurrent use; each runs on the DB it is given.
+package slotstats
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/partitionq/partitionq/partitionq/internal/db"
+	"github.com/partitionq/partitionq/partitionq/internal/progress"
+)
+
+// Windows over which rates are reported, and how long buckets are kept.
+const (
+	ShortWindow = 10 * time.Second
+	LongWindow  = time.Minute
+	// Keep is how far back buckets are kept: older ones are deleted by the
+	// writes that add new ones.
+	Keep = 2 * time.Minute
+)
+
+// QueueRecord queues in b the statement that adds handler outcomes of slots
+// to the current second's bucket of each and deletes the slots' buckets
+// older than Keep. b is sent in the transaction that records the slots'
+// progress or finishes their batches, after it checked they are owned, with
+// that transaction's other writes in one round trip. Slots with nothing to
+// add are left out; with none, nothing is queued.
+func QueueRecord(b *pgx.Batch, queue, group string, slots []int32, handled, failed []int64) {
+	if sql, args, ok := recordStmt(queue, group, slots, handled, failed); ok {
+		b.Queue(sql, args...)
+	}
+}
+
+func recordStmt(queue, group string, slots []int32, handled, failed []int64) (string, []any, bool) {
+	var ss []int32
+	var hs, fs []int64
+	for i, s := range slots {
+		if handled[i] != 0 || failed[i] != 0 {
+			ss, hs, fs = append(ss, s), append(hs, handled[i]), append(fs, failed[i])
+		}
+	}
+	if len(ss) == 0 {
+		return "", nil, false
+	}
+	return `
+		with now as (select floor(extract(epoch from clock_timestamp()))::bigint as sec),
+		     gone as (delete from partitionq.slot_rate r using now
+		               where r.queue = $1 and r.grp = $2 and r.slot = any($3::int4[]) and r.sec < now.sec - $6)
+		insert into partitionq.slot_rate as r (queue, grp, slot, sec, handled, failed)
+		select $1, $2, u.slot, now.sec, u.h, u.f from now, unnest($3::int4[], $4::int8[], $5::int8[]) u(slot, h, f)
+		on conflict (queue, grp, slot, sec) do update set handled = r.handled + excluded.handled, failed = r.failed + excluded.failed`,
+		[]any{queue, group, ss, hs, fs, int64(Keep / time.Second)}, true
+}
+
+// Rates are handler calls per second over the last ShortWindow and
+// LongWindow, counted over whole seconds before the current one.
+type Rates struct {
+	Handled10s, Failed10s float64
+	Handled1m, Failed1m   float64
+}
+
+// Add returns the sum of two rates.
+func (r Rates) Add(o Rates) Rates {
+	return Rates{Handled10s: r.Handled10s + o.Handled10s, Failed10s: r.Failed10s + o.Failed10s,
+		Handled1m: r.Handled1m + o.Handled1m, Failed1m: r.Failed1m + o.Failed1m}
+}
+
+// Slot is what the database records of one slot of a group.
+type Slot struct {
+	Slot int
+	// Batch is the open batch the recorded progress is of (0: none), and
+	// Done what of its share is resolved: the watermark and the ids above
+	// it, with the exactly-once completions (partitionq.slot_done) merged in.
+	Batch int64
+	Done  progress.Set
+	// SinceFinish is how long ago the slot's owner last finished a batch;
+	// negative when it never did since partitionq recorded it.
+	SinceFinish time.Duration
+	Rates       Rates
+}
+
+// Read returns every slot of a group that has a row in partitionq.slot, in
+// slot order: their recorded progress, last finish and rates, in one
+// statement. A progress row that cannot be decoded reads as no progress.
+func Read(ctx context.Context, q db.DB, queue, group string) ([]Slot, error) {
+	rows, err := q.Query(ctx, `
+		with now as (select floor(extract(epoch from now()))::bigint as sec)
+		select s.slot, coalesce(p.batch_id, 0), coalesce(p.done_below, 0), coalesce(p.done, ''::bytea),
+		       coalesce(now() - p.finished_at, interval '-1 second'),
+		       (select coalesce(array_agg(d.ev_id order by d.ev_id), '{}') from partitionq.slot_done d
+		         where d.queue = s.queue and d.grp = s.grp and d.slot = s.slot and d.batch_id = p.batch_id),
+		       coalesce(r.h10, 0), coalesce(r.f10, 0), coalesce(r.h60, 0), coalesce(r.f60, 0)
+		  from partitionq.slot s
+		  left join partitionq.slot_progress p on p.queue = s.queue and p.grp = s.grp and p.slot = s.slot
+		  left join lateral (
+		        select sum(x.handled) filter (where x.sec >= now.sec - $3) as h10, sum(x.failed) filter (where x.sec >= now.sec - $3) as f10,
+		               sum(x.handled) as h60, sum(x.failed) as f60
+		          from partitionq.slot_rate x, now
+		         where x.queue = s.queue and x.grp = s.grp and x.slot = s.slot and x.sec >= now.sec - $4 and x.sec < now.sec) r on true
+		 where s.queue = $1 and s.grp = $2
+		 order by s.slot`, queue, group, int64(ShortWindow/time.Second), int64(LongWindow/time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("read slot statistics: %w", err)
+	}
+	short, long := ShortWindow.Seconds(), LongWindow.Seconds()
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Slot, error) {
+		var (
+			s              Slot
+			below          int64
+			enc            []byte
+			done           []int64
+			h10, f10, h60  int64
+			f60            int64
+			sinceFinishRaw time.Duration
+		)
+		if err := r.Scan(&s.Slot, &s.Batch, &below, &enc, &sinceFinishRaw, &done, &h10, &f10, &h60, &f60); err != nil {
+			return Slot{}, err
+		}
+		s.SinceFinish = sinceFinishRaw
+		s.Rates = Rates{Handled10s: float64(h10) / short, Failed10s: float64(f10) / short,
+			Handled1m: float64(h60) / long, Failed1m: float64(f60) / long}
+		if s.Batch == 0 {
+			return s, nil
+		}
+		set, err := progress.Decode(below, enc)
+		if err != nil {
+			return s, nil // as the next owner would: the batch runs whole
+		}
+		for _, id := range done {
+			if !set.Has(id) {
+				set.Above = insertSorted(set.Above, id)
+			}
+		}
+		s.Done = set
+		return s, nil
+	})
+}
+
+func insertSorted(xs []int64, x int64) []int64 {
+	i := len(xs)
+	for i > 0 && xs[i-1] > x {
+		i--
+	}
+	xs = append(xs, 0)
+	copy(xs[i+1:], xs[i:])
+	xs[i] = x
+	return xs
+}
