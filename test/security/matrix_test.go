@@ -26,7 +26,7 @@ var matrix = map[string]map[string]string{
 	"table worker":                {"worker": "rawd", "operator": "r", "viewer": "r"},
 	"table slot":                  {"worker": "raw", "operator": "r", "viewer": "r"},
 	"table slot_progress":         {"worker": "raw", "operator": "r", "viewer": "r"},
-	"table slot_done":             {"worker": "rad", "operator": "rd"},
+	"table slot_done":             {"worker": "rad", "operator": "rd", "viewer": "r"},
 	"table slot_rate":             {"worker": "rawd", "operator": "r", "viewer": "r"},
 	"table ticker_turn":           {},
 	"sequence dead_letter_id_seq": {},
