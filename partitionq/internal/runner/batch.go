@@ -85,6 +85,7 @@ func (r *Runner) newTicks() bool {
 		}
 		return false
 	}
+	r.seenTick.Store(last)
 	for _, s := range idle {
 		s.mu.Lock()
 		behind := s.lastTick == 0 || s.lastTick < last
@@ -111,6 +112,7 @@ func (r *Runner) openBatches() bool {
 		}
 		return r.stop.Err() == nil
 	}
+	seen := r.seenTick.Load() // before the batches are opened
 	consumers := make([]string, len(idle))
 	for i, s := range idle {
 		consumers[i] = s.info.Consumer
@@ -132,9 +134,13 @@ func (r *Runner) openBatches() bool {
 	for i, info := range infos {
 		s := idle[i]
 		if info.ID == 0 {
+			// No batch: the slot is level with the newest tick, which is
+			// at least the one the last look saw (it was read before this
+			// transaction), so polls wake it again only for a newer one.
 			s.mu.Lock()
+			s.lastTick = max(s.lastTick, seen)
 			if s.lastTick == 0 {
-				s.lastTick = -1 // known to be level with the newest tick; the next poll compares
+				s.lastTick = -1 // known to be level, the tick not known; the next poll compares
 			}
 			s.mu.Unlock()
 			continue

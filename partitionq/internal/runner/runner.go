@@ -142,7 +142,8 @@ type Runner struct {
 	retired map[int]*slotRun // slots lost, whose handlers may still be returning
 	wg      sync.WaitGroup   // every goroutine but Run's own
 
-	readSeq atomic.Int64 // numbers the reads
+	readSeq  atomic.Int64 // numbers the reads
+	seenTick atomic.Int64 // the queue's newest tick at the last look (0: not looked)
 }
 
 // New returns a Runner.

@@ -88,6 +88,7 @@ type Snapshot struct {
 	ExecMS    float64 // their execution time
 	WALBytes  int64   // this database's statements' WAL, or the cluster's WAL position
 	RowsRead  int64   // heap rows read by scans of this database's tables
+	RowsOwn   int64   // of which partitionq's own tables (schema partitionq)
 	ServerCPU time.Duration
 	ClientCPU time.Duration // this process's CPU time
 }
@@ -95,6 +96,7 @@ type Snapshot struct {
 // Cost is what one run cost, per event.
 type Cost struct {
 	RowsRead  float64 // heap rows read per event
+	RowsOwn   float64 // of which from partitionq's own tables (leases, progress, slots)
 	ExecUS    float64 // statement time per event (µs), 0 when not measured
 	WALBytes  float64 // WAL bytes per event
 	ServerCPU float64 // server CPU per event (µs), 0 when not measured
@@ -115,7 +117,9 @@ func (s *Server) snapshot(ctx context.Context, db string) (Snapshot, error) {
 	if _, err := conn.Exec(ctx, `select pg_stat_clear_snapshot()`); err != nil {
 		return snap, err
 	}
-	if err := conn.QueryRow(ctx, `select coalesce(sum(seq_tup_read), 0)::int8 + coalesce(sum(idx_tup_fetch), 0)::int8 from pg_stat_all_tables`).Scan(&snap.RowsRead); err != nil {
+	if err := conn.QueryRow(ctx, `select coalesce(sum(seq_tup_read), 0)::int8 + coalesce(sum(idx_tup_fetch), 0)::int8,
+		coalesce(sum(seq_tup_read) filter (where schemaname = 'partitionq'), 0)::int8 + coalesce(sum(idx_tup_fetch) filter (where schemaname = 'partitionq'), 0)::int8
+		from pg_stat_all_tables`).Scan(&snap.RowsRead, &snap.RowsOwn); err != nil {
 		return snap, err
 	}
 	if s.Statements {
@@ -139,14 +143,21 @@ func costOf(a, b Snapshot, events int) Cost {
 		return Cost{}
 	}
 	n := float64(events)
-	return Cost{
+	c := Cost{
 		RowsRead:  float64(b.RowsRead-a.RowsRead) / n,
+		RowsOwn:   float64(b.RowsOwn-a.RowsOwn) / n,
 		ExecUS:    (b.ExecMS - a.ExecMS) * 1000 / n,
 		WALBytes:  float64(b.WALBytes-a.WALBytes) / n,
 		ServerCPU: float64((b.ServerCPU - a.ServerCPU).Microseconds()) / n,
 		ClientCPU: float64((b.ClientCPU - a.ClientCPU).Microseconds()) / n,
 		Calls:     float64(b.Calls-a.Calls) / n,
 	}
+	if b.WALBytes < a.WALBytes || b.ExecMS < a.ExecMS || b.Calls < a.Calls {
+		// pg_stat_statements evicted entries during the run (its sums went
+		// down): its numbers for this run are unknown.
+		c.WALBytes, c.ExecUS, c.Calls = -1, -1, -1
+	}
+	return c
 }
 
 // waitIdle waits (up to 5s) until no session but this one is connected to

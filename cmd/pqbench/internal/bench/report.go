@@ -172,6 +172,8 @@ func (r *Report) bestOn(workload, engine string) float64 {
 
 func fnum(v float64) string {
 	switch {
+	case v < 0:
+		return "n/a" // not measured (see costOf)
 	case v == 0:
 		return "0"
 	case v >= 100:
@@ -396,13 +398,13 @@ func (r *Report) nSweep(sb *strings.Builder) {
 	}
 	if len(sweep)+len(multi) > 0 {
 		w("## N sweep (W1: the backlog drained by one worker with N slots, c = %d)\n\n", r.Config.SweepConc)
-		w("| N | config | events/s | × plain | rows read/ev | server CPU µs/ev | client CPU µs/ev | peak connections |\n|--:|---|--:|--:|--:|--:|--:|--:|\n")
+		w("| N | config | events/s | × plain | rows read/ev | of which partitionq's tables | server CPU µs/ev | client CPU µs/ev | peak connections |\n|--:|---|--:|--:|--:|--:|--:|--:|--:|\n")
 		if base != nil {
-			w("| plain | %s%s | %s | 1.00× | %s | %s | %s | 1 |\n", base.System, errSuffix(base), rateCell(base), fnum(base.Cost.RowsRead),
+			w("| plain | %s%s | %s | 1.00× | %s | %s | %s | %s | 1 |\n", base.System, errSuffix(base), rateCell(base), fnum(base.Cost.RowsRead), fnum(base.Cost.RowsOwn),
 				r.measured(base.Cost.ServerCPU, cpu), fnum(base.Cost.ClientCPU))
 		}
 		for _, x := range append(append([]*Result(nil), sweep...), multi...) {
-			w("| %d | %s%s | %s | %s | %s | %s | %s | %d |\n", x.N, x.Config, errSuffix(x), rateCell(x), ratio(x.Rate, baseRate), fnum(x.Cost.RowsRead),
+			w("| %d | %s%s | %s | %s | %s | %s | %s | %s | %d |\n", x.N, x.Config, errSuffix(x), rateCell(x), ratio(x.Rate, baseRate), fnum(x.Cost.RowsRead), fnum(x.Cost.RowsOwn),
 				r.measured(x.Cost.ServerCPU, cpu), fnum(x.Cost.ClientCPU), x.PeakConns)
 		}
 		w("\n")
