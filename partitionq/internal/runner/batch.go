@@ -335,14 +335,20 @@ func (r *Runner) readOnce(id int64, group []*batchRun, after int64) (done bool, 
 			return false, nil
 		}
 		// Flow control: wait for the lanes to make room. In a shared read a
-		// slot that does not make room soon leaves it (its events are read
-		// again by a read of its own, after its last one).
+		// slot that does not make room soon, while another slot of the read
+		// has run out of events and waits for more, leaves it (its events
+		// are read again by a read of its own, after its last one). While
+		// every slot has work the read is only ahead of the handlers: it
+		// waits, and reads once.
 		for _, b := range group {
-			if b.reader.Load() != id || b.pending.Load() < limit {
-				continue
-			}
-			if waited := b.waitBelow(r.stop, limit, len(group) > 1); !waited {
-				r.detach(b)
+			for b.reader.Load() == id && b.pending.Load() >= limit {
+				if b.waitBelow(r.stop, limit, len(group) > 1) {
+					break
+				}
+				if starving(group, id, b) {
+					r.detach(b)
+					break
+				}
 			}
 		}
 		if evs, err = cur.Next(ctx, r.cfg.ChunkSize); err != nil {
@@ -350,6 +356,17 @@ func (r *Runner) readOnce(id int64, group []*batchRun, after int64) (done bool, 
 		}
 	}
 	return true, tx.Commit(ctx)
+}
+
+// starving reports whether a slot of the shared read id other than b has
+// no event pending: it waits for events that b holds up.
+func starving(group []*batchRun, id int64, b *batchRun) bool {
+	for _, o := range group {
+		if o != b && o.reader.Load() == id && o.s.active() && !o.ending.Load() && o.pending.Load() == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // waitBelow waits until fewer than limit events of the batch are pending;
