@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -65,8 +66,19 @@ func TestShortBench(t *testing.T) {
 			t.Errorf("%s %s %s: %s", r.Workload, r.System, r.Config, r.Err)
 			continue
 		}
+		if r.Workload == "idle" {
+			// At rest: measured, never judged here; the worker must have
+			// been connected while it was counted.
+			if r.Idle == nil || r.Idle.Conns == 0 {
+				t.Errorf("idle %s: no at-rest measurement, or no connection of the worker seen: %+v", r.Config, r.Idle)
+			}
+			continue
+		}
 		if !r.Checked {
 			continue
+		}
+		if r.System == bench.SysPartitionq && r.Workload == "W1" && r.PeakConns == 0 {
+			t.Errorf("W1 %s: no connection of the worker seen while it ran", r.Config)
 		}
 		if r.Check.Lost != 0 || r.Check.Handled != r.Check.Sent {
 			t.Errorf("%s %s %s: not complete: %s", r.Workload, r.System, r.Config, r.Check)
@@ -79,7 +91,7 @@ func TestShortBench(t *testing.T) {
 			}
 		}
 	}
-	want := []string{"producer partitionq", "producer limit", "latency partitionq"}
+	want := []string{"producer partitionq", "producer limit", "latency partitionq", "idle partitionq"}
 	for _, w := range []string{"W1", "W2", "W3"} {
 		want = append(want, w+" "+bench.SysPartitionq, w+" "+bench.SysBaseline, w+" "+bench.SysLimit)
 	}
@@ -99,7 +111,20 @@ func TestShortBench(t *testing.T) {
 			t.Errorf("the report has no %s run", w)
 		}
 	}
-	for _, f := range []string{"results.json", "results.md", "w2.svg"} {
+	// W1's runs: the N sweep, the slots split over workers, the variants.
+	kinds := map[string]bool{}
+	for _, r := range rep.Results {
+		if r.Workload == "W1" && r.System == bench.SysPartitionq && r.Engine == "pgq" {
+			kinds[fmt.Sprintf("workers=%d variant=%q", r.Workers, r.Variant)] = true
+		}
+	}
+	for _, k := range []string{`workers=1 variant=""`, fmt.Sprintf(`workers=%d variant=""`, cfg.MultiWorkers),
+		`workers=1 variant="TxHandler"`, `workers=1 variant="DisableProgress"`} {
+		if !kinds[k] {
+			t.Errorf("W1 has no partitionq run with %s (has %v)", k, kinds)
+		}
+	}
+	for _, f := range []string{"results.json", "results.md", "w2.svg", "nsweep.svg"} {
 		if st, err := os.Stat(filepath.Join(cfg.Out, f)); err != nil || st.Size() == 0 {
 			t.Errorf("output %s missing or empty: %v", f, err)
 		}

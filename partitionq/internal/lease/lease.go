@@ -68,8 +68,12 @@ type Config struct {
 	// to OnNotify. Optional.
 	Channels []string
 	OnNotify func(channel, payload string)
-	// OnGain is called when the worker takes a slot, with its new epoch.
-	OnGain func(slot int, epoch int64)
+	// OnGain is called when the worker takes a slot, with its new epoch;
+	// OnGained, when set, once after the slots taken together (one claim)
+	// have all been passed to OnGain, under the same hold of the lock (so no
+	// OnLose comes between).
+	OnGain   func(slot int, epoch int64)
+	OnGained func()
 	// OnLose is called when the worker can no longer prove it owns a slot;
 	// it must stop everything of the slot at once (it runs on the holder's
 	// goroutine, so it must not block).
@@ -482,6 +486,9 @@ func (h *Holder) claim(ctx context.Context) {
 	for _, s := range sortedKeys(got) {
 		h.owned[s] = got[s]
 		h.cfg.OnGain(s, got[s])
+	}
+	if len(got) > 0 && h.cfg.OnGained != nil {
+		h.cfg.OnGained()
 	}
 }
 

@@ -85,6 +85,7 @@ func (r *Runner) newTicks() bool {
 		}
 		return false
 	}
+	r.seenTick.Store(last)
 	for _, s := range idle {
 		s.mu.Lock()
 		behind := s.lastTick == 0 || s.lastTick < last
@@ -111,6 +112,7 @@ func (r *Runner) openBatches() bool {
 		}
 		return r.stop.Err() == nil
 	}
+	seen := r.seenTick.Load() // before the batches are opened
 	consumers := make([]string, len(idle))
 	for i, s := range idle {
 		consumers[i] = s.info.Consumer
@@ -132,9 +134,13 @@ func (r *Runner) openBatches() bool {
 	for i, info := range infos {
 		s := idle[i]
 		if info.ID == 0 {
+			// No batch: the slot is level with the newest tick, which is
+			// at least the one the last look saw (it was read before this
+			// transaction), so polls wake it again only for a newer one.
 			s.mu.Lock()
+			s.lastTick = max(s.lastTick, seen)
 			if s.lastTick == 0 {
-				s.lastTick = -1 // known to be level with the newest tick; the next poll compares
+				s.lastTick = -1 // known to be level, the tick not known; the next poll compares
 			}
 			s.mu.Unlock()
 			continue
@@ -329,14 +335,20 @@ func (r *Runner) readOnce(id int64, group []*batchRun, after int64) (done bool, 
 			return false, nil
 		}
 		// Flow control: wait for the lanes to make room. In a shared read a
-		// slot that does not make room soon leaves it (its events are read
-		// again by a read of its own, after its last one).
+		// slot that does not make room soon, while another slot of the read
+		// has run out of events and waits for more, leaves it (its events
+		// are read again by a read of its own, after its last one). While
+		// every slot has work the read is only ahead of the handlers: it
+		// waits, and reads once.
 		for _, b := range group {
-			if b.reader.Load() != id || b.pending.Load() < limit {
-				continue
-			}
-			if waited := b.waitBelow(r.stop, limit, len(group) > 1); !waited {
-				r.detach(b)
+			for b.reader.Load() == id && b.pending.Load() >= limit {
+				if b.waitBelow(r.stop, limit, len(group) > 1) {
+					break
+				}
+				if starving(group, id, b) {
+					r.detach(b)
+					break
+				}
 			}
 		}
 		if evs, err = cur.Next(ctx, r.cfg.ChunkSize); err != nil {
@@ -344,6 +356,17 @@ func (r *Runner) readOnce(id int64, group []*batchRun, after int64) (done bool, 
 		}
 	}
 	return true, tx.Commit(ctx)
+}
+
+// starving reports whether a slot of the shared read id other than b has
+// no event pending: it waits for events that b holds up.
+func starving(group []*batchRun, id int64, b *batchRun) bool {
+	for _, o := range group {
+		if o != b && o.reader.Load() == id && o.s.active() && !o.ending.Load() && o.pending.Load() == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // waitBelow waits until fewer than limit events of the batch are pending;

@@ -140,9 +140,11 @@ type Runner struct {
 	mu      sync.Mutex
 	slots   map[int]*slotRun // owned slots
 	retired map[int]*slotRun // slots lost, whose handlers may still be returning
+	gaining []*slotRun       // slots of the claim in progress (gain), published by gained
 	wg      sync.WaitGroup   // every goroutine but Run's own
 
-	readSeq atomic.Int64 // numbers the reads
+	readSeq  atomic.Int64 // numbers the reads
+	seenTick atomic.Int64 // the queue's newest tick at the last look (0: not looked)
 }
 
 // New returns a Runner.
@@ -161,7 +163,7 @@ func New(cfg Config) *Runner {
 				signal(r.wake)
 			}
 		},
-		OnGain: r.gain,
+		OnGain: r.gain, OnGained: r.gained,
 		OnLose: r.lose,
 	})
 	return r
@@ -292,7 +294,9 @@ func (r *Runner) register(ready func(error)) error {
 const registerTimeout = 15 * time.Second
 
 // gain is the lease's OnGain: the worker owns slot n at epoch now. It runs
-// under the lease's lock, so it only records the slot and wakes the loop.
+// under the lease's lock, so it only records the slot; gained publishes the
+// slots of one claim together and wakes the loop, so that their first
+// batches are opened, and read, together.
 func (r *Runner) gain(n int, epoch int64) {
 	s := newSlotRun(r, n, epoch)
 	r.mu.Lock()
@@ -300,10 +304,24 @@ func (r *Runner) gain(n int, epoch int64) {
 		s.prev = old // its handlers must all have returned before this run starts one
 		delete(r.retired, n)
 	}
-	r.slots[n] = s
+	r.gaining = append(r.gaining, s)
 	r.mu.Unlock()
-	r.cfg.Stats[n].Owned.Store(true)
-	r.log.Info("partitionq: slot owned", slog.Int("slot", n), slog.Int64("epoch", epoch), slog.String("consumer", r.cfg.Consumers[n]))
+}
+
+// gained is the lease's OnGained, under the lease's lock after the gains
+// of one claim.
+func (r *Runner) gained() {
+	r.mu.Lock()
+	got := r.gaining
+	r.gaining = nil
+	for _, s := range got {
+		r.slots[s.slot] = s
+	}
+	r.mu.Unlock()
+	for _, s := range got {
+		r.cfg.Stats[s.slot].Owned.Store(true)
+		r.log.Info("partitionq: slot owned", slog.Int("slot", s.slot), slog.Int64("epoch", s.epoch), slog.String("consumer", r.cfg.Consumers[s.slot]))
+	}
 	signal(r.wake)
 }
 

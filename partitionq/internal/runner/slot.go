@@ -118,10 +118,10 @@ func (s *slotRun) call(c Call) (res Result, aborted bool) {
 	s.inflight.Add(1)
 	defer s.inflight.Done()
 	ctx := s.ctx
-	var cancel context.CancelFunc
 	if t := s.r.cfg.HandlerTimeout; t > 0 {
-		ctx, cancel = context.WithTimeout(ctx, t)
-		defer cancel()
+		cc := newCallCtx(ctx, t)
+		defer cc.end()
+		ctx = cc
 	}
 	res = safeCall(ctx, s.r.cfg.Handle, c)
 	if s.ctx.Err() != nil {

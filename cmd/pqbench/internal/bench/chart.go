@@ -171,3 +171,107 @@ func marker(shape string, x, y float64, color, title string) string {
 	}
 	return fmt.Sprintf(`<circle cx="%.1f" cy="%.1f" r="4.5" fill="%s">%s</circle>`, x, y, color, t)
 }
+
+// chartNSweep draws W1's N sweep as SVG: events per second against N
+// (beside the plain consumer's rate), and rows read per event with the
+// worker's peak connections written at each point.
+func (r *Report) chartNSweep() string {
+	base, sweep := r.sweepRows()
+	var pts []*Result
+	for _, x := range sweep {
+		if x.Rate > 0 && x.N > 0 {
+			pts = append(pts, x)
+		}
+	}
+	if len(pts) == 0 {
+		return ""
+	}
+	const (
+		width, height      = 900, 420
+		panelW, gap        = 340, 110
+		left, top, bottom  = 80, 50, 70
+		colPQ, colBase     = "#1f77b4", "#000"
+		colTarget, colConn = "#d62728", "#555"
+	)
+	ph := float64(height - top - bottom)
+	maxN := 1.0
+	maxRate, maxRows := 0.0, 1.0
+	for _, x := range pts {
+		maxN = math.Max(maxN, float64(x.N))
+		maxRate = math.Max(maxRate, x.Rate)
+		maxRows = math.Max(maxRows, x.Cost.RowsRead)
+	}
+	baseRate, baseRows := 0.0, 0.0
+	if base != nil {
+		baseRate, baseRows = base.Rate, base.Cost.RowsRead
+		maxRate = math.Max(maxRate, baseRate)
+	}
+	x1 := math.Max(1, math.Ceil(math.Log2(maxN)))
+	yRate := niceCeil(maxRate * 1.1)
+	yRows := niceCeil(maxRows * 1.2)
+
+	var sb strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }
+	w(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
+	w(`<rect width="100%%" height="100%%" fill="white"/>` + "\n")
+	w(`<text x="%d" y="22" font-size="14" font-weight="bold">W1 (%s events, %d keys, no-op handler, one worker, c = %d): what N costs</text>`+"\n",
+		left, commas(int64(r.Config.W1Events)), r.Config.W1Keys, r.Config.SweepConc)
+
+	panel := func(x0 float64, title string, yMax float64, val func(*Result) float64, ref float64, refLabel string, target float64, targetLabel string, note func(*Result) string) {
+		px := func(n float64) float64 { return x0 + math.Log2(n)/x1*panelW }
+		py := func(v float64) float64 { return float64(top) + ph - v/yMax*ph }
+		w(`<text x="%.1f" y="%d" font-weight="bold">%s</text>`+"\n", x0, top-12, html.EscapeString(title))
+		for i := 0; i <= 5; i++ {
+			v := yMax * float64(i) / 5
+			y := py(v)
+			w(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", x0, y, x0+panelW, y)
+			w(`<text x="%.1f" y="%.1f" text-anchor="end" dominant-baseline="middle">%s</text>`+"\n", x0-6, y, fnum(v))
+		}
+		for e := 0.0; e <= x1; e++ {
+			x := px(math.Pow(2, e))
+			w(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%.1f" stroke="#eee"/>`+"\n", x, top, x, float64(top)+ph)
+			w(`<text x="%.1f" y="%.1f" text-anchor="middle">%d</text>`+"\n", x, float64(top)+ph+16, int(math.Pow(2, e)))
+		}
+		w(`<rect x="%.1f" y="%d" width="%d" height="%.1f" fill="none" stroke="#333"/>`+"\n", x0, top, panelW, ph)
+		w(`<text x="%.1f" y="%.1f" text-anchor="middle">N (slots, one worker)</text>`+"\n", x0+panelW/2, float64(top)+ph+36)
+		if ref > 0 {
+			w(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="1.5" stroke-dasharray="6 4"/>`+"\n", x0, py(ref), x0+panelW, py(ref), colBase)
+			w(`<text x="%.1f" y="%.1f" font-size="11" text-anchor="end">%s</text>`+"\n", x0+panelW-4, py(ref)-5, html.EscapeString(refLabel))
+		}
+		if target > 0 {
+			w(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="1" stroke-dasharray="2 3"/>`+"\n", x0, py(target), x0+panelW, py(target), colTarget)
+			w(`<text x="%.1f" y="%.1f" font-size="11" text-anchor="end" fill="%s">%s</text>`+"\n", x0+panelW-4, py(target)+13, colTarget, html.EscapeString(targetLabel))
+		}
+		var line []string
+		for _, x := range pts {
+			cx, cy := px(float64(x.N)), py(val(x))
+			line = append(line, fmt.Sprintf("%.1f,%.1f", cx, cy))
+			w(`<circle cx="%.1f" cy="%.1f" r="4.5" fill="%s"><title>%s</title></circle>`+"\n", cx, cy, colPQ,
+				html.EscapeString(fmt.Sprintf("partitionq %s: %s/s, %s rows read/event, %d connections", x.Config, fnum(x.Rate), fnum(x.Cost.RowsRead), x.PeakConns)))
+			if note != nil {
+				w(`<text x="%.1f" y="%.1f" font-size="10" text-anchor="middle" fill="%s">%s</text>`+"\n", cx, cy-9, colConn, html.EscapeString(note(x)))
+			}
+		}
+		w(`<polyline points="%s" fill="none" stroke="%s" stroke-width="1.5"/>`+"\n", strings.Join(line, " "), colPQ)
+	}
+	panel(float64(left), "events per second", yRate, func(x *Result) float64 { return x.Rate },
+		baseRate, "plain consumer "+fnum(baseRate)+"/s", 0.8*baseRate, "0.8× plain", nil)
+	panel(float64(left+panelW+gap), "rows read per event (label: peak connections)", yRows, func(x *Result) float64 { return x.Cost.RowsRead },
+		baseRows, "plain consumer", 0, "", func(x *Result) string { return fmt.Sprintf("%d conns", x.PeakConns) })
+	w("</svg>\n")
+	return sb.String()
+}
+
+// niceCeil rounds v up to 1, 2 or 5 times a power of ten.
+func niceCeil(v float64) float64 {
+	if v <= 0 {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(v)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*p >= v {
+			return m * p
+		}
+	}
+	return 10 * p
+}

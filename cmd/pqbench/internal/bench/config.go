@@ -53,16 +53,33 @@ type Config struct {
 	W3ZipfV          float64 // Zipf offset (>= 1): larger flattens the head
 	W3Backoff        time.Duration
 
-	// Slots and Conc span the partitionq matrix of W1 and W2; W3Matrix
-	// lists the (N, concurrency) pairs run on W3.
+	// Slots and Conc span the partitionq matrix of W2; W3Matrix lists the
+	// (N, concurrency) pairs run on W3.
 	Slots, Conc []int
 	W3Matrix    [][2]int
+
+	// W1 is the N sweep: partitionq with each of Sweep slots in one worker,
+	// in-slot concurrency SweepConc; then MultiN slots split over
+	// MultiWorkers workers (0: none), and the worker's variants (TxHandler,
+	// DisableProgress) at VariantN slots (0: none), all at SweepConc.
+	Sweep        []int
+	SweepConc    int
+	MultiN       int
+	MultiWorkers int
+	VariantN     int
+
+	// The at-rest step: a worker with IdleSlots idle slots, its database's
+	// transactions counted over IdleWindow, with partitionq's ticker off,
+	// then on, against the same window with no worker.
+	IdleSlots  int
+	IdleWindow time.Duration
 
 	SingleSend int // events sent one by one in the producer run
 
 	LatRate     int // events per second
 	LatDuration time.Duration
 	LatN, LatC  int
+	LatFastNs   []int         // the N of each run at the lowest tick settings
 	LatFastTick time.Duration // the lowest tick settings measured
 
 	PeerWorkers  []int // concurrency of each peer run (W2, W3)
@@ -72,7 +89,7 @@ type Config struct {
 	PeerRuns []string
 
 	// Only, when not empty, lists the steps to run: producer, W1, W2, W3,
-	// latency, peers.
+	// idle, latency, peers.
 	Only []string
 
 	// CPUProfile, when set, is where Main writes a CPU profile of the run.
@@ -94,12 +111,30 @@ func Full() Config {
 		W3Events: 20_000, W3Keys: 1000, W3Handler: 5 * time.Millisecond, W3FailRate: 0.01,
 		W3ZipfS: 1.1, W3ZipfV: 10, W3Backoff: 100 * time.Millisecond,
 		Slots: []int{1, 2, 4, 8}, Conc: []int{1, 16, 64},
-		W3Matrix:   [][2]int{{1, 16}, {4, 16}, {8, 16}, {1, 64}, {4, 64}, {8, 64}},
+		W3Matrix: [][2]int{{1, 16}, {4, 16}, {8, 16}, {1, 64}, {4, 64}, {8, 64}},
+		Sweep:    []int{1, 4, 16, 64, 256}, SweepConc: 16, MultiN: 64, MultiWorkers: 4, VariantN: 16,
+		IdleSlots: 64, IdleWindow: 10 * time.Second,
 		SingleSend: 20_000,
-		LatRate:    1000, LatDuration: 10 * time.Second, LatN: 4, LatC: 16, LatFastTick: 10 * time.Millisecond,
+		LatRate:    1000, LatDuration: 10 * time.Second, LatN: 4, LatC: 16, LatFastTick: 10 * time.Millisecond, LatFastNs: []int{4, 64},
 		PeerWorkers: []int{16, 64}, PeerW1Events: 20_000, PeerRuns: []string{"W1", "W2", "W2bulk", "W3", "latency"},
 		RunTimeout: 2 * time.Minute,
 	}
+}
+
+// w1Runs is W1's partitionq runs: the N sweep, the split over several
+// workers, the variants.
+func (c Config) w1Runs() []pqRun {
+	var out []pqRun
+	for _, n := range c.Sweep {
+		out = append(out, pqRun{N: n, C: c.SweepConc})
+	}
+	if c.MultiN > 0 && c.MultiWorkers > 1 {
+		out = append(out, pqRun{N: c.MultiN, C: c.SweepConc, Workers: c.MultiWorkers})
+	}
+	if c.VariantN > 0 {
+		out = append(out, pqRun{N: c.VariantN, C: c.SweepConc, Variant: VariantTxHandler}, pqRun{N: c.VariantN, C: c.SweepConc, Variant: VariantNoProgress})
+	}
+	return out
 }
 
 // Short is the seconds-long form run by the tests: every system and
@@ -113,9 +148,11 @@ func Short() Config {
 		W3Events: 600, W3Keys: 100, W3Handler: 2 * time.Millisecond, W3FailRate: 0.02,
 		W3ZipfS: 1.1, W3ZipfV: 5, W3Backoff: 50 * time.Millisecond,
 		Slots: []int{1, 4}, Conc: []int{16},
-		W3Matrix:   [][2]int{{2, 16}},
+		W3Matrix: [][2]int{{2, 16}},
+		Sweep:    []int{1, 4}, SweepConc: 16, MultiN: 4, MultiWorkers: 2, VariantN: 2,
+		IdleSlots: 4, IdleWindow: 500 * time.Millisecond,
 		SingleSend: 200,
-		LatRate:    200, LatDuration: time.Second, LatN: 2, LatC: 16, LatFastTick: 10 * time.Millisecond,
+		LatRate:    200, LatDuration: time.Second, LatN: 2, LatC: 16, LatFastTick: 10 * time.Millisecond, LatFastNs: []int{2},
 		PeerWorkers: []int{16}, PeerW1Events: 1000, PeerRuns: []string{"W2"},
 		RunTimeout: 45 * time.Second,
 	}
@@ -132,15 +169,18 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	noPeers := fs.Bool("no-peers", false, "skip pg-boss and graphile-worker")
 	keep := fs.Bool("keep", false, "keep the bench databases after the run")
 	prefix := fs.String("db-prefix", "", "prefix of the bench's database names; defaults to pqbench (pqbench_short with -short)")
-	slots := fs.String("slots", "", "comma-separated N values of the W1/W2 matrix (default 1,2,4,8)")
-	conc := fs.String("conc", "", "comma-separated in-slot concurrency values of the W1/W2 matrix (default 1,16,64)")
+	slots := fs.String("slots", "", "comma-separated N values of the W2 matrix (default 1,2,4,8)")
+	conc := fs.String("conc", "", "comma-separated in-slot concurrency values of the W2 matrix (default 1,16,64)")
+	sweep := fs.String("sweep", "", "comma-separated N values of W1's N sweep (default 1,4,16,64,256)")
+	multi := fs.Int("multi-workers", -1, "W1: how many workers split 64 slots in the several-workers run (default 4; 0 for none)")
+	variantN := fs.Int("variant-n", -1, "W1: N of the TxHandler and DisableProgress runs (default 16; 0 for none)")
 	w1 := fs.Int("w1-events", 0, "W1 backlog size (default 200000)")
 	w2 := fs.Int("w2-events", 0, "W2 size (default 20000)")
 	w2keys := fs.Int("w2-keys", 0, "W2 keys (default 1000)")
 	peerWorkers := fs.String("peer-workers", "", "comma-separated concurrency of the peers' W2 and W3 runs (default 16,64)")
 	render := fs.String("render", "", "render DIR/results.json of an earlier run again (results.md, w2.svg) and print it; runs nothing")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the bench process to this file")
-	only := fs.String("only", "", "comma-separated steps to run: producer, W1, W2, W3, latency, peers (default all)")
+	only := fs.String("only", "", "comma-separated steps to run: producer, W1, W2, W3, idle, latency, peers (default all)")
 	peerRuns := fs.String("peer-runs", "", "comma-separated peer runs: W1, W2, W2bulk, W3, latency (default all; W2 with -short)")
 	engines := fs.String("engines", "pgq", "comma-separated queue engines: pgq, and pgque to run the producer and W1 on PgQue as well")
 	pgqueSQL := fs.String("pgque-sql", os.Getenv(freshdb.EnvPgQueSQL), "PgQue's install file (PgQue's sql/pgque.sql), for -engines pgq,pgque (default $"+freshdb.EnvPgQueSQL+")")
@@ -180,6 +220,17 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 		if cfg.Conc, err = intList("conc", *conc); err != nil {
 			return Config{}, err
 		}
+	}
+	if *sweep != "" {
+		if cfg.Sweep, err = intList("sweep", *sweep); err != nil {
+			return Config{}, err
+		}
+	}
+	if *multi >= 0 {
+		cfg.MultiWorkers = *multi
+	}
+	if *variantN >= 0 {
+		cfg.VariantN = *variantN
 	}
 	cfg.CPUProfile = *cpuprofile
 	cfg.Render = *render

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -86,6 +88,7 @@ type Snapshot struct {
 	ExecMS    float64 // their execution time
 	WALBytes  int64   // this database's statements' WAL, or the cluster's WAL position
 	RowsRead  int64   // heap rows read by scans of this database's tables
+	RowsOwn   int64   // of which partitionq's own tables (schema partitionq)
 	ServerCPU time.Duration
 	ClientCPU time.Duration // this process's CPU time
 }
@@ -93,6 +96,7 @@ type Snapshot struct {
 // Cost is what one run cost, per event.
 type Cost struct {
 	RowsRead  float64 // heap rows read per event
+	RowsOwn   float64 // of which from partitionq's own tables (leases, progress, slots)
 	ExecUS    float64 // statement time per event (µs), 0 when not measured
 	WALBytes  float64 // WAL bytes per event
 	ServerCPU float64 // server CPU per event (µs), 0 when not measured
@@ -113,7 +117,9 @@ func (s *Server) snapshot(ctx context.Context, db string) (Snapshot, error) {
 	if _, err := conn.Exec(ctx, `select pg_stat_clear_snapshot()`); err != nil {
 		return snap, err
 	}
-	if err := conn.QueryRow(ctx, `select coalesce(sum(seq_tup_read), 0)::int8 + coalesce(sum(idx_tup_fetch), 0)::int8 from pg_stat_all_tables`).Scan(&snap.RowsRead); err != nil {
+	if err := conn.QueryRow(ctx, `select coalesce(sum(seq_tup_read), 0)::int8 + coalesce(sum(idx_tup_fetch), 0)::int8,
+		coalesce(sum(seq_tup_read) filter (where schemaname = 'partitionq'), 0)::int8 + coalesce(sum(idx_tup_fetch) filter (where schemaname = 'partitionq'), 0)::int8
+		from pg_stat_all_tables`).Scan(&snap.RowsRead, &snap.RowsOwn); err != nil {
 		return snap, err
 	}
 	if s.Statements {
@@ -137,14 +143,21 @@ func costOf(a, b Snapshot, events int) Cost {
 		return Cost{}
 	}
 	n := float64(events)
-	return Cost{
+	c := Cost{
 		RowsRead:  float64(b.RowsRead-a.RowsRead) / n,
+		RowsOwn:   float64(b.RowsOwn-a.RowsOwn) / n,
 		ExecUS:    (b.ExecMS - a.ExecMS) * 1000 / n,
 		WALBytes:  float64(b.WALBytes-a.WALBytes) / n,
 		ServerCPU: float64((b.ServerCPU - a.ServerCPU).Microseconds()) / n,
 		ClientCPU: float64((b.ClientCPU - a.ClientCPU).Microseconds()) / n,
 		Calls:     float64(b.Calls-a.Calls) / n,
 	}
+	if b.WALBytes < a.WALBytes || b.ExecMS < a.ExecMS || b.Calls < a.Calls {
+		// pg_stat_statements evicted entries during the run (its sums went
+		// down): its numbers for this run are unknown.
+		c.WALBytes, c.ExecUS, c.Calls = -1, -1, -1
+	}
+	return c
 }
 
 // waitIdle waits (up to 5s) until no session but this one is connected to
@@ -282,4 +295,82 @@ func redact(u string) string {
 		return u[:i+3] + cred[:c] + ":***" + u[at:]
 	}
 	return u
+}
+
+// ---------------------------------------------------------------- sessions
+
+// connSampler counts the client sessions connected to a database while a
+// run goes on.
+type connSampler struct {
+	peak atomic.Int64
+	quit chan struct{}
+	done chan struct{}
+	take func() // one sample now
+	last func() int
+}
+
+// sampleConns starts counting db's client sessions every 50ms from an
+// admin session (on the admin database, so it is not counted itself); stop
+// returns the most seen; sample takes one at once.
+func (s *Server) sampleConns(ctx context.Context, db string) *connSampler {
+	cs := &connSampler{quit: make(chan struct{}), done: make(chan struct{})}
+	conn, err := pgx.Connect(ctx, s.AdminURL)
+	if err != nil {
+		close(cs.done)
+		cs.take, cs.last = func() {}, func() int { return 0 }
+		return cs
+	}
+	sample := func() {
+		if n, err := s.conns(ctx, conn, db); err == nil && int64(n) > cs.peak.Load() {
+			cs.peak.Store(int64(n))
+		}
+	}
+	var mu sync.Mutex // one query at a time on conn
+	cs.take = func() { mu.Lock(); defer mu.Unlock(); sample() }
+	cs.last = func() int { conn.Close(context.Background()); return int(cs.peak.Load()) }
+	go func() {
+		defer close(cs.done)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-cs.quit:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				cs.take()
+			}
+		}
+	}()
+	return cs
+}
+
+// sample takes one sample now (the goroutine samples every 50ms).
+func (cs *connSampler) sample() { cs.take() }
+
+// stop ends the sampling and returns the most sessions seen.
+func (cs *connSampler) stop() int {
+	close(cs.quit)
+	<-cs.done
+	return cs.last()
+}
+
+// conns counts the client sessions connected to db, but the caller's.
+func (s *Server) conns(ctx context.Context, conn *pgx.Conn, db string) (int, error) {
+	var n int
+	err := conn.QueryRow(ctx, `select count(*)::int from pg_stat_activity
+		where datname = $1 and backend_type = 'client backend' and pid <> pg_backend_pid()`, db).Scan(&n)
+	return n, err
+}
+
+// xacts is db's count of transactions (commits and rollbacks) so far, as
+// the statistics collector has them (sessions report every second or so).
+func (s *Server) xacts(ctx context.Context, conn *pgx.Conn, db string) (int64, error) {
+	if _, err := conn.Exec(ctx, `select pg_stat_clear_snapshot()`); err != nil {
+		return 0, err
+	}
+	var n int64
+	err := conn.QueryRow(ctx, `select coalesce(xact_commit + xact_rollback, 0)::int8 from pg_stat_database where datname = $1`, db).Scan(&n)
+	return n, err
 }

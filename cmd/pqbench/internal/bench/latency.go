@@ -11,21 +11,26 @@ import (
 // latency measures send-to-handler latency at a steady moderate rate, once
 // with the default tick settings and once with the lowest this bench runs
 // (the queue's ticker_max_lag, the in-process ticker's interval and the
-// slots' poll interval all at LatFastTick).
+// slots' poll interval all at LatFastTick), at LatN slots and then at each
+// of LatFastNs.
 func (b *bench) latency(ctx context.Context, wl *Workload) error {
-	b.add(b.latencyRun(ctx, wl, "lat_default", "default ticks (max lag 3s, max count 500; ticker 100ms, poll 100ms)", 0, 0, 0))
+	b.add(b.latencyRun(ctx, wl, "lat_default", "default ticks (max lag 3s, max count 500; ticker 100ms, poll 500ms)", b.cfg.LatN, 0, 0, 0))
 	f := b.cfg.LatFastTick
-	b.add(b.latencyRun(ctx, wl, "lat_fast", fmt.Sprintf("lowest ticks (max lag %s, ticker %s, poll %s)", f, f, f), f, f, f))
+	for _, n := range b.cfg.LatFastNs {
+		b.add(b.latencyRun(ctx, wl, fmt.Sprintf("lat_fast_n%d", n), fmt.Sprintf("lowest ticks (max lag %s, ticker %s, poll %s)", f, f, f), n, f, f, f))
+	}
 	return nil
 }
 
-func (b *bench) latencyRun(ctx context.Context, wl *Workload, queue, label string, maxLag, tickEvery, poll time.Duration) *Result {
-	n, c := b.cfg.LatN, b.cfg.LatC
+func (b *bench) latencyRun(ctx context.Context, wl *Workload, queue, label string, n int, maxLag, tickEvery, poll time.Duration) *Result {
+	c := b.cfg.LatC
 	res := &Result{Workload: "latency", System: SysPartitionq, Config: fmt.Sprintf("N=%d c=%d, %s", n, c, label), N: n, Conc: c,
 		Events: len(wl.Events), Checked: true}
 	rec := NewRecorder(wl, true)
 	var elapsed time.Duration
 	cost, err := b.measure(ctx, b.on.db, rec.Handled, func() error {
+		conns := b.srv.sampleConns(ctx, b.on.db)
+		defer func() { res.PeakConns = conns.stop() }()
 		pool, err := b.pool(ctx, b.on.db, partitionq.PoolConns(n, c)+2)
 		if err != nil {
 			return err
@@ -54,11 +59,13 @@ func (b *bench) latencyRun(ctx context.Context, wl *Workload, queue, label strin
 		if err := w.Start(ctx); err != nil {
 			return err
 		}
+		conns.sample()
 		sendErr := b.sendPaced(ctx, client, queue, wl, rec)
 		if sendErr == nil && !rec.Wait(b.cfg.LatDuration+b.cfg.RunTimeout) {
 			res.Err = fmt.Sprintf("timed out with %d of %d events handled", rec.Handled(), len(wl.Events))
 		}
 		elapsed = rec.Elapsed(start)
+		conns.sample()
 		stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		if err := w.Stop(stopCtx); err != nil {

@@ -168,14 +168,14 @@ func handlerAlone(wl *Workload, conc int, backoff time.Duration) *Result {
 // handler, the plain SELECT (the limit every W1 row is compared with); for
 // a waiting handler, the handler alone at the concurrencies of matrix that
 // finish in a few seconds.
-func (b *bench) limits(ctx context.Context, wl *Workload, matrix [][2]int, backoff time.Duration) error {
+func (b *bench) limits(ctx context.Context, wl *Workload, matrix []pqRun, backoff time.Duration) error {
 	if wl.Handler == 0 {
 		return nil // the plain SELECT ran with the trials
 	}
 	seen := map[int]bool{}
 	var concs []int
-	for _, nc := range matrix {
-		c := nc[0] * nc[1]
+	for _, p := range matrix {
+		c := p.N * p.C
 		expected := time.Duration(float64(len(wl.Events)) / wl.orderedBound(c, backoff) * float64(time.Second))
 		if !seen[c] && expected <= 8*time.Second {
 			seen[c] = true

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/partitionq/partitionq/internal/freshdb"
 	"github.com/partitionq/partitionq/partitionq"
 )
@@ -15,10 +17,60 @@ import (
 // trial t.
 func baselineConsumer(t int) string { return fmt.Sprintf("baseline_t%d", t) }
 
-// groupName is the consumer group of partitionq with N slots and in-slot
-// concurrency c, trial t: every trial has its own group, so each drains
-// the same batch.
-func groupName(n, c, t int) string { return fmt.Sprintf("n%dc%d_t%d", n, c, t) }
+// pqRun is one partitionq configuration of a drained workload: N slots,
+// in-slot concurrency C, the slots split over Workers workers (0 or 1: one
+// worker runs them all), and a Variant of the worker's options.
+type pqRun struct {
+	N, C    int
+	Workers int
+	Variant string
+}
+
+// Variants of pqRun.
+const (
+	VariantHandler    = ""                // Handler, progress recorded (the default)
+	VariantTxHandler  = "TxHandler"       // TxHandler, with an empty transaction per event
+	VariantNoProgress = "DisableProgress" // Handler, DisableProgress set
+)
+
+func (p pqRun) workers() int { return max(1, p.Workers) }
+
+// label is the run's config column.
+func (p pqRun) label() string {
+	s := fmt.Sprintf("N=%d c=%d", p.N, p.C)
+	if p.workers() > 1 {
+		s += fmt.Sprintf(", %d workers × %d slots", p.workers(), p.N/p.workers())
+	}
+	if p.Variant != "" {
+		s += ", " + p.Variant
+	}
+	return s
+}
+
+// runsOf is the (N, concurrency) pairs of m as runs of one worker.
+func runsOf(m [][2]int) []pqRun {
+	out := make([]pqRun, len(m))
+	for i, nc := range m {
+		out[i] = pqRun{N: nc[0], C: nc[1]}
+	}
+	return out
+}
+
+// groupName is the consumer group of partitionq run p, trial t: every
+// configuration and trial has its own group, so each drains the same batch.
+func groupName(p pqRun, t int) string {
+	s := fmt.Sprintf("n%dc%d", p.N, p.C)
+	if p.workers() > 1 {
+		s += fmt.Sprintf("w%d", p.workers())
+	}
+	switch p.Variant {
+	case VariantTxHandler:
+		s += "tx"
+	case VariantNoProgress:
+		s += "np"
+	}
+	return fmt.Sprintf("%s_t%d", s, t)
+}
 
 // drainWorkload prepares wl once on queue (every group of matrix and the
 // baseline consumer registered, trials times each, the events sent, one
@@ -26,15 +78,15 @@ func groupName(n, c, t int) string { return fmt.Sprintf("n%dc%d_t%d", n, c, t) }
 // baseline, partitionq for each (N, concurrency) of matrix, and the
 // physical limits. With several trials, each system drains the batch that
 // many times (the runs interleaved) and the median run is reported.
-func (b *bench) drainWorkload(ctx context.Context, wl *Workload, queue string, matrix [][2]int, backoff time.Duration, trials int) error {
+func (b *bench) drainWorkload(ctx context.Context, wl *Workload, queue string, matrix []pqRun, backoff time.Duration, trials int) error {
 	trials = max(1, trials)
 	ids, err := b.prepareQueue(ctx, wl, queue, matrix, trials)
 	if err != nil {
 		return err
 	}
 	runs := []func(t int) *Result{func(t int) *Result { return b.runBaseline(ctx, wl, queue, ids, backoff, t) }}
-	for _, nc := range matrix {
-		runs = append(runs, func(t int) *Result { return b.runPartitionq(ctx, wl, queue, ids, nc[0], nc[1], backoff, t) })
+	for _, p := range matrix {
+		runs = append(runs, func(t int) *Result { return b.runPartitionq(ctx, wl, queue, ids, p, backoff, t) })
 	}
 	limits := b.on.engine == freshdb.PgQ // the physical limits do not depend on the engine
 	if wl.Handler == 0 && limits {
@@ -124,7 +176,7 @@ func (x *idIndex) lookup(id int64) (int, bool) {
 // matrix and the baseline consumer, sends wl with SendBatch and makes one
 // tick, so every consumer sees the whole workload as one batch. It returns
 // the event index of each engine event id.
-func (b *bench) prepareQueue(ctx context.Context, wl *Workload, queue string, matrix [][2]int, trials int) (*idIndex, error) {
+func (b *bench) prepareQueue(ctx context.Context, wl *Workload, queue string, matrix []pqRun, trials int) (*idIndex, error) {
 	pool, err := b.pool(ctx, b.on.db, 4)
 	if err != nil {
 		return nil, err
@@ -135,8 +187,8 @@ func (b *bench) prepareQueue(ctx context.Context, wl *Workload, queue string, ma
 		return nil, err
 	}
 	for t := 0; t < trials; t++ {
-		for _, nc := range matrix {
-			if _, err := client.Setup(ctx, partitionq.GroupSpec{Queue: queue, Group: groupName(nc[0], nc[1], t), Slots: nc[0]}); err != nil {
+		for _, p := range matrix {
+			if _, err := client.Setup(ctx, partitionq.GroupSpec{Queue: queue, Group: groupName(p, t), Slots: p.N}); err != nil {
 				return nil, err
 			}
 		}
@@ -170,50 +222,84 @@ func (b *bench) timeout(wl *Workload, conc int, backoff time.Duration) time.Dura
 	return 3*d + b.cfg.RunTimeout
 }
 
-// runPartitionq drains queue's batch with a partitionq worker of N slots
-// and in-slot concurrency c, running every slot in this process.
-func (b *bench) runPartitionq(ctx context.Context, wl *Workload, queue string, ids *idIndex, n, c int, backoff time.Duration, trial int) *Result {
-	res := &Result{Workload: wl.Name, System: SysPartitionq, Config: fmt.Sprintf("N=%d c=%d", n, c), N: n, Conc: c,
+// runPartitionq drains queue's batch with run p: N slots of in-slot
+// concurrency C, in one worker or split evenly over several (each with a
+// client and pool of its own, as separate processes would have), all in
+// this process. The connections to the database are sampled meanwhile.
+func (b *bench) runPartitionq(ctx context.Context, wl *Workload, queue string, ids *idIndex, p pqRun, backoff time.Duration, trial int) *Result {
+	n, c := p.N, p.C
+	res := &Result{Workload: wl.Name, System: SysPartitionq, Config: p.label(), N: n, Conc: c, Workers: p.workers(), Variant: p.Variant,
 		Events: len(wl.Events), Checked: true}
 	rec := NewRecorder(wl, false)
 	var elapsed time.Duration
 	cost, err := b.measure(ctx, b.on.db, rec.Handled, func() error {
-		pool, err := b.pool(ctx, b.on.db, partitionq.PoolConns(n, c))
-		if err != nil {
-			return err
-		}
-		defer pool.Close()
-		client, err := partitionq.NewClient(ctx, pool, partitionq.Config{EngineSchema: b.on.engine})
-		if err != nil {
-			return err
-		}
 		var unknown atomic.Int64
-		h := partitionq.HandlerFunc(func(_ context.Context, ev *partitionq.Event) error {
+		handle := func(ev *partitionq.Event) error {
 			idx, ok := ids.lookup(ev.ID)
 			if !ok {
 				unknown.Add(1) // never expected: fails the run below
 				return nil
 			}
 			return rec.Handle(idx, wl.Handler)
-		})
-		w, err := client.NewWorker(ctx, partitionq.WorkerConfig{Queue: queue, Group: groupName(n, c, trial), N: n, Handler: h,
-			Concurrency: c, Policy: partitionq.PolicyPause, BackoffMin: backoff, ShutdownTimeout: 10 * time.Second,
-			Identity: "pqbench"})
-		if err != nil {
-			return err
+		}
+		conns := b.srv.sampleConns(ctx, b.on.db)
+		defer func() { res.PeakConns = conns.stop() }()
+		var workers []*partitionq.Worker
+		defer func() {
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			for _, w := range workers {
+				w.Stop(stopCtx) //nolint:errcheck // a failed stop is reported below for the ones started
+			}
+		}()
+		per := n / p.workers()
+		for i := 0; i < p.workers(); i++ {
+			pool, err := b.pool(ctx, b.on.db, partitionq.PoolConns(n, c))
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			client, err := partitionq.NewClient(ctx, pool, partitionq.Config{EngineSchema: b.on.engine})
+			if err != nil {
+				return err
+			}
+			wc := partitionq.WorkerConfig{Queue: queue, Group: groupName(p, trial), N: n,
+				Concurrency: c, Policy: partitionq.PolicyPause, BackoffMin: backoff, ShutdownTimeout: 10 * time.Second,
+				Identity: fmt.Sprintf("pqbench-%d", i), DisableProgress: p.Variant == VariantNoProgress}
+			if p.workers() > 1 {
+				for s := i * per; s < (i+1)*per || (i == p.workers()-1 && s < n); s++ {
+					wc.Slots = append(wc.Slots, s)
+				}
+			}
+			if p.Variant == VariantTxHandler {
+				wc.TxHandler = partitionq.TxHandlerFunc(func(_ context.Context, _ pgx.Tx, ev *partitionq.Event) error { return handle(ev) })
+			} else {
+				wc.Handler = partitionq.HandlerFunc(func(_ context.Context, ev *partitionq.Event) error { return handle(ev) })
+			}
+			w, err := client.NewWorker(ctx, wc)
+			if err != nil {
+				return err
+			}
+			workers = append(workers, w)
 		}
 		start := time.Now()
-		if err := w.Start(ctx); err != nil {
-			return err
+		for _, w := range workers {
+			if err := w.Start(ctx); err != nil {
+				return err
+			}
 		}
+		conns.sample()
 		if !rec.Wait(b.timeout(wl, n*c, backoff)) {
 			res.Err = fmt.Sprintf("timed out with %d of %d events handled", rec.Handled(), len(wl.Events))
 		}
 		elapsed = rec.Elapsed(start)
+		conns.sample()
 		stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		if err := w.Stop(stopCtx); err != nil {
-			return fmt.Errorf("stop worker: %w", err)
+		for _, w := range workers {
+			if err := w.Stop(stopCtx); err != nil {
+				return fmt.Errorf("stop worker: %w", err)
+			}
 		}
 		if n := unknown.Load(); n > 0 {
 			return fmt.Errorf("the handler got %d events the bench did not send", n)

@@ -125,6 +125,11 @@ func (r *Report) write(dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(r.Text()), 0o644); err != nil {
 		return err
 	}
+	if svg := r.chartNSweep(); svg != "" {
+		if err := os.WriteFile(filepath.Join(dir, "nsweep.svg"), []byte(svg), 0o644); err != nil {
+			return err
+		}
+	}
 	if svg := r.chartW2(); svg != "" {
 		return os.WriteFile(filepath.Join(dir, "w2.svg"), []byte(svg), 0o644)
 	}
@@ -167,6 +172,8 @@ func (r *Report) bestOn(workload, engine string) float64 {
 
 func fnum(v float64) string {
 	switch {
+	case v < 0:
+		return "n/a" // not measured (see costOf)
 	case v == 0:
 		return "0"
 	case v >= 100:
@@ -283,7 +290,7 @@ func (r *Report) Text() string {
 	}
 
 	if rows := r.rows("latency"); len(rows) > 0 {
-		w("## Latency (send to handler, %d events/s for %s)\n\n| system | config | events | p50 ms | p90 ms | p99 ms | max ms | violations | lost | server CPU µs/ev | WAL B/ev |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n",
+		w("## Latency (send to handler, %d events/s for %s)\n\n| system | config | events | p50 ms | p90 ms | p99 ms | max ms | violations | lost | server CPU µs/ev | WAL B/ev | peak connections |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n",
 			r.Config.LatRate, r.Config.LatDuration)
 		for _, x := range rows {
 			v, lost := orderCell(x)
@@ -291,13 +298,13 @@ func (r *Report) Text() string {
 			if l == nil {
 				l = &Latency{}
 			}
-			w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", x.System, x.Config+errSuffix(x), commas(int64(x.Events)), ms(l.P50), ms(l.P90), ms(l.P99), ms(l.Max),
-				v, lost, r.measured(x.Cost.ServerCPU, cpu), fnum(x.Cost.WALBytes))
+			w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", x.System, x.Config+errSuffix(x), commas(int64(x.Events)), ms(l.P50), ms(l.P90), ms(l.P99), ms(l.Max),
+				v, lost, r.measured(x.Cost.ServerCPU, cpu), fnum(x.Cost.WALBytes), conns(x))
 		}
 		w("\n")
 	}
 
-	r.amplification(&sb)
+	r.nSweep(&sb)
 	r.targets(&sb)
 	if len(r.Notes) > 0 {
 		w("## Notes\n\n")
@@ -343,48 +350,102 @@ func orDash(s string) string {
 	return s
 }
 
+// conns is a run's peak connections; – when not sampled (peers).
+func conns(x *Result) string {
+	if x.PeakConns == 0 {
+		return "–"
+	}
+	return fmt.Sprint(x.PeakConns)
+}
+
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond)) }
 
-// amplification summarizes W1's heap rows read per event by N: every slot
-// scans the whole batch and keeps its hash class.
-func (r *Report) amplification(sb *strings.Builder) {
-	type agg struct {
-		rows, cpu, stmt float64
-		n               int
-	}
-	byN := map[int]*agg{}
-	base := 0.0
+// sweepRows are W1's runs of one worker with the default variant, by N,
+// and the plain consumer's run.
+func (r *Report) sweepRows() (base *Result, sweep []*Result) {
 	for _, x := range r.rows("W1") {
 		switch {
 		case x.System == SysBaseline:
-			base = x.Cost.RowsRead
-		case x.System == SysPartitionq && x.Err == "":
-			a := byN[x.N]
-			if a == nil {
-				a = &agg{}
-				byN[x.N] = a
-			}
-			a.rows += x.Cost.RowsRead
-			a.cpu += x.Cost.ServerCPU
-			a.stmt += x.Cost.ExecUS
-			a.n++
+			base = x
+		case x.System == SysPartitionq && x.Workers <= 1 && x.Variant == "":
+			sweep = append(sweep, x)
 		}
 	}
-	if len(byN) == 0 {
-		return
+	sort.SliceStable(sweep, func(i, j int) bool { return sweep[i].N < sweep[j].N })
+	return base, sweep
+}
+
+// nSweep writes W1's N sweep: what each N costs, beside the plain consumer,
+// then the slots split over several workers, the variants, and the workers
+// at rest.
+func (r *Report) nSweep(sb *strings.Builder) {
+	w := func(format string, args ...any) { fmt.Fprintf(sb, format, args...) }
+	cpu := r.Server["server_cpu_from_proc"] == "true"
+	stmts := r.Server["pg_stat_statements"] == "true"
+	base, sweep := r.sweepRows()
+	var multi, variants []*Result
+	for _, x := range r.rows("W1") {
+		if x.System == SysPartitionq && x.Workers > 1 {
+			multi = append(multi, x)
+		}
+		if x.System == SysPartitionq && x.Variant != "" {
+			variants = append(variants, x)
+		}
 	}
-	var ns []int
-	for n := range byN {
-		ns = append(ns, n)
+	baseRate := 0.0
+	if base != nil {
+		baseRate = base.Rate
 	}
-	sort.Ints(ns)
-	fmt.Fprintf(sb, "## Read amplification (W1, mean over the concurrencies)\n\n| N | rows read/event | × baseline | server CPU µs/event | stmt µs/event |\n|--:|--:|--:|--:|--:|\n")
-	for _, n := range ns {
-		a := byN[n]
-		k := float64(a.n)
-		fmt.Fprintf(sb, "| %d | %s | %s | %s | %s |\n", n, fnum(a.rows/k), ratio(a.rows/k, base), fnum(a.cpu/k), fnum(a.stmt/k))
+	if len(sweep)+len(multi) > 0 {
+		w("## N sweep (W1: the backlog drained by one worker with N slots, c = %d)\n\n", r.Config.SweepConc)
+		w("| N | config | events/s | × plain | rows read/ev | of which partitionq's tables | server CPU µs/ev | client CPU µs/ev | peak connections |\n|--:|---|--:|--:|--:|--:|--:|--:|--:|\n")
+		if base != nil {
+			w("| plain | %s%s | %s | 1.00× | %s | %s | %s | %s | 1 |\n", base.System, errSuffix(base), rateCell(base), fnum(base.Cost.RowsRead), fnum(base.Cost.RowsOwn),
+				r.measured(base.Cost.ServerCPU, cpu), fnum(base.Cost.ClientCPU))
+		}
+		for _, x := range append(append([]*Result(nil), sweep...), multi...) {
+			w("| %d | %s%s | %s | %s | %s | %s | %s | %s | %d |\n", x.N, x.Config, errSuffix(x), rateCell(x), ratio(x.Rate, baseRate), fnum(x.Cost.RowsRead), fnum(x.Cost.RowsOwn),
+				r.measured(x.Cost.ServerCPU, cpu), fnum(x.Cost.ClientCPU), x.PeakConns)
+		}
+		w("\n")
 	}
-	fmt.Fprintf(sb, "| baseline | %s | 1.00× | | |\n\n", fnum(base))
+	if len(variants) > 0 {
+		var ref *Result
+		for _, x := range sweep {
+			if x.N == variants[0].N && x.Conc == variants[0].Conc {
+				ref = x
+			}
+		}
+		w("## Handler variants (W1, N = %d, c = %d)\n\n| variant | events/s | × Handler | WAL B/ev | server CPU µs/ev | stmt µs/ev | client CPU µs/ev | peak connections |\n|---|--:|--:|--:|--:|--:|--:|--:|\n",
+			variants[0].N, variants[0].Conc)
+		list := variants
+		if ref != nil {
+			list = append([]*Result{ref}, variants...)
+		}
+		refRate := 0.0
+		if ref != nil {
+			refRate = ref.Rate
+		}
+		for _, x := range list {
+			name := x.Variant
+			if name == "" {
+				name = "Handler (progress recorded: the default)"
+			}
+			w("| %s%s | %s | %s | %s | %s | %s | %s | %d |\n", name, errSuffix(x), rateCell(x), ratio(x.Rate, refRate), fnum(x.Cost.WALBytes),
+				r.measured(x.Cost.ServerCPU, cpu), r.measured(x.Cost.ExecUS, stmts), fnum(x.Cost.ClientCPU), x.PeakConns)
+		}
+		w("\n")
+	}
+	if rows := r.rows("idle"); len(rows) > 0 {
+		w("## At rest (a worker whose slots have nothing to do)\n\n| worker | window | transactions | transactions/s (less no worker) | no worker, /s | connections |\n|---|--:|--:|--:|--:|--:|\n")
+		for _, x := range rows {
+			if x.Idle == nil {
+				continue
+			}
+			w("| %s%s | %s | %d | %.1f | %.1f | %d |\n", x.Config, errSuffix(x), x.Idle.Window, x.Idle.Xacts, x.Idle.TPS, x.Idle.BaselineTPS, x.Idle.Conns)
+		}
+		w("\n")
+	}
 }
 
 // targets checks the targets against this run.
@@ -423,16 +484,32 @@ func (r *Report) targets(sb *strings.Builder) {
 	if sb2, cp := find("producer", SysPartitionq, "SendBatch"), find("producer", SysLimit, ""); sb2 != nil && cp != nil && cp.Rate > 0 {
 		w("| batch send ≥ 0.25× COPY | %s | %s |\n", ratio(sb2.Rate, cp.Rate), mark(sb2.Rate >= 0.25*cp.Rate))
 	}
-	if base := find("W1", SysBaseline, ""); base != nil && base.Rate > 0 {
-		best := 0.0
-		cfg := ""
-		for _, x := range r.rows("W1") {
-			if x.System == SysPartitionq && x.N == 4 && x.Rate > best {
-				best, cfg = x.Rate, x.Config
+	if base, sweep := r.sweepRows(); base != nil && base.Rate > 0 {
+		for _, x := range sweep {
+			switch x.N {
+			case 1:
+				w("| W1, N = 1 ≥ 0.9× the plain consumer | %s (%s/s against %s/s) | %s |\n", ratio(x.Rate, base.Rate), fnum(x.Rate), fnum(base.Rate), mark(x.Err == "" && x.Rate >= 0.9*base.Rate))
+			case 64:
+				w("| W1, N = 64, one worker ≥ 0.8× the plain consumer | %s (%s/s) | %s |\n", ratio(x.Rate, base.Rate), fnum(x.Rate), mark(x.Err == "" && x.Rate >= 0.8*base.Rate))
+				w("| W1, N = 64, one worker ≤ 1.5 rows read per event | %s | %s |\n", fnum(x.Cost.RowsRead), mark(x.Err == "" && x.Cost.RowsRead <= 1.5))
+			case 256:
+				w("| W1, N = 256 runs and is reported | %s/s, %s rows read/ev, %d connections | %s |\n", fnum(x.Rate), fnum(x.Cost.RowsRead), x.PeakConns, mark(x.OK()))
 			}
 		}
-		if best > 0 {
-			w("| W1 at N=4 ≥ 0.7× the single consumer | %s (%s, %s/s) | %s |\n", ratio(best, base.Rate), cfg, fnum(best), mark(best >= 0.7*base.Rate))
+	}
+	for _, x := range r.rows("W1") {
+		if x.System == SysPartitionq && x.Workers > 1 {
+			w("| W1, %s ≤ %.1f rows read per event | %s | %s |\n", x.Config, 1.125*float64(x.Workers), fnum(x.Cost.RowsRead), mark(x.Err == "" && x.Cost.RowsRead <= 1.125*float64(x.Workers)))
+		}
+	}
+	for _, x := range r.rows("idle") {
+		if x.Idle != nil {
+			w("| at rest, %s: ≤ 5 transactions/s per worker (connections reported) | %.1f/s, %d connections | %s |\n", x.Config, x.Idle.TPS, x.Idle.Conns, mark(x.Idle.TPS <= 5))
+		}
+	}
+	for _, x := range r.rows("latency") {
+		if x.System == SysPartitionq && x.Lat != nil && strings.Contains(x.Config, "lowest ticks") {
+			w("| latency p99 ≤ 2 tick periods (%s), %s | %s ms | %s |\n", ms(2*r.Config.LatFastTick), x.Config, ms(x.Lat.P99), mark(x.Err == "" && x.Lat.P99 <= 2*r.Config.LatFastTick))
 		}
 	}
 	for _, x := range r.rows("W2") {

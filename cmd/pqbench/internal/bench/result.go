@@ -22,6 +22,10 @@ type Result struct {
 	Config   string `json:"config"`
 	N        int    `json:"n,omitempty"`
 	Conc     int    `json:"conc,omitempty"`
+	// Workers is how many workers the N slots were split over (W1's
+	// several-workers row); Variant the worker option measured (pqRun).
+	Workers int    `json:"workers,omitempty"`
+	Variant string `json:"variant,omitempty"`
 	// Engine is the queue engine of partitionq's and the plain consumer's
 	// rows: "pgq" ("" in reports from before PgQue was measured) or "pgque".
 	Engine string `json:"engine,omitempty"`
@@ -36,7 +40,13 @@ type Result struct {
 	Check    ordercheck.Report `json:"check"`
 	Overlaps int64             `json:"overlaps"`
 
-	Cost Cost     `json:"cost"`
+	Cost Cost `json:"cost"`
+	// PeakConns is the most connections to the run's database seen while
+	// it ran (pg_stat_activity, sampled every 50ms): the worker's own pool
+	// and the client's pool it was given, of every worker of the run.
+	PeakConns int `json:"peak_conns,omitempty"`
+	// Idle is the at-rest measurement of the idle rows.
+	Idle *Idle    `json:"idle,omitempty"`
 	Lat  *Latency `json:"latency,omitempty"`
 
 	// Limit is the rate this row is compared with (the physical or ideal
@@ -61,4 +71,14 @@ func rate(events int, d time.Duration) float64 {
 		return 0
 	}
 	return float64(events) / d.Seconds()
+}
+
+// Idle is what a worker with idle slots costs the server at rest.
+type Idle struct {
+	Window      time.Duration `json:"window"`
+	Xacts       int64         `json:"xacts"`        // transactions (commits and rollbacks) of the database in the window
+	BaselineTPS float64       `json:"baseline_tps"` // the database's transactions/s with no worker
+	TPS         float64       `json:"tps"`          // the worker's: Xacts/Window minus BaselineTPS
+	Conns       int           `json:"conns"`        // connections to the database at rest
+	Ticker      bool          `json:"ticker"`       // the worker ran partitionq's ticker
 }

@@ -160,9 +160,12 @@ func (b *bench) runAll(ctx context.Context) error {
 		fn   func(context.Context) error
 	}{
 		{"producer", func(ctx context.Context) error { return b.producer(ctx, w1) }},
-		{"W1", func(ctx context.Context) error { return b.drainWorkload(ctx, w1, "w1", cfg.matrix(), 0, cfg.W1Trials) }},
-		{"W2", func(ctx context.Context) error { return b.drainWorkload(ctx, w2, "w2", cfg.matrix(), 0, 1) }},
-		{"W3", func(ctx context.Context) error { return b.drainWorkload(ctx, w3, "w3", cfg.W3Matrix, cfg.W3Backoff, 1) }},
+		{"W1", func(ctx context.Context) error { return b.drainWorkload(ctx, w1, "w1", cfg.w1Runs(), 0, cfg.W1Trials) }},
+		{"W2", func(ctx context.Context) error { return b.drainWorkload(ctx, w2, "w2", runsOf(cfg.matrix()), 0, 1) }},
+		{"W3", func(ctx context.Context) error {
+			return b.drainWorkload(ctx, w3, "w3", runsOf(cfg.W3Matrix), cfg.W3Backoff, 1)
+		}},
+		{"idle", func(ctx context.Context) error { return b.idle(ctx) }},
 		{"latency", func(ctx context.Context) error { return b.latency(ctx, lat) }},
 		{"peers", func(ctx context.Context) error { return b.peers(ctx, w1, w2, w3, lat) }},
 	}
