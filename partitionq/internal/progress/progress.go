@@ -32,6 +32,17 @@ func (s Set) Has(id int64) bool {
 // Len is how many ids Above holds.
 func (s Set) Len() int { return len(s.Above) }
 
+// Add records event id as resolved too (Above stays ascending).
+func (s *Set) Add(id int64) {
+	if s.Has(id) {
+		return
+	}
+	i := sort.Search(len(s.Above), func(i int) bool { return s.Above[i] > id })
+	s.Above = append(s.Above, 0)
+	copy(s.Above[i+1:], s.Above[i:])
+	s.Above[i] = id
+}
+
 // Encode returns Above as varint deltas (the first from Below).
 func (s Set) Encode() []byte {
 	out := make([]byte, 0, 2*len(s.Above))

@@ -125,3 +125,19 @@ func TestSnapshotCapAndDirty(t *testing.T) {
 		t.Fatalf("snapshot %+v, want everything below 5", s)
 	}
 }
+
+func TestSetAdd(t *testing.T) {
+	s := Set{Below: 10, Above: []int64{12, 15}}
+	for _, id := range []int64{14, 9, 20, 12, 11, 14} {
+		s.Add(id)
+	}
+	want := []int64{11, 12, 14, 15, 20} // 9 is below: already resolved; repeats are kept once
+	if len(s.Above) != len(want) {
+		t.Fatalf("Above = %v, want %v", s.Above, want)
+	}
+	for i := range want {
+		if s.Above[i] != want[i] {
+			t.Fatalf("Above = %v, want %v", s.Above, want)
+		}
+	}
+}

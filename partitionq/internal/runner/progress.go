@@ -71,10 +71,8 @@ func (r *Runner) loadProgress(bs []*batchRun) error {
 				return err
 			}
 			set := sets[s]
-			if !set.Has(id) {
-				set.Above = insertSorted(set.Above, id)
-				sets[s] = set
-			}
+			set.Add(id)
+			sets[s] = set
 		}
 		return drows.Err()
 	})
@@ -87,17 +85,6 @@ func (r *Runner) loadProgress(bs []*batchRun) error {
 		}
 	}
 	return err
-}
-
-func insertSorted(xs []int64, x int64) []int64 {
-	i := len(xs)
-	for i > 0 && xs[i-1] > x {
-		i--
-	}
-	xs = append(xs, 0)
-	copy(xs[i+1:], xs[i:])
-	xs[i] = x
-	return xs
 }
 
 // resetProgress clears the progress of finished batches (in their finishing

@@ -137,22 +137,9 @@ func Read(ctx context.Context, q db.DB, queue, group string) ([]Slot, error) {
 			return s, nil // as the next owner would: the batch runs whole
 		}
 		for _, id := range done {
-			if !set.Has(id) {
-				set.Above = insertSorted(set.Above, id)
-			}
+			set.Add(id)
 		}
 		s.Done = set
 		return s, nil
 	})
-}
-
-func insertSorted(xs []int64, x int64) []int64 {
-	i := len(xs)
-	for i > 0 && xs[i-1] > x {
-		i--
-	}
-	xs = append(xs, 0)
-	copy(xs[i+1:], xs[i:])
-	xs[i] = x
-	return xs
 }
