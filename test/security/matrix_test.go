@@ -220,3 +220,43 @@ func TestMigrationFromVersion3(t *testing.T) {
 		t.Errorf("sql/roles.sql changed the records")
 	}
 }
+
+// Every function of partitionq's schema has its search_path pinned, with
+// pg_catalog first and pg_temp last (a role cannot put a table or function
+// of its own in the way), and every one that a role may execute (the record
+// functions, the fencing checks) runs with the owner's rights: SECURITY
+// DEFINER. The others are helpers that only those call.
+func TestFunctionsAreDefinerWithAPinnedPath(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rows, err := e.admin.Query(e.ctx, `select p.proname, p.prosecdef, coalesce(array_to_string(p.proconfig, ','), '')
+		from pg_proc p join pg_namespace n on n.oid = p.pronamespace where n.nspname = 'partitionq' order by 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	definers := 0
+	for rows.Next() {
+		var name, config string
+		var definer bool
+		if err := rows.Scan(&name, &definer, &config); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(config, "search_path=pg_catalog") || !strings.HasSuffix(config, "pg_temp") {
+			t.Errorf("function partitionq.%s: proconfig %q, want search_path pinned (pg_catalog first, pg_temp last)", name, config)
+		}
+		granted := len(matrix["function "+name]) > 0
+		if granted && !definer {
+			t.Errorf("function partitionq.%s is granted to a role but is not SECURITY DEFINER", name)
+		}
+		if definer {
+			definers++
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if definers < 7 { // give_up, set_aside, record_replay, record_action, purge_dead_letters, check_owner, record_done
+		t.Fatalf("%d SECURITY DEFINER functions in partitionq's schema, want the 7 record and fencing functions at least", definers)
+	}
+}
