@@ -200,5 +200,5 @@ func TestBinaryWorkKilledTakesItsCommandsWithIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-done
-	waitFor(t, 2*time.Second, "the command and its child to die with the worker", func() bool { return !alive(shell) && !alive(child) })
+	waitFor(t, 5*time.Second, "the command and its child to die with the worker", func() bool { return !alive(shell) && !alive(child) })
 }

@@ -21,7 +21,7 @@ import (
 // things do:
 //
 //   - the guardian, a small process of the worker's own binary started
-//     with the first command: the worker tells it, on a pipe, the process
+//     with `work --exec` (startGuardian; else with the first command): the worker tells it, on a pipe, the process
 //     group of every command it starts and ends; when the worker dies,
 //     however it dies (SIGKILL too), the kernel closes the pipe and the
 //     guardian kills every process group still running;
@@ -82,6 +82,16 @@ type guardian struct {
 }
 
 var theGuardian guardian
+
+// startGuardian starts the guardian, if it does not run yet.
+func startGuardian() error {
+	theGuardian.mu.Lock()
+	defer theGuardian.mu.Unlock()
+	if theGuardian.w != nil {
+		return nil
+	}
+	return theGuardian.start()
+}
 
 // add registers a started command's process group.
 func (g *guardian) add(pgid int) error { return g.send('+', pgid) }

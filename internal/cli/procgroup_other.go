@@ -13,4 +13,6 @@ func ownProcessGroup(*exec.Cmd) {}
 
 func runGuarded(cmd *exec.Cmd) error { return cmd.Run() }
 
+func startGuardian() error { return nil }
+
 func exitSignal(*exec.ExitError) (syscall.Signal, bool) { return 0, false }

@@ -149,6 +149,11 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 	if err != nil {
 		return err
 	}
+	// Up before the first command, so that a worker killed at any moment
+	// takes its commands with it.
+	if err := startGuardian(); err != nil {
+		return err
+	}
 	cfg := partitionq.WorkerConfig{
 		Queue: t.queue, Group: t.group, N: g.Slots, Slots: slots,
 		Handler:     &execHandler{command: w.exec, environ: os.Environ(), stdout: a.env.Stdout, stderr: a.env.Stderr},
