@@ -198,3 +198,35 @@ func TestDroppedGroupRecordsStayReachable(t *testing.T) {
 		t.Fatalf("audit of a queue that never was: %v", err)
 	}
 }
+
+// An action that cannot get a lock it needs within OperatorLockTimeout (here
+// the engine mover's table lock, held by another session as the ticker's
+// retry mover holds it) fails with ErrHeadBusy and changes nothing; once the
+// lock is free the same action goes through.
+func TestActionOnALockedRetryQueueIsBusy(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, bk := b.blockedWithoutWorker(t)
+	holder, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(b.ctx) //nolint:errcheck
+	if _, err := holder.Exec(b.ctx, b.db.SQL(`lock table pgq.retry_queue in share update exclusive mode`)); err != nil {
+		t.Fatal(err)
+	}
+	a := partitionq.Action{Queue: "q", Group: "g", Key: bk.Key, Reason: "busy test", Actor: "tester"}
+	if _, err := b.client.Skip(b.ctx, a); !errors.Is(err, partitionq.ErrHeadBusy) {
+		t.Fatalf("skip while the retry queue is locked: %v, want ErrHeadBusy", err)
+	}
+	if dls, err := b.client.DeadLetters(b.ctx, partitionq.DeadLetterQuery{Queue: "q", Group: "g"}); err != nil || len(dls) != 0 {
+		t.Fatalf("a busy skip left dead letters: %d, %v", len(dls), err)
+	}
+	if err := holder.Rollback(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.client.Skip(b.ctx, a)
+	if err != nil || res.Outcome != partitionq.OutcomeSkipped {
+		t.Fatalf("skip once the lock is free: %+v, %v", res, err)
+	}
+}

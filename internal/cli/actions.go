@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -34,6 +35,10 @@ type keyAction struct {
 	needReason bool
 	do         func(c *partitionq.Client, ctx context.Context, a partitionq.Action) (partitionq.ActionResult, error)
 }
+
+// actionTries is how many times skip, retry and quarantine try a head that
+// a worker is handling (partitionq.ErrHeadBusy) before they give up.
+const actionTries = 3
 
 func (a *app) skipCmd() *cobra.Command {
 	return a.keyActionCmd(keyAction{
@@ -112,8 +117,18 @@ func (a *app) keyActionCmd(k keyAction) *cobra.Command {
 				return err
 			}
 			defer s.close()
-			res, err := k.do(s.client, cmd.Context(), partitionq.Action{Queue: t.queue, Group: t.group, Key: key, HeadID: headID,
-				Reason: who.reason, Actor: a.actorOr(who.actor)})
+			act := partitionq.Action{Queue: t.queue, Group: t.group, Key: key, HeadID: headID, Reason: who.reason, Actor: a.actorOr(who.actor)}
+			res, err := k.do(s.client, cmd.Context(), act)
+			// A worker handling the head right now (each try waits for it
+			// up to partitionq.OperatorLockTimeout): try again, a few times.
+			for try := 1; errors.Is(err, partitionq.ErrHeadBusy) && try < actionTries; try++ {
+				select {
+				case <-cmd.Context().Done():
+					return cmd.Context().Err()
+				case <-time.After(200 * time.Millisecond):
+				}
+				res, err = k.do(s.client, cmd.Context(), act)
+			}
 			var de *partitionq.DrainingError
 			if errors.As(err, &de) {
 				return explain(err, "key %s is draining, not blocked: its head, event %d, has never failed (its failed event was resolved, and its waiting events now run in order without help): %s changed nothing; to %s event %d anyway, pass --event %d (partitionq preview shows what runs next)",

@@ -148,6 +148,12 @@ func Act(ctx context.Context, pool db.TxStarter, eng *engine.Engine, s Slot, a A
 		}
 		return audit(ctx, tx, res)
 	})
+	if db.IsLockNotAvailable(err) {
+		// Any other lock of the key's rows waited on past the timeout (the
+		// mover's table lock, a dead letter a worker is writing): the same
+		// as a busy head, nothing was done.
+		return ActionResult{}, fmt.Errorf("%w (key %s): a lock it needs is held by a worker or the ticker; try again in a moment", ErrHeadBusy, termsafe.Echo(a.Key))
+	}
 	if err != nil {
 		return ActionResult{}, err
 	}
