@@ -16,7 +16,6 @@ package partitionq
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 
@@ -88,10 +87,3 @@ func (c *Client) EngineSchema() string { return c.eng.Schema() }
 
 // Pool returns the pool the client was built with.
 func (c *Client) Pool() *pgxpool.Pool { return c.pool }
-
-func wrapf(err error, format string, args ...any) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf(format+": %w", append(args, err)...)
-}

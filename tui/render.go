@@ -63,19 +63,6 @@ func rate(r float64) string {
 	return count(int64(math.Round(r)))
 }
 
-// bar draws v out of max as a bar of width cells.
-func bar(v, max int64, width int) string {
-	if width <= 0 {
-		return ""
-	}
-	full := 0
-	if max > 0 && v > 0 {
-		full = int(math.Ceil(float64(v) / float64(max) * float64(width)))
-	}
-	full = min(full, width)
-	return strings.Repeat("█", full) + strings.Repeat("░", width-full)
-}
-
 var sparkRunes = []rune("▁▂▃▄▅▆▇█")
 
 // sparkline draws the last width samples. A negative sample means "no

@@ -13,7 +13,6 @@ import (
 
 	"github.com/charmbracelet/x/term"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
@@ -286,14 +285,6 @@ func makeDemoDB(ctx context.Context, admin *pgx.ConnConfig, name string, eng fre
 		return fmt.Errorf("the role %q may not install %s (%w): connect as a superuser, or run the demo --in-place in a database that has PgQ or PgQue", admin.User, eng, err)
 	}
 	return err
-}
-
-func sqlState(err error) string {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code
-	}
-	return ""
 }
 
 // run starts the demo, shows it (console or progress lines) until the user

@@ -371,13 +371,6 @@ var errLost = errors.New("the slot is no longer owned")
 // refuses the transactions partitionq needs.
 var ErrStatementPooling = errors.New("partitionq: the database connection goes through a pooler in statement mode, which refuses transactions: connect directly, or through session or transaction mode (docs/operations.md, \"Poolers\")")
 
-// owned returns the slot run of n if the worker owns it now.
-func (r *Runner) owned(n int) *slotRun {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.slots[n]
-}
-
 // ownedSlots returns the owned slot runs, by slot.
 func (r *Runner) ownedSlots() []*slotRun {
 	r.mu.Lock()
