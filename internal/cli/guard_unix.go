@@ -87,10 +87,8 @@ var theGuardian guardian
 func startGuardian() error {
 	theGuardian.mu.Lock()
 	defer theGuardian.mu.Unlock()
-	if theGuardian.w != nil {
-		return nil
-	}
-	return theGuardian.start()
+	_, err := theGuardian.ensure()
+	return err
 }
 
 // add registers a started command's process group.
@@ -110,22 +108,32 @@ func (g *guardian) send(op byte, pgid int) error {
 	} else {
 		delete(g.live, pgid)
 	}
-	if g.w == nil {
-		if err := g.start(); err != nil {
-			return err
-		}
-		for pg := range g.live { // a new guardian takes over what runs
-			if _, err := fmt.Fprintf(g.w, "+%d\n", pg); err != nil {
-				return fmt.Errorf("the exec guardian: %w", err)
-			}
-		}
-		return nil
+	if started, err := g.ensure(); err != nil || started {
+		return err // a new guardian was told every live group, this one too
 	}
 	if _, err := fmt.Fprintf(g.w, "%c%d\n", op, pgid); err != nil {
 		g.w = nil // it died: the next command starts another
 		return fmt.Errorf("the exec guardian stopped: %w", err)
 	}
 	return nil
+}
+
+// ensure starts a guardian when none runs and tells it every process group
+// still running (a new guardian takes over what runs); it reports whether
+// it started one. g.mu is held.
+func (g *guardian) ensure() (started bool, err error) {
+	if g.w != nil {
+		return false, nil
+	}
+	if err := g.start(); err != nil {
+		return false, err
+	}
+	for pg := range g.live {
+		if _, err := fmt.Fprintf(g.w, "+%d\n", pg); err != nil {
+			return true, fmt.Errorf("the exec guardian: %w", err)
+		}
+	}
+	return true, nil
 }
 
 // start runs the guardian: this executable, in a process group of its own
