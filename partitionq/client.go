@@ -18,10 +18,12 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partitionq/partitionq/partitionq/internal/engine"
+	"github.com/partitionq/partitionq/partitionq/internal/store"
 )
 
 // Config configures a Client. The zero value is valid.
@@ -48,6 +50,8 @@ type Client struct {
 	eng  *engine.Engine
 	log  *slog.Logger
 	cfg  Config
+
+	schemaOK atomic.Bool // partitionq's schema was found (or brought) at SchemaVersion
 }
 
 // NewClient returns a Client that uses pool, which the caller owns (the
@@ -80,6 +84,20 @@ func NewClient(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, er
 		}
 	}
 	return &Client{pool: pool, eng: eng, log: cfg.Logger, cfg: cfg}, nil
+}
+
+// migrate brings partitionq's schema to SchemaVersion once per client
+// (store.Migrate: one read when it is current, so roles without CREATE may
+// call it; the upgrade runs under the migration lock).
+func (c *Client) migrate(ctx context.Context) error {
+	if c.schemaOK.Load() {
+		return nil
+	}
+	if err := store.Migrate(ctx, c.pool); err != nil {
+		return err
+	}
+	c.schemaOK.Store(true)
+	return nil
 }
 
 // EngineSchema returns the engine schema the client uses.

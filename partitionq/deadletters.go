@@ -198,7 +198,7 @@ func (c *Client) Replay(ctx context.Context, queue, group string, id int64, reas
 	if err := c.recordsOf(ctx, queue, group); err != nil {
 		return ReplayResult{}, err
 	}
-	if err := store.Migrate(ctx, c.pool); err != nil {
+	if err := c.migrate(ctx); err != nil {
 		return ReplayResult{}, err
 	}
 	// The dead letter is read without a lock (the operator may not update
@@ -268,7 +268,7 @@ func (c *Client) Purge(ctx context.Context, r PurgeRequest) (int64, error) {
 	if err := c.recordsOf(ctx, r.Queue, r.Group); err != nil {
 		return 0, err
 	}
-	if err := store.Migrate(ctx, c.pool); err != nil {
+	if err := c.migrate(ctx); err != nil {
 		return 0, err
 	}
 	// One statement: the delete and its audit entry (with the count).

@@ -46,7 +46,7 @@ func (c *Client) DropGroup(ctx context.Context, r DropGroupRequest) error {
 			return fmt.Errorf("slot %d of group %q is owned by a live worker (%s on %s, process %d): stop the group's workers first", s, r.Group, o.Identity, o.Host, o.OSPid)
 		}
 	}
-	if err := store.Migrate(ctx, c.pool); err != nil {
+	if err := c.migrate(ctx); err != nil {
 		return err
 	}
 	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {

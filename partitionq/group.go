@@ -68,7 +68,7 @@ func (c *Client) Setup(ctx context.Context, spec GroupSpec) (SetupResult, error)
 	if spec.TickMaxLag < 0 {
 		return SetupResult{}, &ValidationError{Field: "GroupSpec.TickMaxLag", Value: spec.TickMaxLag.String(), Problem: "it is negative", Fix: "use 0 to keep the queue's setting, or a positive duration"}
 	}
-	if err := store.Migrate(ctx, c.pool); err != nil {
+	if err := c.migrate(ctx); err != nil {
 		return SetupResult{}, err
 	}
 	var res SetupResult

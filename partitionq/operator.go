@@ -263,7 +263,7 @@ func (c *Client) act(ctx context.Context, a Action, kind parked.Kind) (ActionRes
 	if err != nil {
 		return ActionResult{}, err
 	}
-	if err := store.Migrate(ctx, c.pool); err != nil {
+	if err := c.migrate(ctx); err != nil {
 		return ActionResult{}, err
 	}
 	actor := c.actor(a.Actor)

@@ -147,3 +147,19 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// InTx runs fn in a transaction on pool and rolls it back afterwards, so
+// that a test leaves nothing behind (DDL included: PostgreSQL's DDL is
+// transactional) and the next test of the package can use the same
+// database. Code under test that begins transactions of its own on tx gets
+// savepoints.
+func InTx(t testing.TB, pool *pgxpool.Pool, fn func(tx pgx.Tx)) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // the point: nothing is kept
+	fn(tx)
+}

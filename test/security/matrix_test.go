@@ -144,7 +144,7 @@ func records(t *testing.T, ctx context.Context, db interface {
 func TestMigrationFromVersion3(t *testing.T) {
 	t.Parallel()
 	e := newBareEnv(t)
-	for _, f := range []string{"testdata/schema_v3.sql", "testdata/roles_v3.sql"} {
+	for _, f := range []string{"../../partitionq/internal/store/testdata/schema_v3.sql", "testdata/roles_v3.sql"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -176,7 +176,7 @@ func TestMigrationFromVersion3(t *testing.T) {
 		t.Fatalf("setup on a version 3 schema: %v", err)
 	}
 	var version int
-	if err := e.admin.QueryRow(e.ctx, `select max(version) from partitionq.schema_version`).Scan(&version); err != nil || version != 4 {
+	if err := e.admin.QueryRow(e.ctx, `select max(version) from partitionq.schema_version`).Scan(&version); err != nil || version != partitionq.SchemaVersion() {
 		t.Fatalf("schema version after setup: %d, %v", version, err)
 	}
 	if after := records(t, e.ctx, e.admin); after != before {
