@@ -41,16 +41,21 @@ func (c *Client) DropGroup(ctx context.Context, r DropGroupRequest) error {
 	if err != nil {
 		return err
 	}
-	for s := range g.Slots {
-		if o, ok := owners[s]; ok && o.Live {
-			return fmt.Errorf("slot %d of group %q is owned by a live worker (%s on %s, process %d): stop the group's workers first", s, r.Group, o.Identity, o.Host, o.OSPid)
+	for k, o := range owners {
+		if o.Live {
+			return fmt.Errorf("slot %d of group %q is owned by a live worker (%s on %s, process %d): stop the group's workers first", k.Slot, r.Group, o.Identity, o.Host, o.OSPid)
 		}
+	}
+	slots := c.allSlots(g)
+	subs := make([]int32, len(slots))
+	for i, s := range slots {
+		subs[i] = s.SubID
 	}
 	if err := c.migrate(ctx); err != nil {
 		return err
 	}
 	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		counts, err := c.eng.RetryCountsOf(ctx, tx, g.subIDs)
+		counts, err := c.eng.RetryCountsOf(ctx, tx, subs)
 		if err != nil {
 			return err
 		}
@@ -61,18 +66,18 @@ func (c *Client) DropGroup(ctx context.Context, r DropGroupRequest) error {
 		if aside > 0 && !r.Force {
 			return fmt.Errorf("group %q has %d events set aside (blocked keys and their waiting events): resolve them (partitionq blocked, skip, quarantine) or force the drop, which drops them too", r.Group, aside)
 		}
-		for _, name := range g.Consumers {
-			if err := c.eng.UnregisterConsumer(ctx, tx, r.Queue, name); err != nil {
-				return fmt.Errorf("unregister %q: %w", name, err)
+		for _, s := range slots {
+			if err := c.eng.UnregisterConsumer(ctx, tx, r.Queue, s.Consumer); err != nil {
+				return fmt.Errorf("unregister %q: %w", s.Consumer, err)
 			}
 		}
-		if err := parked.Drop(ctx, tx, c.slots(g)); err != nil {
+		if err := parked.Drop(ctx, tx, slots); err != nil {
 			return err
 		}
 		if err := store.DropGroupState(ctx, tx, r.Queue, r.Group); err != nil {
 			return err
 		}
 		return store.Audit(ctx, tx, store.AuditEntry{Actor: c.actor(r.Actor), Action: "drop_group", Queue: r.Queue, Group: r.Group,
-			Reason: r.Reason, Outcome: fmt.Sprintf("dropped %d slots, %d events set aside dropped", g.Slots, aside)})
+			Reason: r.Reason, Outcome: fmt.Sprintf("dropped %d slots, %d events set aside dropped", len(slots), aside)})
 	})
 }

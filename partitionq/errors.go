@@ -51,17 +51,24 @@ func (e *ValidationError) Error() string {
 // Is makes errors.Is(err, ErrInvalid) true.
 func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
 
-// SlotCountMismatchError reports that a group exists with another number of
-// slots than asked for. The number of slots of a group is fixed.
+// SlotCountMismatchError reports that a group has another number of slots
+// than asked for (Setup, WorkerConfig.ExpectSlots). The number of slots is
+// changed with Client.Resize (partitionq resize), not by setup.
 type SlotCountMismatchError struct {
 	Queue, Group string
-	Existing     int // slots the group has in the engine
+	Existing     int // slots the group has (its current generation's)
 	Requested    int // slots the caller asked for
+	// Resizing is the resize in flight, if any.
+	Resizing *ResizeState
 }
 
 func (e *SlotCountMismatchError) Error() string {
-	return fmt.Sprintf("group %q on queue %q has %d slots, not %d: the number of slots of a group is fixed; use %d, or create a new group for %d slots (see docs/operations.md, changing N)",
-		e.Group, e.Queue, e.Existing, e.Requested, e.Existing, e.Requested)
+	if r := e.Resizing; r != nil {
+		return fmt.Sprintf("group %q on queue %q is being resized from %d to %d slots, not %d: wait for that resize to end (partitionq resize --wait) and resize again, or abort it first (partitionq resize --abort)",
+			e.Group, e.Queue, r.From, r.To, e.Requested)
+	}
+	return fmt.Sprintf("group %q on queue %q has %d slots, not %d: setup does not change the number of slots; change it online with partitionq resize --queue %s --group %s --slots %d (Client.Resize; docs/operations.md, \"Changing N\"), or use %d",
+		e.Group, e.Queue, e.Existing, e.Requested, e.Queue, e.Group, e.Requested, e.Existing)
 }
 
 // DrainingError refuses an operator action that named no event (HeadID

@@ -20,8 +20,8 @@ import (
 func (b *bundle) takeOver(t *testing.T) {
 	t.Helper()
 	var id int64
-	if err := b.pool.QueryRow(b.ctx, `insert into partitionq.worker (identity, lease_until, backend_pid)
-		values ('the new owner', clock_timestamp() + interval '1 hour', pg_backend_pid()) returning id`).Scan(&id); err != nil {
+	if err := b.pool.QueryRow(b.ctx, `insert into partitionq.worker (identity, lease_until, backend_pid, schema_version)
+		values ('the new owner', clock_timestamp() + interval '1 hour', pg_backend_pid(), (select max(version) from partitionq.schema_version)) returning id`).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.pool.Exec(b.ctx, `update partitionq.slot set worker_id = $1, epoch = epoch + 1 where queue = 'q' and grp = 'g' and slot = 0`, id); err != nil {

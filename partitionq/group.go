@@ -31,14 +31,85 @@ type GroupSpec struct {
 	TickMaxLag time.Duration
 }
 
-// Group is a consumer group as the engine knows it.
+// Group is a consumer group as the engine and partitionq's schema know it.
 type Group struct {
 	Queue string
 	Group string
+	// Slots is the number of slots of the group's current generation: the
+	// newest one, which a resize in flight moves the group to.
 	Slots int
-	// Consumers holds the engine consumer name of each slot, by slot.
+	// Generation numbers the current generation: 1 for a group never
+	// resized, one more with every resize.
+	Generation int
+	// Consumers holds the engine consumer name of each slot of the current
+	// generation, by slot ("" for a slot whose consumer a resize has not
+	// registered yet: it is registered at the resize's cutover tick).
 	Consumers []string
+	// Resize describes the resize in flight; nil when there is none.
+	Resize *ResizeState
 	subIDs    []int32
+	gens      []generation // every live generation, oldest first; the last is the current one
+}
+
+// ResizeState is a resize in flight (see Client.Resize).
+type ResizeState struct {
+	// From and To are the numbers of slots before and after.
+	From, To int
+	// Generation is the number of the generation the resize makes.
+	Generation int
+	StartedAt  time.Time
+	// StartedBy is the database role that started it, Actor and Reason what
+	// it said.
+	StartedBy, Actor, Reason string
+	// Cutover is the tick at which the new slots take over: events
+	// committed before it belong to the old slots, after it to the new
+	// ones. 0 while no tick after the resize exists (the queue's ticker
+	// makes it).
+	Cutover int64
+	// Remaining lists the old slots not yet handed off to the new ones: each
+	// drains its events up to the cutover, then hands its blocked keys over.
+	Remaining []int
+}
+
+// generation is one generation of a group's slots, as the engine has its
+// consumers: consumers[s] is "" (and subIDs[s] 0) for a slot whose consumer
+// is not registered (handed off, or not yet at its cutover).
+type generation struct {
+	n, number  int
+	consumers  []string
+	subIDs     []int32
+	parent     int     // the N of the generation before (0: none)
+	parentSubs []int32 // its consumers' subscriptions (the new slots' reads take their retries)
+	cutover    int64
+	resizing   bool // made by a resize in flight
+}
+
+func (g generation) registered() int {
+	k := 0
+	for _, c := range g.consumers {
+		if c != "" {
+			k++
+		}
+	}
+	return k
+}
+
+// gen returns the live generation with n slots.
+func (g Group) gen(n int) (generation, bool) {
+	for _, x := range g.gens {
+		if x.n == n {
+			return x, true
+		}
+	}
+	return generation{}, false
+}
+
+// old returns the old generation of a resize in flight.
+func (g Group) old() (generation, bool) {
+	if len(g.gens) < 2 {
+		return generation{}, false
+	}
+	return g.gens[0], true
 }
 
 // SetupResult says what Setup changed.
@@ -85,7 +156,11 @@ func (c *Client) Setup(ctx context.Context, spec GroupSpec) (SetupResult, error)
 		existing, err := c.lookupGroup(ctx, tx, spec.Queue, spec.Group)
 		switch {
 		case err == nil && existing.Slots != spec.Slots:
-			return &SlotCountMismatchError{Queue: spec.Queue, Group: spec.Group, Existing: existing.Slots, Requested: spec.Slots}
+			return &SlotCountMismatchError{Queue: spec.Queue, Group: spec.Group, Existing: existing.Slots, Requested: spec.Slots, Resizing: existing.Resize}
+		case err == nil && existing.Resize != nil:
+			// A resize to these slots is in flight: its cutover registers them.
+			res.Group = existing
+			return nil
 		case err != nil && !errors.Is(err, ErrNoSuchGroup):
 			return err
 		}
@@ -103,13 +178,17 @@ func (c *Client) Setup(ctx context.Context, spec GroupSpec) (SetupResult, error)
 				return err
 			}
 		}
+		// The group's first generation and its slots' ownership rows
+		// (workers take them over from here on).
+		if err := store.EnsureGeneration(ctx, tx, c.eng.Schema(), spec.Queue, spec.Group); err != nil {
+			return err
+		}
 		g, err := c.lookupGroup(ctx, tx, spec.Queue, spec.Group)
 		if err != nil {
 			return err
 		}
 		res.Group = g
-		// The slots' ownership rows (workers take them over from here on).
-		return store.AddSlots(ctx, tx, spec.Queue, spec.Group, spec.Slots)
+		return nil
 	})
 	if err != nil {
 		return SetupResult{}, err
@@ -179,33 +258,86 @@ func (c *Client) lookupGroup(ctx context.Context, db engine.DB, queue, group str
 	} else if !ok {
 		return Group{}, noSuchQueue(queue)
 	}
+	// The generations first, then the consumers: a resize moves on
+	// between the two reads (a slot handed off unregisters its consumer,
+	// the last one ends the old generation), and read in this order every
+	// consumer found belongs to a generation read.
+	rows, err := store.Generations(ctx, db, queue, group)
+	if err != nil {
+		return Group{}, err
+	}
 	subs, err := c.eng.Subscriptions(ctx, db, queue, consumerPrefix(group))
 	if err != nil {
 		return Group{}, err
 	}
-	n := 0
-	bySlot := map[int]engine.Subscription{}
+	byN := map[int]map[int]engine.Subscription{}
 	for _, s := range subs {
 		g, slot, sn, ok := parseConsumerName(s.Consumer)
 		if !ok || g != group {
 			continue
 		}
-		if n != 0 && sn != n {
-			return Group{}, fmt.Errorf("group %q on queue %q is inconsistent: it has consumers for %d and for %d slots: unregister the stray consumers (see docs/operations.md)", group, queue, n, sn)
+		if byN[sn] == nil {
+			byN[sn] = map[int]engine.Subscription{}
 		}
-		n = sn
-		bySlot[slot] = s
+		byN[sn][slot] = s
 	}
-	if n == 0 {
-		return Group{}, noSuchGroup(queue, group)
-	}
-	g := Group{Queue: queue, Group: group, Slots: n, Consumers: make([]string, n), subIDs: make([]int32, n)}
-	for s := 0; s < n; s++ {
-		sub, ok := bySlot[s]
-		if !ok {
-			return Group{}, fmt.Errorf("group %q on queue %q misses the consumer of slot %d of %d: run partitionq setup again with %d slots", group, queue, s, n, n)
+	if len(rows) == 0 { // a group set up before generations were recorded: its consumers are its first
+		if len(byN) == 0 {
+			return Group{}, noSuchGroup(queue, group)
 		}
-		g.Consumers[s], g.subIDs[s] = sub.Consumer, sub.SubID
+		if len(byN) > 1 {
+			ns := make([]int, 0, len(byN))
+			for n := range byN {
+				ns = append(ns, n)
+			}
+			sort.Ints(ns)
+			return Group{}, fmt.Errorf("group %q on queue %q is inconsistent: it has consumers for %d and for %d slots and no record of a resize: unregister the stray consumers (see docs/operations.md)", group, queue, ns[0], ns[1])
+		}
+		for n := range byN {
+			rows = []store.Generation{{Slots: n, Number: 1}}
+		}
+	}
+	g := Group{Queue: queue, Group: group}
+	for _, r := range rows {
+		x := generation{n: r.Slots, number: r.Number, consumers: make([]string, r.Slots), subIDs: make([]int32, r.Slots),
+			parent: r.Parent, parentSubs: r.ParentSubs, cutover: r.Cutover, resizing: r.Resizing}
+		for s, sub := range byN[r.Slots] {
+			if s < r.Slots {
+				x.consumers[s], x.subIDs[s] = sub.Consumer, sub.SubID
+			}
+		}
+		delete(byN, r.Slots)
+		g.gens = append(g.gens, x)
+		if r.Resizing {
+			g.Resize = &ResizeState{From: r.Parent, To: r.Slots, Generation: r.Number, StartedAt: r.CreatedAt,
+				StartedBy: r.CreatedBy, Actor: r.Actor, Reason: r.Reason, Cutover: r.Cutover}
+		}
+	}
+	for n := range byN {
+		return Group{}, fmt.Errorf("group %q on queue %q has engine consumers for %d slots, which is none of its generations: unregister the stray consumers (see docs/operations.md)", group, queue, n)
+	}
+	cur := g.gens[len(g.gens)-1]
+	g.Slots, g.Generation, g.Consumers, g.subIDs = cur.n, cur.number, cur.consumers, cur.subIDs
+	if g.Resize != nil {
+		old := g.gens[0]
+		for s, c := range old.consumers {
+			if c != "" {
+				g.Resize.Remaining = append(g.Resize.Remaining, s)
+			}
+		}
+	}
+	// A generation not being resized has every slot's consumer.
+	for _, x := range g.gens {
+		if (g.Resize == nil || (x.n != g.Resize.From && x.n != g.Resize.To)) && x.registered() != x.n {
+			if x.registered() == 0 {
+				return Group{}, noSuchGroup(queue, group)
+			}
+			for s, c := range x.consumers {
+				if c == "" {
+					return Group{}, fmt.Errorf("group %q on queue %q misses the consumer of slot %d of %d: run partitionq setup again with %d slots", group, queue, s, x.n, x.n)
+				}
+			}
+		}
 	}
 	return g, nil
 }
@@ -224,11 +356,29 @@ func (c *Client) SlotOf(ctx context.Context, key string, n int) (int, error) {
 	return engine.SlotOf(ctx, c.pool, key, n)
 }
 
-// slots returns the parked-state names of every slot of g.
+// slots returns the parked-state names of every registered slot of the
+// current generation of g.
 func (c *Client) slots(g Group) []parked.Slot {
-	out := make([]parked.Slot, g.Slots)
-	for s := range g.Slots {
-		out[s] = parked.Slot{Queue: g.Queue, Group: g.Group, Consumer: g.Consumers[s], Slot: s, SubID: g.subIDs[s]}
+	cur := g.gens[len(g.gens)-1]
+	return genSlots(g, cur)
+}
+
+// allSlots returns the parked-state names of every registered slot of
+// every live generation of g (both, during a resize).
+func (c *Client) allSlots(g Group) []parked.Slot {
+	var out []parked.Slot
+	for _, x := range g.gens {
+		out = append(out, genSlots(g, x)...)
+	}
+	return out
+}
+
+func genSlots(g Group, x generation) []parked.Slot {
+	var out []parked.Slot
+	for s := range x.n {
+		if x.consumers[s] != "" {
+			out = append(out, parked.Slot{Queue: g.Queue, Group: g.Group, Consumer: x.consumers[s], N: x.n, Slot: s, SubID: x.subIDs[s]})
+		}
 	}
 	return out
 }

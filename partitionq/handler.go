@@ -13,6 +13,7 @@ type Event struct {
 	Queue   string    // the queue it was read from
 	Group   string    // the consumer group handling it
 	Slot    int       // the slot of its key
+	Slots   int       // the number of slots of the slot's generation (during a resize, the old or the new one's)
 	Key     string    // its partition key; "" for an event another producer sent without one (all on slot 0)
 	Type    string    // its type
 	Payload []byte    // its body

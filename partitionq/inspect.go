@@ -35,8 +35,16 @@ type Owner struct {
 
 // SlotStatus is the engine's view of one slot, read-only.
 type SlotStatus struct {
-	Slot     int
-	Consumer string // the slot's engine consumer
+	Slot int
+	// Slots is the number of slots of the slot's generation: the group's
+	// (GroupStatus.Slots), or during a resize the old one's for the old
+	// slots listed after the current generation's.
+	Slots    int
+	Consumer string // the slot's engine consumer ("" for a new slot before its resize's cutover)
+	// Resize says what a slot does in a resize in flight (nil when none):
+	// an old slot drains to the cutover, then hands off; a new one waits for
+	// its parents, then runs.
+	Resize *SlotResize
 	Owner    *Owner // nil when no live worker owns the slot
 	// Lag is the age of the last tick the slot finished: how far behind
 	// the slot's reading is.
@@ -91,12 +99,30 @@ type Rates struct {
 	Handled1m, Failed1m   float64
 }
 
+// SlotResize is one slot's part in a resize in flight.
+type SlotResize struct {
+	// Old: the slot is of the old generation: it drains its events up to
+	// the cutover tick, then hands its blocked keys to the new slots and
+	// leaves the engine. AtCutover: it has drained to the cutover.
+	Old, AtCutover bool
+	// Parents are the old slots a new slot takes keys from (ENGINE.md, Z4:
+	// one when the new N is a multiple of the old); Waiting lists those not
+	// handed off yet: the new slot starts once none is left.
+	Parents, Waiting []int
+}
+
 // GroupStatus is a group's status.
 type GroupStatus struct {
 	Queue, Group string
-	Slots        int
-	Engine       string // engine schema
-	SlotStatus   []SlotStatus
+	// Slots is the number of slots (of the current generation), Generation
+	// its number, Resize the resize in flight (nil: none).
+	Slots      int
+	Generation int
+	Resize     *ResizeState
+	Engine     string // engine schema
+	// SlotStatus lists the current generation's slots, by slot, then during
+	// a resize the old generation's slots not yet handed off.
+	SlotStatus []SlotStatus
 	DeadLetters  int64 // not yet replayed
 	// Pending is the sum of the slots' Pending, Rates the sum of their Rates.
 	Pending int64
@@ -126,15 +152,40 @@ func (c *Client) Status(ctx context.Context, queue, group string) (GroupStatus, 
 	if err != nil {
 		return GroupStatus{}, err
 	}
-	counts, err := c.eng.RetryCountsOf(ctx, c.pool, g.subIDs)
+	all := c.allSlots(g)
+	subs := make([]int32, len(all))
+	for i, s := range all {
+		subs[i] = s.SubID
+	}
+	counts, err := c.eng.RetryCountsOf(ctx, c.pool, subs)
 	if err != nil {
 		return GroupStatus{}, err
 	}
-	gs := GroupStatus{Queue: queue, Group: group, Slots: g.Slots, Engine: c.eng.Schema(), At: time.Now()}
+	gs := GroupStatus{Queue: queue, Group: group, Slots: g.Slots, Generation: g.Generation, Engine: c.eng.Schema(), At: time.Now()}
+	if g.Resize != nil {
+		r := *g.Resize
+		gs.Resize = &r
+	}
+	at := map[lease.SlotKey]int{} // position in gs.SlotStatus
 	byName := map[string]int{}
-	for i, name := range g.Consumers {
-		byName[name] = i
-		gs.SlotStatus = append(gs.SlotStatus, SlotStatus{Slot: i, Consumer: name})
+	add := func(x generation, s int) {
+		at[lease.SlotKey{N: x.n, Slot: s}] = len(gs.SlotStatus)
+		if x.consumers[s] != "" {
+			byName[x.consumers[s]] = len(gs.SlotStatus)
+		}
+		gs.SlotStatus = append(gs.SlotStatus, SlotStatus{Slot: s, Slots: x.n, Consumer: x.consumers[s]})
+	}
+	cur := g.gens[len(g.gens)-1]
+	for s := range cur.n {
+		add(cur, s)
+	}
+	old, resizing := g.old()
+	if resizing {
+		for s := range old.n {
+			if old.consumers[s] != "" {
+				add(old, s)
+			}
+		}
 	}
 	for _, in := range infos {
 		i, ok := byName[in.Consumer]
@@ -145,33 +196,53 @@ func (c *Client) Status(ctx context.Context, queue, group string) (GroupStatus, 
 		s.Lag, s.LastSeen, s.InBatch = in.Lag, in.LastSeen, in.CurrentBatch != nil
 		s.QueuePending, s.Position = in.PendingEvents, in.Position
 		gs.Head = max(gs.Head, in.Head)
+		if resizing && s.Slots == old.n {
+			s.Resize = &SlotResize{Old: true, AtCutover: g.Resize.Cutover != 0 && in.LastTick == g.Resize.Cutover && in.CurrentBatch == nil}
+		}
 	}
-	if err := c.backlog(ctx, g, &gs); err != nil {
-		return GroupStatus{}, err
+	if resizing {
+		left := map[int]bool{}
+		for _, s := range g.Resize.Remaining {
+			left[s] = true
+		}
+		for s := range cur.n {
+			r := &SlotResize{Parents: store.Parents(old.n, cur.n, s)}
+			for _, p := range r.Parents {
+				if left[p] {
+					r.Waiting = append(r.Waiting, p)
+				}
+			}
+			gs.SlotStatus[s].Resize = r
+		}
+	}
+	for _, x := range g.gens {
+		if err := c.backlog(ctx, g, x, at, &gs); err != nil {
+			return GroupStatus{}, err
+		}
 	}
 	anyParked := false
-	for i, sub := range g.subIDs {
-		s := &gs.SlotStatus[i]
-		if o, ok := owners[i]; ok && o.Live {
+	for _, sl := range all {
+		s := &gs.SlotStatus[at[lease.SlotKey{N: sl.N, Slot: sl.Slot}]]
+		if o, ok := owners[lease.SlotKey{N: sl.N, Slot: sl.Slot}]; ok && o.Live {
 			s.Owner = &Owner{Name: o.Identity, Host: o.Host, PID: int32(o.OSPid), BackendPID: int32(o.BackendPID), Addr: o.Addr,
 				Since: o.Since, Epoch: o.Epoch, LeaseLeft: o.LeaseLeft}
 		}
-		rc := counts[sub]
+		rc := counts[sl.SubID]
 		s.SetAside = rc.Timed + rc.Parked
 		anyParked = anyParked || rc.Parked > 0
 	}
 	if anyParked { // blocked or draining: the heads tell (two more queries)
-		heads, err := parked.Heads(ctx, c.pool, c.eng, c.slots(g), nil)
+		heads, err := parked.Heads(ctx, c.pool, c.eng, all, nil)
 		if err != nil {
 			return GroupStatus{}, err
 		}
 		for _, h := range heads {
+			s := &gs.SlotStatus[at[lease.SlotKey{N: h.N, Slot: h.Slot}]]
 			switch {
 			case !h.Parked():
 			case h.Draining():
-				gs.SlotStatus[h.Slot].DrainingKeys++
+				s.DrainingKeys++
 			default:
-				s := &gs.SlotStatus[h.Slot]
 				s.BlockedKeys++
 				if h.Failure != nil {
 					s.LongestBlocked = max(s.LongestBlocked, h.Failure.Age)
@@ -185,19 +256,25 @@ func (c *Client) Status(ctx context.Context, queue, group string) (GroupStatus, 
 	return gs, nil
 }
 
-// backlog fills in every slot's exact Pending and Oldest, its last finish
-// and its rates: the recorded progress and the scan of the event tables
-// run in one repeatable-read transaction, so that they see the same moment.
-func (c *Client) backlog(ctx context.Context, g Group, gs *GroupStatus) error {
+// backlog fills in, for the slots of generation x, every slot's exact
+// Pending and Oldest, its last finish and its rates: the recorded progress
+// and the scan of the event tables run in one repeatable-read transaction,
+// so that they see the same moment.
+func (c *Client) backlog(ctx context.Context, g Group, x generation, at map[lease.SlotKey]int, gs *GroupStatus) error {
+	if x.registered() == 0 {
+		return nil
+	}
 	installed, err := store.Installed(ctx, c.pool)
 	if err != nil {
 		return err
 	}
-	for i := range gs.SlotStatus {
-		gs.SlotStatus[i].SinceFinish = -1
+	for s := range x.n {
+		if i, ok := at[lease.SlotKey{N: x.n, Slot: s}]; ok {
+			gs.SlotStatus[i].SinceFinish = -1
+		}
 	}
 	return pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		spec := engine.BacklogSpec{Queue: g.Queue, Subs: g.subIDs, Batch: make([]int64, g.Slots), Below: make([]int64, g.Slots)}
+		spec := engine.BacklogSpec{Queue: g.Queue, Subs: x.subIDs, Batch: make([]int64, x.n), Below: make([]int64, x.n)}
 		if installed {
 			stats, err := slotstats.Read(ctx, tx, g.Queue, g.Group)
 			if code := db.Code(err); code == db.CodeUndefinedTable || code == db.CodeUndefinedColumn {
@@ -207,10 +284,11 @@ func (c *Client) backlog(ctx context.Context, g Group, gs *GroupStatus) error {
 				return err
 			}
 			for _, st := range stats {
-				if st.Slot < 0 || st.Slot >= g.Slots {
+				i, ok := at[lease.SlotKey{N: st.N, Slot: st.Slot}]
+				if st.N != x.n || !ok {
 					continue
 				}
-				s := &gs.SlotStatus[st.Slot]
+				s := &gs.SlotStatus[i]
 				s.SinceFinish = st.SinceFinish
 				s.Rates = Rates(st.Rates)
 				gs.Rates = Rates(slotstats.Rates(gs.Rates).Add(st.Rates))
@@ -227,7 +305,11 @@ func (c *Client) backlog(ctx context.Context, g Group, gs *GroupStatus) error {
 		if err != nil {
 			return err
 		}
-		for i, b := range bl {
+		for s, b := range bl {
+			i, ok := at[lease.SlotKey{N: x.n, Slot: s}]
+			if !ok {
+				continue
+			}
 			gs.SlotStatus[i].Pending, gs.SlotStatus[i].Oldest = b.Pending, b.Oldest
 			gs.Pending += b.Pending
 		}
@@ -237,7 +319,7 @@ func (c *Client) backlog(ctx context.Context, g Group, gs *GroupStatus) error {
 
 // owners reads the recorded owner of every slot of a group (none when
 // partitionq's schema is not installed yet).
-func (c *Client) owners(ctx context.Context, queue, group string) (map[int]lease.Owner, error) {
+func (c *Client) owners(ctx context.Context, queue, group string) (map[lease.SlotKey]lease.Owner, error) {
 	ok, err := store.Installed(ctx, c.pool)
 	if err != nil || !ok {
 		return nil, err

@@ -38,8 +38,7 @@ const (
 // instrument wraps h with the worker's metrics (a duration observation per
 // call) and tracing (a span per call, whose context is the handler's ctx).
 // With neither configured it returns h itself: no cost at all.
-func (w *Worker) instrument(h runner.Handler) runner.Handler {
-	m := w.metrics
+func (w *Worker) instrument(m *workerMetrics, h runner.Handler) runner.Handler {
 	var tr trace.Tracer
 	if w.cfg.TracerProvider != nil {
 		tr = w.cfg.TracerProvider.Tracer(TracerName, trace.WithInstrumentationVersion(Version))

@@ -21,43 +21,47 @@ import (
 	"github.com/partitionq/partitionq/partitionq/internal/runner"
 )
 
-// testWorker is a Worker of n slots, running slots, that was never started:
-// enough for its metrics and its handler wrapper.
-func testWorker(n int, slots []int, cfg WorkerConfig) *Worker {
+// testWorker is a Worker of n slots, running slots (its one generation's
+// run), that was never started: enough for its metrics and its handler
+// wrapper.
+func testWorker(n int, slots []int, cfg WorkerConfig) (*Worker, *genRun) {
 	cfg.Queue, cfg.Group = "q", "g"
-	w := &Worker{cfg: cfg, group: Group{Queue: "q", Group: "g", Slots: n}, slots: slots, stats: map[int]*runner.Stats{},
-		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	w := &Worker{cfg: cfg, group: Group{Queue: "q", Group: "g", Slots: n}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	gr := &genRun{n: n, slots: slots, stats: map[int]*runner.Stats{}}
 	for _, s := range slots {
-		w.stats[s] = &runner.Stats{}
+		gr.stats[s] = &runner.Stats{}
 	}
-	return w
+	return w, gr
 }
 
 // TestMetricsStatusReadCachedAndBounded: however many slots and scrapes,
 // one status read a second, each with a deadline of at most 2s; a failed
 // read leaves the gauges out and keeps the counters.
 func TestMetricsStatusReadCachedAndBounded(t *testing.T) {
-	w := testWorker(64, []int{0, 5, 63}, WorkerConfig{})
-	m := newWorkerMetrics(w)
+	w, gr := testWorker(64, []int{0, 5, 63}, WorkerConfig{})
+	m := newWorkerMetrics(w, gr)
 	now := time.Unix(1000, 0)
-	m.now = func() time.Time { return now }
+	w.status.now = func() time.Time { return now }
 	reads := 0
 	var fail error
-	m.read = func(ctx context.Context) (GroupStatus, error) {
+	w.status.read = func(ctx context.Context) (GroupStatus, error) {
 		reads++
 		dl, ok := ctx.Deadline()
 		if !ok || time.Until(dl) > statusTimeout {
 			t.Errorf("status read without a deadline of at most %s (deadline %v, set %v)", statusTimeout, dl, ok)
 		}
 		gs := GroupStatus{Slots: 64, SlotStatus: make([]SlotStatus, 64)}
-		gs.SlotStatus[5] = SlotStatus{Slot: 5, Owner: &Owner{Name: "x"}, BlockedKeys: 2, SetAside: 7, Pending: 11, Lag: 1500 * time.Millisecond}
+		for i := range gs.SlotStatus {
+			gs.SlotStatus[i] = SlotStatus{Slot: i, Slots: 64}
+		}
+		gs.SlotStatus[5] = SlotStatus{Slot: 5, Slots: 64, Owner: &Owner{Name: "x"}, BlockedKeys: 2, SetAside: 7, Pending: 11, Lag: 1500 * time.Millisecond}
 		return gs, fail
 	}
 	reg := prometheus.NewPedanticRegistry()
 	if err := m.register(reg); err != nil {
 		t.Fatal(err)
 	}
-	w.stats[5].Processed.Add(3)
+	gr.stats[5].Processed.Add(3)
 	gather := func() map[string]map[string]float64 { // name: slot: value
 		t.Helper()
 		fams, err := reg.Gather()
@@ -114,9 +118,9 @@ func TestMetricsStatusReadCachedAndBounded(t *testing.T) {
 // TestInstrumentNothingConfigured: without Registerer and TracerProvider
 // the handler runs unwrapped.
 func TestInstrumentNothingConfigured(t *testing.T) {
-	w := testWorker(1, []int{0}, WorkerConfig{})
+	w, _ := testWorker(1, []int{0}, WorkerConfig{})
 	called := 0
-	h := w.instrument(func(context.Context, runner.Call) runner.Result { called++; return runner.Result{} })
+	h := w.instrument(nil, func(context.Context, runner.Call) runner.Result { called++; return runner.Result{} })
 	h(context.Background(), runner.Call{})
 	if called != 1 {
 		t.Fatal("the handler was not called")
@@ -144,11 +148,12 @@ func BenchmarkHandlerWrapper(b *testing.B) {
 		{"metrics+tracing-noop", true, noop.NewTracerProvider()}, {"tracing-sdk", false, sdktrace.NewTracerProvider()}} {
 		b.Run(c.name, func(b *testing.B) {
 			cfg := WorkerConfig{TracerProvider: c.tp}
-			w := testWorker(8, []int{0, 1, 2, 3, 4, 5, 6, 7}, cfg)
+			w, gr := testWorker(8, []int{0, 1, 2, 3, 4, 5, 6, 7}, cfg)
+			var m *workerMetrics
 			if c.metrics {
-				w.metrics = newWorkerMetrics(w)
+				m = newWorkerMetrics(w, gr)
 			}
-			h := w.instrument(nop)
+			h := w.instrument(m, nop)
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
@@ -166,10 +171,10 @@ func TestDocsListEveryMetric(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := string(b)
-	w := testWorker(1, []int{0}, WorkerConfig{})
-	m := newWorkerMetrics(w)
-	m.read = func(context.Context) (GroupStatus, error) {
-		return GroupStatus{SlotStatus: []SlotStatus{{}}}, nil
+	w, gr := testWorker(1, []int{0}, WorkerConfig{})
+	m := newWorkerMetrics(w, gr)
+	w.status.read = func(context.Context) (GroupStatus, error) {
+		return GroupStatus{SlotStatus: []SlotStatus{{Slots: 1}}}, nil
 	}
 	reg := prometheus.NewRegistry()
 	if err := m.register(reg); err != nil {

@@ -3,6 +3,7 @@ package partitionq
 import (
 	"context"
 
+	"github.com/partitionq/partitionq/partitionq/internal/lease"
 	"github.com/partitionq/partitionq/partitionq/internal/parked"
 	"github.com/partitionq/partitionq/partitionq/internal/store"
 )
@@ -15,7 +16,10 @@ const KeyEventsLimit = 20
 // for: where it runs, whether it flows, what waits and what died.
 type KeyInfo struct {
 	Queue, Group, Key string
-	Slot              int
+	// Slot is the key's slot, of the generation with Slots slots: during a
+	// resize, the old generation's until that slot is handed off.
+	Slot  int
+	Slots int
 	// Owner is the live worker that owns the key's slot (nil: none).
 	Owner *Owner
 	// State is KeyFlowing, KeyBlocked or KeyDraining.
@@ -41,12 +45,13 @@ type KeyInfo struct {
 // A key the group has never seen is simply flowing, with nothing listed.
 // ctx governs the queries: 13, whatever the number of slots and events.
 func (c *Client) Key(ctx context.Context, queue, group, key string) (KeyInfo, error) {
-	g, s, err := c.groupAndSlot(ctx, queue, group, key)
+	_, home, err := c.keyHome(ctx, queue, group, key)
 	if err != nil {
 		return KeyInfo{}, err
 	}
-	ki := KeyInfo{Queue: queue, Group: group, Key: key, Slot: s, State: KeyFlowing}
-	heads, err := parked.Heads(ctx, c.pool, c.eng, c.slots(g)[s:s+1], &key)
+	s := home.Slot
+	ki := KeyInfo{Queue: queue, Group: group, Key: key, Slot: s, Slots: home.N, State: KeyFlowing}
+	heads, err := parked.Heads(ctx, c.pool, c.eng, []parked.Slot{home}, &key)
 	if err != nil {
 		return KeyInfo{}, err
 	}
@@ -58,7 +63,7 @@ func (c *Client) Key(ctx context.Context, queue, group, key string) (KeyInfo, er
 		ki.Blocked, ki.State = &bk, bk.State
 	}
 	if ki.Blocked != nil || len(heads) > 0 {
-		evs, err := parked.Events(ctx, c.pool, c.eng, c.slots(g)[s], key, KeyEventsLimit)
+		evs, err := parked.Events(ctx, c.pool, c.eng, home, key, KeyEventsLimit)
 		if err != nil {
 			return KeyInfo{}, err
 		}
@@ -74,7 +79,7 @@ func (c *Client) Key(ctx context.Context, queue, group, key string) (KeyInfo, er
 	if err != nil {
 		return KeyInfo{}, err
 	}
-	if o, found := owners[s]; found && o.Live {
+	if o, found := owners[lease.SlotKey{N: home.N, Slot: s}]; found && o.Live {
 		ki.Owner = &Owner{Name: o.Identity, Host: o.Host, PID: int32(o.OSPid), BackendPID: int32(o.BackendPID), Addr: o.Addr,
 			Since: o.Since, Epoch: o.Epoch, LeaseLeft: o.LeaseLeft}
 	}

@@ -12,7 +12,9 @@ import (
 )
 
 // Metrics of a worker (WorkerConfig.Registerer). Every series has the
-// labels queue, group and slot; docs/operations.md lists them.
+// labels queue, group, slots (the number of slots of the slot's
+// generation: during a resize the old and the new generation both have a
+// slot 0) and slot; docs/operations.md lists them.
 const (
 	metricHandled        = "partitionq_events_handled_total"
 	metricFailed         = "partitionq_events_failed_total"
@@ -60,9 +62,14 @@ type slotDescs struct {
 // status read. Safe for concurrent use.
 type workerMetrics struct {
 	w         *Worker
-	slots     []slotDescs            // by position in w.slots
+	gr        *genRun
+	slots     []slotDescs            // by position in gr.slots
 	durations []prometheus.Histogram // by slot number (nil for slots the worker does not run)
+}
 
+// statusCache is the one Client.Status read of a worker's metrics: shared
+// by the collectors of every generation it runs.
+type statusCache struct {
 	// read and now are Client.Status and time.Now (replaced in tests).
 	read func(ctx context.Context) (GroupStatus, error)
 	now  func() time.Time
@@ -73,11 +80,11 @@ type workerMetrics struct {
 	err    error
 }
 
-func newWorkerMetrics(w *Worker) *workerMetrics {
-	m := &workerMetrics{w: w, durations: make([]prometheus.Histogram, w.group.Slots), now: time.Now,
-		read: func(ctx context.Context) (GroupStatus, error) { return w.c.Status(ctx, w.cfg.Queue, w.cfg.Group) }}
-	for _, s := range w.slots {
-		labels := prometheus.Labels{"queue": w.cfg.Queue, "group": w.cfg.Group, "slot": strconv.Itoa(s)}
+// newWorkerMetrics makes the collector of the slots of one generation run.
+func newWorkerMetrics(w *Worker, gr *genRun) *workerMetrics {
+	m := &workerMetrics{w: w, gr: gr, durations: make([]prometheus.Histogram, gr.n)}
+	for _, s := range gr.slots {
+		labels := prometheus.Labels{"queue": w.cfg.Queue, "group": w.cfg.Group, "slots": strconv.Itoa(gr.n), "slot": strconv.Itoa(s)}
 		desc := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, labels) }
 		d := slotDescs{
 			handled: desc(metricHandled, "Events the handler finished successfully, in this process."),
@@ -106,7 +113,7 @@ func (m *workerMetrics) register(reg prometheus.Registerer) error {
 		return fmt.Errorf("partitionq: WorkerConfig.Registerer: the metrics of queue %q group %q slots %s cannot be registered "+
 			"(another worker of this process registered the same slots there already?): give the workers disjoint Slots, "+
 			"or each its own Registerer: %w",
-			m.w.cfg.Queue, m.w.cfg.Group, slotList(m.w.slots), err)
+			m.w.cfg.Queue, m.w.cfg.Group, slotList(m.gr.slots), err)
 	}
 	return nil
 }
@@ -147,23 +154,30 @@ func (m *workerMetrics) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v int64) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
 	}
-	for i, s := range m.w.slots {
-		d, st := &m.slots[i], m.w.stats[s]
+	for i, s := range m.gr.slots {
+		d, st := &m.slots[i], m.gr.stats[s]
 		counter(d.handled, st.Processed.Load())
 		counter(d.failed, st.Failed.Load())
 		counter(d.dead, st.DeadLettered.Load())
 		d.duration.Collect(ch)
 	}
-	gs, err := m.groupStatus()
+	gs, err := m.w.status.get(m.w.log)
 	if err != nil {
 		return // logged once per read; the gauges are absent from this scrape
 	}
 	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
-	for i, s := range m.w.slots {
-		if s >= len(gs.SlotStatus) {
+	at := map[int]int{}
+	for i, ss := range gs.SlotStatus {
+		if ss.Slots == m.gr.n {
+			at[ss.Slot] = i
+		}
+	}
+	for i, s := range m.gr.slots {
+		k, ok := at[s]
+		if !ok {
 			continue
 		}
-		d, ss := &m.slots[i], gs.SlotStatus[s]
+		d, ss := &m.slots[i], gs.SlotStatus[k]
 		owned := 0.0
 		if ss.Owner != nil {
 			owned = 1
@@ -177,20 +191,24 @@ func (m *workerMetrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// groupStatus returns the group's status, read at most once per
-// statusMaxAge and within statusTimeout. Concurrent scrapes share one read.
-func (m *workerMetrics) groupStatus() (GroupStatus, error) {
+// get returns the group's status, read at most once per statusMaxAge and
+// within statusTimeout. Concurrent scrapes share one read.
+func (m *statusCache) get(log *slog.Logger) (GroupStatus, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.readAt.IsZero() && m.now().Sub(m.readAt) < statusMaxAge {
+	now := time.Now
+	if m.now != nil {
+		now = m.now
+	}
+	if !m.readAt.IsZero() && now().Sub(m.readAt) < statusMaxAge {
 		return m.status, m.err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
 	defer cancel()
 	m.status, m.err = m.read(ctx)
-	m.readAt = m.now()
+	m.readAt = now()
 	if m.err != nil {
-		m.w.log.Warn("partitionq: metrics: reading the group's status failed; its gauges are left out of this scrape", slog.Any("error", m.err))
+		log.Warn("partitionq: metrics: reading the group's status failed; its gauges are left out of this scrape", slog.Any("error", m.err))
 	}
 	return m.status, m.err
 }

@@ -56,8 +56,8 @@ func series(t *testing.T, fams map[string]*dto.MetricFamily, name string) map[in
 		for _, l := range m.GetLabel() {
 			labels[l.GetName()] = l.GetValue()
 		}
-		if labels["queue"] != "q" || labels["group"] != "g" || len(labels) != 3 {
-			t.Errorf("%s has labels %v, want queue=q group=g slot", name, labels)
+		if labels["queue"] != "q" || labels["group"] != "g" || labels["slots"] == "" || len(labels) != 4 {
+			t.Errorf("%s has labels %v, want queue=q group=g slots slot", name, labels)
 		}
 		slot, err := strconv.Atoi(labels["slot"])
 		if err != nil {

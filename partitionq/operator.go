@@ -79,7 +79,7 @@ func (c *Client) BlockedKeys(ctx context.Context, queue, group string) ([]Blocke
 	if err != nil {
 		return nil, err
 	}
-	heads, err := parked.Heads(ctx, c.pool, c.eng, c.slots(g), nil)
+	heads, err := parked.Heads(ctx, c.pool, c.eng, c.allSlots(g), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -94,11 +94,11 @@ func (c *Client) BlockedKeys(ctx context.Context, queue, group string) ([]Blocke
 // BlockedKey returns one key with events set aside (blocked or draining),
 // or ErrNotBlocked.
 func (c *Client) BlockedKey(ctx context.Context, queue, group, key string) (BlockedKey, error) {
-	g, s, err := c.groupAndSlot(ctx, queue, group, key)
+	_, s, err := c.keyHome(ctx, queue, group, key)
 	if err != nil {
 		return BlockedKey{}, err
 	}
-	heads, err := parked.Heads(ctx, c.pool, c.eng, c.slots(g)[s:s+1], &key)
+	heads, err := parked.Heads(ctx, c.pool, c.eng, []parked.Slot{s}, &key)
 	if err != nil {
 		return BlockedKey{}, err
 	}
@@ -128,16 +128,43 @@ func notBlocked(key string) error {
 	return fmt.Errorf("%w: key %s has no unresolved head in its slot", ErrNotBlocked, shorten(key))
 }
 
-func (c *Client) groupAndSlot(ctx context.Context, queue, group, key string) (Group, int, error) {
+// keyHome returns the group and the slot that holds key's events set aside
+// (and runs its events): the key's slot of the current generation, or,
+// during a resize, of the old generation while that slot has not been
+// handed off (or holds the key's parked events).
+func (c *Client) keyHome(ctx context.Context, queue, group, key string) (Group, parked.Slot, error) {
 	if err := ValidateKey(key); err != nil {
-		return Group{}, 0, err
+		return Group{}, parked.Slot{}, err
 	}
 	g, err := c.Group(ctx, queue, group)
 	if err != nil {
-		return Group{}, 0, err
+		return Group{}, parked.Slot{}, err
 	}
-	s, err := engine.SlotOf(ctx, c.pool, key, g.Slots)
-	return g, s, err
+	var cands []parked.Slot
+	for i := len(g.gens) - 1; i >= 0; i-- { // the current generation first
+		x := g.gens[i]
+		s, err := engine.SlotOf(ctx, c.pool, key, x.n)
+		if err != nil {
+			return Group{}, parked.Slot{}, err
+		}
+		cands = append(cands, parked.Slot{Queue: queue, Group: group, Consumer: x.consumers[s], N: x.n, Slot: s, SubID: x.subIDs[s]})
+	}
+	home := cands[0]
+	if len(cands) > 1 {
+		old := cands[1]
+		switch {
+		case home.Consumer == "":
+			home = old // before the cutover the old slot runs the key
+		case old.Consumer != "":
+			// Both registered: the old slot until it is handed off (its
+			// parked events then move to the new one).
+			home = old
+		}
+	}
+	if home.Consumer == "" {
+		return Group{}, parked.Slot{}, fmt.Errorf("the slot of key %s is not registered in the engine: the group's resize has not reached its cutover", shorten(key))
+	}
+	return g, home, nil
 }
 
 // PreviewEvent is an event of a blocked key, in the order it will run.
@@ -154,14 +181,14 @@ type PreviewEvent struct {
 // the head, the waiting events run in this order, then the key's events
 // still in the stream. ErrNotBlocked when the key has no events set aside.
 func (c *Client) Preview(ctx context.Context, queue, group, key string, limit int) ([]PreviewEvent, error) {
-	g, s, err := c.groupAndSlot(ctx, queue, group, key)
+	_, s, err := c.keyHome(ctx, queue, group, key)
 	if err != nil {
 		return nil, err
 	}
 	if limit < 1 {
 		limit = 10
 	}
-	evs, err := parked.Events(ctx, c.pool, c.eng, c.slots(g)[s], key, limit+1)
+	evs, err := parked.Events(ctx, c.pool, c.eng, s, key, limit+1)
 	if err != nil {
 		return nil, err
 	}
@@ -259,7 +286,7 @@ func (c *Client) act(ctx context.Context, a Action, kind parked.Kind) (ActionRes
 	if err := validateActorReason(a.Actor, a.Reason); err != nil {
 		return ActionResult{}, err
 	}
-	g, s, err := c.groupAndSlot(ctx, a.Queue, a.Group, a.Key)
+	_, s, err := c.keyHome(ctx, a.Queue, a.Group, a.Key)
 	if err != nil {
 		return ActionResult{}, err
 	}
@@ -267,7 +294,7 @@ func (c *Client) act(ctx context.Context, a Action, kind parked.Kind) (ActionRes
 		return ActionResult{}, err
 	}
 	actor := c.actor(a.Actor)
-	pr, err := parked.Act(ctx, c.pool, c.eng, c.slots(g)[s],
+	pr, err := parked.Act(ctx, c.pool, c.eng, s,
 		parked.Action{Kind: kind, Key: a.Key, HeadID: a.HeadID, Reason: a.Reason, Actor: actor, LockTimeout: OperatorLockTimeout},
 		func(ctx context.Context, tx pgx.Tx, pr parked.ActionResult) error {
 			return c.audit(ctx, tx, a, string(kind), pr.EventID, Outcome(pr.Outcome))
@@ -279,7 +306,7 @@ func (c *Client) act(ctx context.Context, a Action, kind parked.Kind) (ActionRes
 	if err != nil {
 		return ActionResult{}, err
 	}
-	res := ActionResult{Outcome: Outcome(pr.Outcome), Key: a.Key, Slot: s, EventID: pr.EventID, Count: pr.Count, NextIDs: pr.NextIDs}
+	res := ActionResult{Outcome: Outcome(pr.Outcome), Key: a.Key, Slot: s.Slot, EventID: pr.EventID, Count: pr.Count, NextIDs: pr.NextIDs}
 	c.log.InfoContext(ctx, "partitionq: operator action", "action", string(kind), "queue", a.Queue, "group", a.Group,
 		"key", a.Key, "event_id", res.EventID, "outcome", string(res.Outcome), "actor", actor)
 	return res, nil

@@ -36,6 +36,10 @@ type GroupOverview struct {
 	BlockedKeys, DrainingKeys int
 	// DeadLetters counts the group's dead letters not yet replayed.
 	DeadLetters int64
+	// Generation is the current generation's number; Resize, when not nil,
+	// the resize in flight (Slots is then its new number of slots).
+	Generation int
+	Resize     *ResizeState
 	// Broken, when not empty, says why the group's consumers do not form a
 	// whole group (a slot's consumer missing, or consumers for two values of
 	// N); its other counts then cover the consumers found.
@@ -57,8 +61,17 @@ func (c *Client) AllGroups(ctx context.Context) ([]GroupOverview, error) {
 		sub  int32
 		name string
 	}
+	gens, err := store.AllGenerations(ctx, c.pool)
+	if err != nil {
+		return nil, err
+	}
+	gensOf := map[gk][]store.Generation{}
+	for _, x := range gens {
+		k := gk{x.Queue, x.Group}
+		gensOf[k] = append(gensOf[k], x.Generation)
+	}
 	byGroup := map[gk]*GroupOverview{}
-	slotsOf := map[gk]map[int]slotCons{}
+	slotsOf := map[gk]map[lease.SlotKey]slotCons{}
 	var order []gk
 	var subs []int32
 	for _, in := range cons {
@@ -69,21 +82,37 @@ func (c *Client) AllGroups(ctx context.Context) ([]GroupOverview, error) {
 		k := gk{in.Queue, g}
 		ov := byGroup[k]
 		if ov == nil {
-			ov = &GroupOverview{Queue: in.Queue, Group: g, Slots: n}
-			byGroup[k], slotsOf[k] = ov, map[int]slotCons{}
+			ov = &GroupOverview{Queue: in.Queue, Group: g, Slots: n, Generation: 1}
+			for _, x := range gensOf[k] { // the newest generation's
+				ov.Slots, ov.Generation = x.Slots, x.Number
+				if x.Resizing {
+					ov.Resize = &ResizeState{From: x.Parent, To: x.Slots, Generation: x.Number, StartedAt: x.CreatedAt,
+						StartedBy: x.CreatedBy, Actor: x.Actor, Reason: x.Reason, Cutover: x.Cutover}
+				}
+			}
+			byGroup[k], slotsOf[k] = ov, map[lease.SlotKey]slotCons{}
 			order = append(order, k)
 		}
-		if n != ov.Slots {
-			ov.Broken = "it has consumers for two numbers of slots: unregister the stray consumers (see docs/operations.md)"
+		known := n == ov.Slots || (ov.Resize != nil && n == ov.Resize.From)
+		if !known {
+			ov.Broken = "it has consumers for two numbers of slots and no resize records them: unregister the stray consumers (see docs/operations.md)"
 			continue
 		}
-		slotsOf[k][slot] = slotCons{in.SubID, in.Consumer}
+		if ov.Resize != nil && n == ov.Resize.From {
+			ov.Resize.Remaining = append(ov.Resize.Remaining, slot)
+		}
+		slotsOf[k][lease.SlotKey{N: n, Slot: slot}] = slotCons{in.SubID, in.Consumer}
 		subs = append(subs, in.SubID)
 		ov.Backlog = max(ov.Backlog, in.PendingEvents)
 		ov.Lag = max(ov.Lag, in.Lag)
 	}
 	for _, k := range order {
-		if ov := byGroup[k]; ov.Broken == "" && len(slotsOf[k]) != ov.Slots {
+		ov := byGroup[k]
+		if ov.Resize != nil {
+			sort.Ints(ov.Resize.Remaining)
+			continue // some slots of both generations may have no consumer
+		}
+		if ov.Broken == "" && len(slotsOf[k]) != ov.Slots {
 			ov.Broken = "some slots have no consumer: run partitionq setup again with the same number of slots"
 		}
 	}
@@ -100,7 +129,7 @@ func (c *Client) AllGroups(ctx context.Context) ([]GroupOverview, error) {
 		for _, o := range owners {
 			k := gk{o.Queue, o.Group}
 			ov := byGroup[k]
-			if ov == nil || !o.Live || o.Slot >= ov.Slots {
+			if _, known := slotsOf[k][lease.SlotKey{N: o.N, Slot: o.Slot}]; ov == nil || !o.Live || !known {
 				continue
 			}
 			ov.Owned++
@@ -132,11 +161,11 @@ func (c *Client) AllGroups(ctx context.Context) ([]GroupOverview, error) {
 		}
 		var parkedSlots []parked.Slot
 		for _, k := range order {
-			for slot, sc := range slotsOf[k] {
+			for sk, sc := range slotsOf[k] {
 				r := rc[sc.sub]
 				byGroup[k].SetAside += r.Timed + r.Parked
 				if r.Parked > 0 {
-					parkedSlots = append(parkedSlots, parked.Slot{Queue: k.queue, Group: k.group, Consumer: sc.name, Slot: slot, SubID: sc.sub})
+					parkedSlots = append(parkedSlots, parked.Slot{Queue: k.queue, Group: k.group, Consumer: sc.name, N: sk.N, Slot: sk.Slot, SubID: sc.sub})
 				}
 			}
 		}

@@ -9,14 +9,17 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/partitionq/partitionq/internal/connstr"
 	"github.com/partitionq/partitionq/partitionq/internal/runner"
+	"github.com/partitionq/partitionq/partitionq/internal/store"
 	"github.com/partitionq/partitionq/partitionq/internal/ticker"
 )
 
@@ -299,15 +302,20 @@ func backoff(minD, maxD time.Duration, n int) time.Duration {
 
 // Worker runs slots of one consumer group. Start it once; Stop it once or
 // more. It is safe for concurrent use.
+//
+// A worker follows the group through resizes (Client.Resize): it runs the
+// slots of every live generation, the old one's until they are handed off
+// and the new one's from the cutover on, without a restart. A worker
+// started with WorkerConfig.Slots or WorkerConfig.N runs the slots of one
+// generation only: when a resize ends that generation (its slots drained
+// to the cutover and handed off), the worker stops, and Err returns a
+// *ResizedError naming the new number of slots.
 type Worker struct {
-	c     *Client
-	cfg   WorkerConfig
-	group Group
-	slots []int
-	stats map[int]*runner.Stats
-	log   *slog.Logger
-
-	metrics *workerMetrics // nil without a Registerer
+	c      *Client
+	cfg    WorkerConfig
+	group  Group // as NewWorker read it
+	pinned int   // the one generation (its N) a worker with Slots or N runs; 0: every generation
+	log    *slog.Logger
 
 	mu           sync.Mutex
 	started      bool
@@ -318,6 +326,44 @@ type Worker struct {
 
 	errMu sync.Mutex
 	err   error // why the worker stopped on its own (set before done closes)
+
+	// The generations it runs (supervise), each a runner with a lease of
+	// its own, on the worker's one pool.
+	pool       *pgxpool.Pool
+	soft, hard context.Context
+	abort      context.CancelFunc // cancels soft (set before any run starts)
+	genMu      sync.Mutex
+	gens       map[int]*genRun // by N
+	order      []int           // the Ns, in the order their runs started
+	changed    chan struct{}   // the group's generations may have changed
+	sig        atomic.Value    // string: store.Signature at the last look
+	status     statusCache     // the metrics' gauges (one read for every generation)
+	runners    sync.WaitGroup
+}
+
+// genRun is the run of one generation's slots.
+type genRun struct {
+	n       int
+	slots   []int
+	stats   map[int]*runner.Stats
+	metrics *workerMetrics // nil without a Registerer
+	stop    context.CancelFunc
+	done    chan struct{}
+	err     error // why its runner returned (set before done closes)
+}
+
+// ResizedError reports that a worker pinned to one generation's slots
+// (WorkerConfig.Slots or N, partitionq work --slots) stopped because a
+// resize ended that generation: its slots were drained to the cutover and
+// handed off to the new ones.
+type ResizedError struct {
+	Queue, Group string
+	From, To     int // the worker's number of slots, and the group's now
+}
+
+func (e *ResizedError) Error() string {
+	return fmt.Sprintf("group %q on queue %q was resized from %d to %d slots: this worker ran slots of the %d-slot generation (WorkerConfig.Slots or N, or --slots), which are drained and handed off; start it again with slots of %d, or without --slots to follow every resize",
+		e.Group, e.Queue, e.From, e.To, e.From, e.To)
 }
 
 // NewWorker validates cfg and reads the group from the engine. ctx governs
@@ -332,21 +378,27 @@ func (c *Client) NewWorker(ctx context.Context, cfg WorkerConfig) (*Worker, erro
 	if err != nil {
 		return nil, err
 	}
-	if cfg.N != 0 && cfg.N != g.Slots {
-		return nil, &SlotCountMismatchError{Queue: cfg.Queue, Group: cfg.Group, Existing: g.Slots, Requested: cfg.N}
-	}
-	slots, err := pickSlots(cfg.Slots, g.Slots)
-	if err != nil {
-		return nil, err
-	}
-	w := &Worker{c: c, cfg: cfg, group: g, slots: slots, done: make(chan struct{}), stats: map[int]*runner.Stats{},
+	w := &Worker{c: c, cfg: cfg, group: g, done: make(chan struct{}), gens: map[int]*genRun{}, changed: make(chan struct{}, 1),
 		log: c.log.With(slog.String("queue", cfg.Queue), slog.String("group", cfg.Group))}
-	for _, s := range slots {
-		w.stats[s] = &runner.Stats{}
+	switch {
+	case cfg.N != 0:
+		if _, ok := g.gen(cfg.N); !ok || (g.Resize != nil && cfg.N == g.Resize.To && g.Resize.Cutover == 0) {
+			return nil, &SlotCountMismatchError{Queue: cfg.Queue, Group: cfg.Group, Existing: g.Slots, Requested: cfg.N}
+		}
+		w.pinned = cfg.N
+	case len(cfg.Slots) > 0:
+		w.pinned = g.Slots
+		if g.Resize != nil && g.Resize.Cutover == 0 {
+			w.pinned = g.Resize.From // the new generation has no consumers yet
+		}
 	}
-	if cfg.Registerer != nil {
-		w.metrics = newWorkerMetrics(w)
+	if w.pinned != 0 {
+		if _, err := pickSlots(cfg.Slots, w.pinned); err != nil {
+			return nil, err
+		}
 	}
+	w.status.read = func(ctx context.Context) (GroupStatus, error) { return c.Status(ctx, cfg.Queue, cfg.Group) }
+	w.sig.Store("")
 	return w, nil
 }
 
@@ -364,7 +416,9 @@ const (
 // (6), plus one per blocked key it drains at once (8). It does not depend on
 // the number of slots or the in-slot concurrency (both parameters are kept
 // for compatibility and ignored): a worker with 256 slots needs no more. With
-// another DrainConcurrency d it is 6+d. Count them, with the client's pool,
+// another DrainConcurrency d it is 6+d. While the group is being resized a
+// worker running both generations' slots opens up to 6 more (a lease and
+// readers for each generation). Count them, with the client's pool,
 // against the server's max_connections.
 //
 // A worker keeps these connections in a pool of its own (made from the
@@ -419,15 +473,11 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.stoppedEarly {
 		return errors.New("partitionq: worker was stopped before it started: make a new one")
 	}
-	if w.metrics != nil {
-		if err := w.metrics.register(w.cfg.Registerer); err != nil {
-			return err
-		}
-	}
 	// The worker's own connections (see PoolConns): none is opened before
-	// it is needed.
+	// it is needed; room for a second generation's lease and readers
+	// during a resize.
 	pcfg := w.c.pool.Config()
-	pcfg.MaxConns = int32(workerConns(w.cfg.DrainConcurrency))
+	pcfg.MaxConns = int32(workerConns(w.cfg.DrainConcurrency) + workerFixed)
 	pcfg.MinConns, pcfg.MinIdleConns = 0, 0
 	if pcfg.ConnConfig.RuntimeParams == nil {
 		pcfg.ConnConfig.RuntimeParams = map[string]string{}
@@ -438,24 +488,36 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	pool, err := pgxpool.NewWithConfig(context.WithoutCancel(ctx), pcfg)
 	if err != nil {
-		w.unregister()
 		return fmt.Errorf("partitionq: the worker's connection pool: %w", err)
 	}
 	soft, stopSoft := context.WithCancel(ctx)
 	hard, stopHard := context.WithCancel(context.WithoutCancel(ctx))
-	r := w.newRunner(pool)
-	registered := make(chan error, 1)
-	go func() {
-		err := r.Run(soft, hard, func(err error) { registered <- err })
-		w.finish(err)
-	}()
-	if err := <-registered; err != nil {
-		stopSoft()
-		<-w.done
-		stopHard()
-		pool.Close()
-		w.stoppedEarly = true // done is closed: Start again needs a new worker
-		return err
+	w.pool, w.soft, w.hard, w.abort = pool, soft, hard, stopSoft
+	var readies []chan error
+	for _, x := range w.wanted(w.group) {
+		ready, err := w.startGen(x)
+		if err != nil {
+			stopSoft()
+			w.runners.Wait()
+			stopHard()
+			pool.Close()
+			w.stoppedEarly = true
+			close(w.done)
+			return err
+		}
+		readies = append(readies, ready)
+	}
+	for _, ready := range readies {
+		if err := <-ready; err != nil {
+			stopSoft()
+			w.runners.Wait()
+			stopHard()
+			pool.Close()
+			w.unregisterAll()
+			w.stoppedEarly = true // done is closed: Start again needs a new worker
+			close(w.done)
+			return err
+		}
 	}
 	w.started = true
 	w.stopSoft, w.stopHard = stopSoft, stopHard
@@ -469,54 +531,226 @@ func (w *Worker) Start(ctx context.Context) error {
 				Interval: w.cfg.TickInterval, MaintInterval: MaintIntervalDefault})
 		}()
 	}
+	superDone := make(chan struct{})
+	go func() { defer close(superDone); w.supervise() }()
 	go func() {
 		<-soft.Done()
 		t := time.AfterFunc(w.cfg.ShutdownTimeout, stopHard)
-		<-w.done
+		<-superDone
+		w.runners.Wait()
 		wg.Wait()
 		t.Stop()
 		stopHard()
 		pool.Close()
+		w.unregisterAll()
+		close(w.done)
 	}()
-	w.log.Info("partitionq: worker started", slog.Any("slots", w.slots), slog.String("policy", string(w.cfg.Policy)),
+	w.log.Info("partitionq: worker started", slog.Any("slots", w.slotsLogged()), slog.String("policy", string(w.cfg.Policy)),
 		slog.Int("concurrency", w.cfg.Concurrency))
 	return nil
 }
 
-func (w *Worker) finish(err error) {
-	w.unregister()
-	w.errMu.Lock()
-	w.err = err
-	w.errMu.Unlock()
-	close(w.done)
+// wanted returns the generations of g the worker runs: every one with a
+// registered consumer (during a resize the old one's slots not handed off,
+// and the new one's from the cutover on), or only its pinned one.
+func (w *Worker) wanted(g Group) []generation {
+	var out []generation
+	for _, x := range g.gens {
+		if x.registered() == 0 || (w.pinned != 0 && x.n != w.pinned) {
+			continue
+		}
+		out = append(out, x)
+	}
+	return out
 }
 
-// unregister takes the worker's metrics off its Registerer, so that a new
-// worker of the same slots can register them.
-func (w *Worker) unregister() {
-	if w.metrics != nil {
-		w.cfg.Registerer.Unregister(w.metrics)
+// startGen starts the run of generation x's slots; ready receives the
+// runner's registration result.
+func (w *Worker) startGen(x generation) (chan error, error) {
+	slots, err := pickSlots(w.cfg.Slots, x.n)
+	if err != nil {
+		return nil, err
+	}
+	if w.pinned == 0 {
+		slots = slots[:0]
+		for s := range x.n {
+			if x.consumers[s] != "" {
+				slots = append(slots, s)
+			}
+		}
+	}
+	gr := &genRun{n: x.n, slots: slots, stats: map[int]*runner.Stats{}, done: make(chan struct{})}
+	for _, s := range slots {
+		gr.stats[s] = &runner.Stats{}
+	}
+	if w.cfg.Registerer != nil {
+		gr.metrics = newWorkerMetrics(w, gr)
+		if err := gr.metrics.register(w.cfg.Registerer); err != nil {
+			return nil, err
+		}
+	}
+	stop, cancel := context.WithCancel(w.soft)
+	gr.stop = cancel
+	r := w.newRunner(x, gr)
+	ready := make(chan error, 1)
+	w.genMu.Lock()
+	w.gens[x.n] = gr
+	w.order = append(w.order, x.n)
+	w.genMu.Unlock()
+	w.runners.Add(1)
+	go func() {
+		defer w.runners.Done()
+		err := r.Run(stop, w.hard, func(err error) { ready <- err })
+		gr.err = err
+		close(gr.done)
+		if err != nil && w.soft.Err() == nil {
+			w.fail(err) // a runner that could not register: the worker stops
+		}
+		signal(w.changed)
+	}()
+	return ready, nil
+}
+
+// supervise follows the group's generations until the worker stops: when
+// a lease renewal (or a notification) shows they changed, it starts the
+// runs of new generations and stops those of generations that ended.
+func (w *Worker) supervise() {
+	for {
+		select {
+		case <-w.soft.Done():
+			return
+		case <-w.changed:
+		}
+		ctx, cancel := context.WithTimeout(w.soft, 10*time.Second)
+		g, err := w.c.lookupGroup(ctx, w.c.pool, w.cfg.Queue, w.cfg.Group)
+		cancel()
+		if err != nil {
+			if w.soft.Err() == nil {
+				w.log.Warn("partitionq: reading the group's generations failed; trying again at the next lease renewal", slog.Any("error", err))
+			}
+			continue
+		}
+		want := map[int]generation{}
+		for _, x := range w.wanted(g) {
+			want[x.n] = x
+		}
+		w.genMu.Lock()
+		var stop []*genRun
+		for n, gr := range w.gens {
+			select {
+			case <-gr.done:
+				delete(w.gens, n)
+				continue
+			default:
+			}
+			if _, ok := want[n]; !ok {
+				stop = append(stop, gr) // its generation ended: every slot of it was handed off
+			}
+		}
+		var start []generation
+		for n, x := range want {
+			if w.gens[n] == nil {
+				start = append(start, x)
+			}
+		}
+		w.genMu.Unlock()
+		for _, gr := range stop {
+			w.log.Info("partitionq: a generation of the group ended: its slots were handed off", slog.Int("slots", gr.n), slog.Int("now", g.Slots))
+			gr.stop()
+		}
+		sort.Slice(start, func(i, j int) bool { return start[i].number < start[j].number })
+		for _, x := range start {
+			w.log.Info("partitionq: running the slots of a new generation of the group", slog.Int("slots", x.n), slog.Int("generation", x.number))
+			if _, err := w.startGen(x); err != nil {
+				w.log.Warn("partitionq: starting a generation's slots failed", slog.Int("slots", x.n), slog.Any("error", err))
+			}
+		}
+		if w.pinned != 0 && len(want) == 0 {
+			w.fail(&ResizedError{Queue: w.cfg.Queue, Group: w.cfg.Group, From: w.pinned, To: g.Slots})
+			return
+		}
 	}
 }
 
-func (w *Worker) newRunner(pool *pgxpool.Pool) *runner.Runner {
+// fail stops the worker on its own, with err (the first one) as Err.
+func (w *Worker) fail(err error) {
+	w.errMu.Lock()
+	if w.err == nil {
+		w.err = err
+	}
+	w.errMu.Unlock()
+	w.abort() // not under w.mu: Start may hold it while it waits for this runner
+}
+
+// onRenew runs in every lease renewal of the worker's runners: one more
+// read in a transaction the lease makes anyway, which wakes the supervisor
+// when the group's generations changed.
+func (w *Worker) onRenew(ctx context.Context, tx pgx.Tx) error {
+	sig, err := store.Signature(ctx, tx, w.cfg.Queue, w.cfg.Group)
+	if err != nil {
+		return err
+	}
+	if old, _ := w.sig.Swap(sig).(string); old != sig {
+		signal(w.changed)
+	}
+	return nil
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// unregisterAll takes the worker's metrics off its Registerer, so that a
+// new worker of the same slots can register them.
+func (w *Worker) unregisterAll() {
+	w.genMu.Lock()
+	defer w.genMu.Unlock()
+	for _, n := range w.order {
+		if gr := w.genByN(n); gr != nil && gr.metrics != nil {
+			w.cfg.Registerer.Unregister(gr.metrics)
+		}
+	}
+}
+
+// genByN returns the run of generation n started last (genMu held).
+func (w *Worker) genByN(n int) *genRun {
+	return w.gens[n]
+}
+
+func (w *Worker) slotsLogged() []string {
+	w.genMu.Lock()
+	defer w.genMu.Unlock()
+	var out []string
+	for _, n := range w.order {
+		if gr := w.gens[n]; gr != nil {
+			out = append(out, fmt.Sprintf("%s of %d", slotList(gr.slots), n))
+		}
+	}
+	return out
+}
+
+func (w *Worker) newRunner(x generation, gr *genRun) *runner.Runner {
 	maxAttempts := max(w.cfg.MaxAttempts, 0)
 	policy := runner.Pause
 	if w.cfg.Policy == PolicySkip {
 		policy = runner.Skip
 	}
 	hto := max(w.cfg.HandlerTimeout, 0)
-	minEvents := max(w.cfg.BatchMinEvents, 0)
+	maxEvents := max(w.cfg.BatchMinEvents, 0)
 	lease := w.cfg.LeaseDuration
 	return runner.New(runner.Config{
-		Eng: w.c.eng, Pool: pool, Log: w.log, Queue: w.cfg.Queue, Group: w.cfg.Group, N: w.group.Slots,
-		Slots: w.slots, Consumers: w.group.Consumers, SubIDs: w.group.subIDs, Stats: w.stats, Identity: w.cfg.Identity,
+		Eng: w.c.eng, Pool: w.pool, Log: w.log.With(slog.Int("slots", x.n)), Queue: w.cfg.Queue, Group: w.cfg.Group, N: x.n,
+		Slots: gr.slots, Consumers: x.consumers, SubIDs: x.subIDs, Stats: gr.stats, Identity: w.cfg.Identity,
+		Parent: x.parent, ParentSubs: x.parentSubs, SchemaVersion: store.Latest(), OnRenew: w.onRenew,
 		Concurrency: w.cfg.Concurrency, DrainConcurrency: w.cfg.DrainConcurrency, Policy: policy, MaxAttempts: maxAttempts,
 		Backoff:        func(n int) time.Duration { return backoff(w.cfg.BackoffMin, w.cfg.BackoffMax, n) },
-		HandlerTimeout: hto, Handle: w.handleFunc(),
+		HandlerTimeout: hto, Handle: w.handleFunc(gr),
 		PollInterval: w.cfg.PollInterval, StandbyPoll: w.cfg.StandbyPoll, HeadScanInterval: w.cfg.HeadScanInterval,
 		MaxBlocked: w.cfg.MaxBlocked, MaxBlockedDeadLetter: w.cfg.MaxBlockedDeadLetter,
-		ChunkSize: ChunkSizeDefault, BatchMinEvents: minEvents, MaxReaders: workerReaders,
+		ChunkSize: ChunkSizeDefault, BatchMaxEvents: maxEvents, MaxReaders: workerReaders,
 		Progress: !w.cfg.DisableProgress, ProgressMax: progressMax, FlushInterval: flushInterval,
 		LeaseTTL: lease, LeaseRenew: lease / 5, LeaseMargin: lease / 5,
 	})
@@ -530,18 +764,18 @@ const (
 	flushInterval = 5 * time.Millisecond
 )
 
-func (w *Worker) handleFunc() runner.Handler {
+func (w *Worker) handleFunc(gr *genRun) runner.Handler {
 	if w.cfg.TxHandler != nil {
-		return w.instrument(w.txHandleFunc())
+		return w.instrument(gr.metrics, w.txHandleFunc())
 	}
-	return w.instrument(func(ctx context.Context, c runner.Call) runner.Result {
+	return w.instrument(gr.metrics, func(ctx context.Context, c runner.Call) runner.Result {
 		return result(w.cfg.Handler.Handle(ctx, w.event(c)))
 	})
 }
 
 func (w *Worker) event(c runner.Call) *Event {
 	ev := c.Event
-	return &Event{ID: ev.ID, Queue: w.cfg.Queue, Group: w.cfg.Group, Slot: c.Slot, Key: ev.Key,
+	return &Event{ID: ev.ID, Queue: w.cfg.Queue, Group: w.cfg.Group, Slot: c.Slot, Slots: c.N, Key: ev.Key,
 		Type: ev.Type, Payload: []byte(ev.Data), Time: ev.Time, Attempt: c.Attempt, Epoch: c.Epoch, batch: c.Batch}
 }
 
@@ -569,7 +803,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		w.mu.Unlock()
 		return nil
 	}
-	// started: w.done closes when the runner has stopped
+	// started: w.done closes when the runners have stopped
 	w.mu.Unlock()
 	w.stopSoft()
 	select {
@@ -585,26 +819,37 @@ func (w *Worker) Stop(ctx context.Context) error {
 func (w *Worker) Done() <-chan struct{} { return w.done }
 
 // Err returns why the worker stopped on its own (nil while it runs, and
-// after a Stop).
+// after a Stop): a runner's error, or a *ResizedError for a worker pinned to
+// a generation that a resize ended.
 func (w *Worker) Err() error {
 	w.errMu.Lock()
 	defer w.errMu.Unlock()
 	return w.err
 }
 
-// Run starts the worker and blocks until ctx is cancelled, then stops it
-// gracefully (see Stop) and returns.
+// Run starts the worker and blocks until ctx is cancelled or the worker
+// stops on its own, then stops it gracefully (see Stop) and returns (Err
+// when it stopped on its own).
 func (w *Worker) Run(ctx context.Context) error {
 	if err := w.Start(ctx); err != nil {
 		return err
 	}
-	<-ctx.Done()
-	return w.Stop(context.Background())
+	select {
+	case <-ctx.Done():
+	case <-w.done:
+	}
+	if err := w.Stop(context.Background()); err != nil {
+		return err
+	}
+	return w.Err()
 }
 
 // SlotStats are the counters of one slot in this worker process.
 type SlotStats struct {
-	Slot         int
+	Slot int
+	// Slots is the number of slots of the slot's generation (the group's,
+	// or, for a worker that ran both sides of a resize, the old one's).
+	Slots        int
 	Owned        bool  // this worker owns the slot now (else it is standby)
 	Processed    int64 // events handled successfully
 	Failed       int64 // handler failures
@@ -617,15 +862,27 @@ type SlotStats struct {
 	LastBatch time.Time // when this worker last finished a batch of the slot
 }
 
-// Stats returns this worker's counters, by slot.
+// Stats returns this worker's counters, by generation (in the order their
+// runs started) and slot.
 func (w *Worker) Stats() []SlotStats {
-	out := make([]SlotStats, len(w.slots))
-	for i, s := range w.slots {
-		st := w.stats[s]
-		out[i] = SlotStats{Slot: s, Owned: st.Owned.Load(), Processed: st.Processed.Load(), Failed: st.Failed.Load(),
-			SetAside: st.Parked.Load(), DeadLettered: st.DeadLettered.Load(), Batches: st.Batches.Load(), Skipped: st.Skipped.Load()}
-		if ns := st.LastBatch.Load(); ns != 0 {
-			out[i].LastBatch = time.Unix(0, ns)
+	w.genMu.Lock()
+	defer w.genMu.Unlock()
+	var out []SlotStats
+	seen := map[int]bool{}
+	for _, n := range w.order {
+		gr := w.gens[n]
+		if gr == nil || seen[n] {
+			continue
+		}
+		seen[n] = true
+		for _, s := range gr.slots {
+			st := gr.stats[s]
+			ss := SlotStats{Slot: s, Slots: n, Owned: st.Owned.Load(), Processed: st.Processed.Load(), Failed: st.Failed.Load(),
+				SetAside: st.Parked.Load(), DeadLettered: st.DeadLettered.Load(), Batches: st.Batches.Load(), Skipped: st.Skipped.Load()}
+			if ns := st.LastBatch.Load(); ns != 0 {
+				ss.LastBatch = time.Unix(0, ns)
+			}
+			out = append(out, ss)
 		}
 	}
 	return out

@@ -60,6 +60,9 @@
 --       record_replay       operator  marks dead letters replayed (the replay sent in the same transaction)
 --       record_action       operator  the audit entry of retry now and of actions that changed nothing
 --       purge_dead_letters  nobody    (the owner) deletes dead letters, one audit entry with the count
+--       resize, resize_abort nobody   (the owner) changes a group's number of slots (partitionq resize)
+--       resize_cutover      worker    registers a resize's new slots at its cutover tick
+--       resize_handoff      worker    hands an old slot drained to the cutover off to the new slots
 --     No role here has INSERT, UPDATE or DELETE on partitionq.dead_letter
 --     or partitionq.audit; the viewer reads them.
 
@@ -82,9 +85,13 @@ $roles$;
 -- (record_replay) and audits the rest (record_action). Purge (delete dead
 -- letters for good) stays with the owner; to allow an operator role:
 --   grant execute on function partitionq.purge_dead_letters(text, text, bigint[], timestamptz, text, text, text) to partitionq_operator;
+-- Resizing a group (partitionq resize) stays with the owner too, like
+-- setup; to allow a role (never the viewer or the worker):
+--   grant execute on function partitionq.resize(text, text, text, int, text, text),
+--                             partitionq.resize_abort(text, text, text, text, text) to some_admin_role;
 grant usage on schema partitionq to partitionq_viewer, partitionq_worker;
 grant select on partitionq.schema_version, partitionq.failure, partitionq.dead_letter, partitionq.audit,
-                partitionq.worker, partitionq.slot, partitionq.slot_progress, partitionq.slot_done,
+                partitionq.worker, partitionq.slot, partitionq.slot_progress, partitionq.slot_done, partitionq.generation,
                 partitionq.slot_rate to partitionq_viewer;
 
 grant select on partitionq.schema_version to partitionq_worker;
@@ -98,8 +105,15 @@ grant select, insert, update on partitionq.slot_progress to partitionq_worker;
 grant select, insert, delete on partitionq.slot_done to partitionq_worker;
 -- Handler outcomes per slot and second (the rates status shows).
 grant select, insert, update, delete on partitionq.slot_rate to partitionq_worker;
-grant execute on function partitionq.check_owner(text, text, int, bigint),
-                          partitionq.record_done(text, text, int, bigint, bigint, bigint) to partitionq_worker;
+grant execute on function partitionq.check_owner(text, text, int, int, bigint),
+                          partitionq.record_done(text, text, int, int, bigint, bigint, bigint) to partitionq_worker;
+-- A group's generations (a resize in flight: the cutover, the parents);
+-- workers drive a resize forward: the cutover (registering the new slots
+-- at its tick) and the handoff of their old slots, each checked by the
+-- function (SECURITY DEFINER, as the schema's owner).
+grant select on partitionq.generation to partitionq_worker;
+grant execute on function partitionq.resize_cutover(text, text, text),
+                          partitionq.resize_handoff(text, text, text, int, bigint) to partitionq_worker;
 grant execute on function partitionq.give_up(text, text, text, int, text, bigint[], int[], text[], text[]) to partitionq_worker;
 
 grant partitionq_viewer to partitionq_operator;

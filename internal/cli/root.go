@@ -60,7 +60,7 @@ See docs/cli.md.`,
 			root.AddCommand(c)
 		}
 	}
-	add("setup", a.setupCmd(), a.sendCmd(), a.dropGroupCmd())
+	add("setup", a.setupCmd(), a.sendCmd(), a.resizeCmd(), a.dropGroupCmd())
 	add("work", a.workCmd(), a.tickCmd())
 	add("inspect", a.groupsCmd(), a.statusCmd(), a.keyCmd(), a.blockedCmd(), a.previewCmd(), a.auditCmd(), a.consoleCmd())
 	add("unblock", a.skipCmd(), a.retryCmd(), a.quarantineCmd(), a.dlqCmd())

@@ -145,9 +145,14 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 	if err != nil {
 		return err
 	}
-	slots, err := parseSlots(w.slots, g.Slots)
-	if err != nil {
-		return err
+	// --slots all follows the group through resizes; a list pins the
+	// worker to those slots of the current generation (it stops when a
+	// resize ends that generation).
+	var slots []int
+	if w.slots != "all" {
+		if slots, err = parseSlots(w.slots, g.Slots); err != nil {
+			return err
+		}
 	}
 	// Up before the first command, so that a worker killed at any moment
 	// takes its commands with it.
@@ -155,7 +160,7 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 		return err
 	}
 	cfg := partitionq.WorkerConfig{
-		Queue: t.queue, Group: t.group, N: g.Slots, Slots: slots,
+		Queue: t.queue, Group: t.group, Slots: slots,
 		Handler:     &execHandler{command: w.exec, environ: os.Environ(), stdout: a.env.Stdout, stderr: a.env.Stderr},
 		Concurrency: w.concurrency, Policy: partitionq.Policy(w.policy), MaxAttempts: w.maxAttempts,
 		BackoffMin: w.backoffMin, HandlerTimeout: w.handlerTimeout, ShutdownTimeout: w.shutdownTimeout,
@@ -185,8 +190,12 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 		}
 		return err
 	}
+	which := "all"
+	if slots != nil {
+		which = joinInts(slots)
+	}
 	fmt.Fprintf(a.env.Stderr, "partitionq: working queue %q group %q: slots %s of %d, policy %s; stop with SIGTERM or Ctrl-C\n",
-		t.queue, t.group, joinInts(slots), g.Slots, w.policy)
+		t.queue, t.group, which, g.Slots, w.policy)
 	if metrics != nil {
 		metrics.serve()
 		fmt.Fprintf(a.env.Stderr, "partitionq: serving metrics at %s\n", metrics.URL())
@@ -210,15 +219,23 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 	if stopErr != nil {
 		return fmt.Errorf("the worker did not stop in time: %w", stopErr)
 	}
-	return nil
+	return worker.Err() // nil after a signal; why it stopped on its own otherwise
 }
 
 // printStats writes this worker's per-slot counts.
 func printStats(w io.Writer, stats []partitionq.SlotStats) {
 	fmt.Fprintln(w, "partitionq: worker stopped; per slot:")
 	tb := newTable(w, "SLOT", "PROCESSED", "FAILED", "SET ASIDE", "DEAD LETTERED", "BATCHES", "LAST BATCH")
+	multi := false
 	for _, st := range stats {
-		tb.row(strconv.Itoa(st.Slot), i64(st.Processed), i64(st.Failed), i64(st.SetAside),
+		multi = multi || st.Slots != stats[0].Slots
+	}
+	for _, st := range stats {
+		slot := strconv.Itoa(st.Slot)
+		if multi { // both generations of a resize: "3/4" is slot 3 of 4
+			slot += "/" + strconv.Itoa(st.Slots)
+		}
+		tb.row(slot, i64(st.Processed), i64(st.Failed), i64(st.SetAside),
 			i64(st.DeadLettered), i64(st.Batches), fmtTime(st.LastBatch))
 	}
 	tb.flush() //nolint:errcheck // stderr

@@ -42,6 +42,17 @@ var matrix = map[string]map[string]string{
 	"function slot_count":         {},
 	"function engine_events":      {},
 	"function engine_own_event":   {},
+	// Resizing (migration 5): the owner resizes; workers drive the cutover
+	// and hand their old slots off; every reader sees the generations.
+	"table generation":                  {"worker": "r", "operator": "r", "viewer": "r"},
+	"function resize":                   {},
+	"function resize_abort":             {},
+	"function resize_cutover":           {"worker": "X"},
+	"function resize_handoff":           {"worker": "X"},
+	"function engine_sub":               {},
+	"function engine_first_tick_seeing": {},
+	"function ensure_generation":        {},
+	"function refuse_old_worker":        {},
 }
 
 // privileges reads what role may do on every object of partitionq's schema
@@ -127,7 +138,11 @@ func records(t *testing.T, ctx context.Context, db interface {
 }) string {
 	t.Helper()
 	var s string
-	err := db.QueryRow(ctx, `select coalesce((select json_agg(d order by d.id) from partitionq.dead_letter d), '[]')::text ||
+	// The columns of version 3 (later versions add some, filled or null).
+	err := db.QueryRow(ctx, `select coalesce((select json_agg(json_build_object('id', d.id, 'queue', d.queue, 'grp', d.grp, 'slot', d.slot,
+		'ev_id', d.ev_id, 'ev_time', d.ev_time, 'ev_type', d.ev_type, 'ev_data', d.ev_data, 'key', d.key, 'attempts', d.attempts,
+		'last_error', d.last_error, 'reason', d.reason, 'actor', d.actor, 'db_role', d.db_role, 'dead_at', d.dead_at,
+		'replayed_at', d.replayed_at, 'replay_ev_id', d.replay_ev_id) order by d.id) from partitionq.dead_letter d), '[]')::text ||
 		coalesce((select json_agg(a order by a.id) from partitionq.audit a), '[]')::text`).Scan(&s)
 	if err != nil {
 		t.Fatal(err)

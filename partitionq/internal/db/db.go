@@ -82,3 +82,13 @@ func Permanent(err error) bool {
 func StatementPooling(err error) bool {
 	return err != nil && Code(err) == "08P01" && strings.Contains(err.Error(), "statement pooling")
 }
+
+// Message returns the server's message of a PostgreSQL error (without the
+// "ERROR:" prefix and SQLSTATE pgx adds), or err's text.
+func Message(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Message
+	}
+	return err.Error()
+}

@@ -25,18 +25,34 @@ type BatchInfo struct {
 }
 
 // NextBatches opens the next batch of every consumer (or returns the one
-// that is open), in two statements for all of them. With minEvents > 0 a
-// consumer that is behind takes several ticks at once, up to a batch of
-// about minEvents events or more (the engine's next_batch_custom); a consumer
-// that is level takes the next tick. Consumers with equal starting ticks get
-// equal batches, so they can be read together (OpenRead).
-func (e *Engine) NextBatches(ctx context.Context, tx pgx.Tx, queue string, consumers []string, minEvents int) ([]BatchInfo, error) {
+// that is open), in two statements for all of them. A consumer behind the
+// queue's newest tick takes every tick it is behind by as one batch, judged
+// by its own lag (the engine's next_batch_custom with min_interval = the
+// time from its last tick to the newest), up to about maxEvents events of
+// the queue (min_count: counted queue-wide, every slot's events; the
+// engine's find_tick_helper may take up to twice that when the newest tick
+// is within twice of it, or the first tick past it otherwise, so a merged
+// batch spans at most max(2 x maxEvents, maxEvents + one tick's events)
+// events of the queue). A consumer level with the newest tick takes it.
+// maxEvents <= 0 takes one tick per batch. Consumers with equal starting
+// ticks get equal batches, so they can be read together (OpenRead).
+func (e *Engine) NextBatches(ctx context.Context, tx pgx.Tx, queue string, consumers []string, maxEvents int) ([]BatchInfo, error) {
 	if len(consumers) == 0 {
 		return nil, nil
 	}
-	if minEvents > 0 {
-		if _, err := tx.Exec(ctx, e.f(`select count(pgq.next_batch_custom($1, c, null, $3, null)) from unnest($2::text[]) c`),
-			queue, consumers, minEvents); err != nil {
+	if maxEvents > 0 {
+		if _, err := tx.Exec(ctx, e.f(`
+			with newest as (select t.tick_time from pgq.tick t join pgq.queue q on q.queue_id = t.tick_queue
+			                 where q.queue_name = $1 order by t.tick_queue desc, t.tick_id desc limit 1),
+			     own as (select c.co_name, t.tick_time
+			               from unnest($2::text[]) u(c)
+			               join pgq.consumer c on c.co_name = u.c
+			               join pgq.queue q on q.queue_name = $1
+			               join pgq.subscription s on s.sub_queue = q.queue_id and s.sub_consumer = c.co_id
+			               join pgq.tick t on t.tick_queue = s.sub_queue and t.tick_id = s.sub_last_tick
+			              where s.sub_batch is null)
+			select count(pgq.next_batch_custom($1, own.co_name, null, $3, greatest(newest.tick_time - own.tick_time, '1 microsecond'::interval)))
+			  from own, newest`), queue, consumers, maxEvents); err != nil {
 			return nil, fmt.Errorf("open batches: %w", err)
 		}
 	}
@@ -54,6 +70,76 @@ func (e *Engine) NextBatches(ctx context.Context, tx pgx.Tx, queue string, consu
 		err := r.Scan(&b.Consumer, &b.ID, &b.PrevTick, &b.CurTick, &b.PrevSeq, &b.CurSeq)
 		return b, err
 	})
+}
+
+// Reposition moves consumers back (or ahead) to tick at, dropping any
+// batch they have open, with the engine's register_consumer_at: in tx, for
+// batches just opened there (so nothing of them was read), or for
+// consumers the caller knows have no event of their own between their
+// position and at. The tick must exist. Calling it on a consumer whose
+// open batch is being read, or that has events before at, skips or
+// replays them (ENGINE.md, Z2): the caller owns the consumers and checks.
+func (e *Engine) Reposition(ctx context.Context, tx pgx.Tx, queue string, consumers []string, at []int64) error {
+	if len(consumers) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, e.f(`select count(pgq.register_consumer_at($1, u.c, u.t)) from unnest($2::text[], $3::int8[]) u(c, t)`),
+		queue, consumers, at)
+	if err != nil {
+		return fmt.Errorf("reposition %d consumers: %w", len(consumers), err)
+	}
+	return nil
+}
+
+// BoundBatches keeps the batches just opened in tx (infos, as NextBatches
+// returned them) at or before tick bound: a batch that would end past it
+// is undone (Reposition to its start) and, when its start is before bound,
+// opened again one tick at a time, which ends at or before bound (the next
+// tick after a tick before bound). A consumer standing at bound gets no
+// batch. It returns the infos as they are now.
+func (e *Engine) BoundBatches(ctx context.Context, tx pgx.Tx, queue string, infos []BatchInfo, bound int64) ([]BatchInfo, error) {
+	var undo []string
+	var at []int64
+	var again []int
+	for i, b := range infos {
+		if b.ID == 0 || b.CurTick <= bound {
+			continue
+		}
+		undo, at = append(undo, b.Consumer), append(at, b.PrevTick)
+		if b.PrevTick < bound {
+			again = append(again, i)
+		}
+	}
+	if len(undo) == 0 {
+		return infos, nil
+	}
+	if err := e.Reposition(ctx, tx, queue, undo, at); err != nil {
+		return nil, err
+	}
+	out := append([]BatchInfo(nil), infos...)
+	for i, b := range out {
+		if b.ID != 0 && b.CurTick > bound {
+			out[i] = BatchInfo{Consumer: b.Consumer}
+		}
+	}
+	if len(again) == 0 {
+		return out, nil
+	}
+	cs := make([]string, len(again))
+	for j, i := range again {
+		cs[j] = out[i].Consumer
+	}
+	one, err := e.NextBatches(ctx, tx, queue, cs, 0)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range again {
+		if one[j].CurTick > bound { // cannot be: the next tick after one before bound
+			return nil, fmt.Errorf("open batches: consumer %s would pass tick %d", one[j].Consumer, bound)
+		}
+		out[i] = one[j]
+	}
+	return out, nil
 }
 
 // FinishBatches closes batches in one statement; it returns how many were open.
@@ -127,6 +213,10 @@ type ReadSpec struct {
 	// in the read).
 	Sub  int32
 	Subs []int32
+	// Owners are further subscriptions whose retried events belong in the
+	// read: a new generation's reads take the timed retries of its parent
+	// slots that the engine's mover re-delivers after the cutover.
+	Owners []int32
 	// Slots are the slots read, of N. Nil (or all N) reads every slot.
 	Slots []int
 	N     int
@@ -163,16 +253,17 @@ func (e *Engine) OpenRead(ctx context.Context, tx pgx.Tx, spec ReadSpec, limit i
 	if err := tx.QueryRow(ctx, e.f(`select pgq.batch_event_sql($1)`), spec.Batch).Scan(&sql); err != nil {
 		return nil, nil, fmt.Errorf("read batch %d: %w", spec.Batch, err)
 	}
-	if len(spec.Subs) > 1 {
+	if len(spec.Subs) > 1 || len(spec.Owners) > 0 {
 		// The engine's query keeps the retried events of its own consumer;
-		// a read for several slots keeps those of every slot read.
+		// a read for several slots keeps those of every slot read (and of
+		// the further owners).
 		own := " and (ev_owner is null or ev_owner = " + strconv.Itoa(int(spec.Sub)) + ")"
 		if !strings.Contains(sql, own) {
 			return nil, nil, ErrBatchSQL
 		}
-		subs := make([]string, len(spec.Subs))
-		for i, s := range spec.Subs {
-			subs[i] = strconv.Itoa(int(s))
+		subs := make([]string, 0, len(spec.Subs)+len(spec.Owners))
+		for _, s := range append(append([]int32(nil), spec.Subs...), spec.Owners...) {
+			subs = append(subs, strconv.Itoa(int(s)))
 		}
 		sql = strings.ReplaceAll(sql, own, " and (ev_owner is null or ev_owner in ("+strings.Join(subs, ",")+"))")
 	}
@@ -245,4 +336,23 @@ func (e *Engine) TickAndAnnounce(ctx context.Context, db DB) (int64, error) {
 		     where not queue_external_ticker and not queue_ticker_paused order by queue_name)
 		select count(pg_notify($1, q)) from t where id is not null`), TickChannel).Scan(&n)
 	return n, err
+}
+
+// Positions returns the last finished tick of each consumer (0 for one not
+// registered), in the order given.
+func (e *Engine) Positions(ctx context.Context, db DB, queue string, consumers []string) ([]int64, error) {
+	if len(consumers) == 0 {
+		return nil, nil
+	}
+	rows, err := db.Query(ctx, e.f(`
+		select coalesce(s.sub_last_tick, 0)
+		  from unnest($2::text[]) with ordinality u(c, o)
+		  left join pgq.consumer c on c.co_name = u.c
+		  left join pgq.queue q on q.queue_name = $1
+		  left join pgq.subscription s on s.sub_queue = q.queue_id and s.sub_consumer = c.co_id
+		 order by u.o`), queue, consumers)
+	if err != nil {
+		return nil, fmt.Errorf("read positions: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
 }

@@ -57,9 +57,13 @@ type Config struct {
 	Pool         *pgxpool.Pool // the worker's own pool; the lease session is one of its connections
 	Log          *slog.Logger
 	Queue, Group string
-	N            int
+	N            int   // the generation's number of slots
 	Slots        []int // the slots to own when they are free (or their owner is gone)
 	Identity     string
+	// SchemaVersion is the partitionq schema version the worker was built
+	// for, recorded with its lease (the schema refuses workers that say
+	// none: they predate resizing).
+	SchemaVersion int
 	TTL          time.Duration // how long a renewal lasts at the server
 	Renew        time.Duration // between renewals
 	Margin       time.Duration // the worker stops acting this long before its lease can expire
@@ -68,6 +72,10 @@ type Config struct {
 	// to OnNotify. Optional.
 	Channels []string
 	OnNotify func(channel, payload string)
+	// OnRenew, when set, runs in every renewal's transaction, after the
+	// renewal: for a read the worker wants about once a lease renewal
+	// without a transaction of its own. Its error fails the renewal.
+	OnRenew func(ctx context.Context, tx pgx.Tx) error
 	// OnGain is called when the worker takes a slot, with its new epoch;
 	// OnGained, when set, once after the slots taken together (one claim)
 	// have all been passed to OnGain, under the same hold of the lock (so no
@@ -208,11 +216,11 @@ func (h *Holder) register(ctx context.Context) error {
 			return err
 		}
 		return tx.QueryRow(ctx, `
-			insert into partitionq.worker (identity, host, os_pid, backend_pid, backend_start, lease_until)
-			select $1, $2, $3, a.pid, a.backend_start, clock_timestamp() + $5::interval
+			insert into partitionq.worker (identity, host, os_pid, backend_pid, backend_start, lease_until, schema_version)
+			select $1, $2, $3, a.pid, a.backend_start, clock_timestamp() + $5::interval, $6
 			  from (select $4::bool as pooled) p
 			  left join pg_stat_activity a on not p.pooled and a.pid = pg_backend_pid()
-			returning id`, h.cfg.Identity, host, os.Getpid(), h.pooled.Load(), h.cfg.TTL).Scan(&id)
+			returning id`, h.cfg.Identity, host, os.Getpid(), h.pooled.Load(), h.cfg.TTL, h.cfg.SchemaVersion).Scan(&id)
 	})
 	if err != nil {
 		return fmt.Errorf("register the worker: %w", err)
@@ -374,8 +382,13 @@ func (h *Holder) renew(ctx context.Context) bool {
 		}
 		// A new statement, so a new snapshot: a takeover that the update
 		// above waited for is visible here.
-		mine, err = ownedSlots(ctx, tx, id, h.cfg.Queue, h.cfg.Group)
-		return err
+		if mine, err = ownedSlots(ctx, tx, id, h.cfg.Queue, h.cfg.Group, h.cfg.N); err != nil {
+			return err
+		}
+		if h.cfg.OnRenew != nil {
+			return h.cfg.OnRenew(ctx, tx)
+		}
+		return nil
 	})
 	if err != nil {
 		if ctx.Err() == nil {
@@ -403,8 +416,8 @@ func (h *Holder) renew(ctx context.Context) bool {
 	return true
 }
 
-func ownedSlots(ctx context.Context, q db.DB, id int64, queue, group string) (map[int]int64, error) {
-	rows, err := q.Query(ctx, `select slot, epoch from partitionq.slot where worker_id = $1 and queue = $2 and grp = $3`, id, queue, group)
+func ownedSlots(ctx context.Context, q db.DB, id int64, queue, group string, n int) (map[int]int64, error) {
+	rows, err := q.Query(ctx, `select slot, epoch from partitionq.slot where worker_id = $1 and queue = $2 and grp = $3 and n = $4`, id, queue, group, n)
 	if err != nil {
 		return nil, err
 	}
@@ -438,15 +451,21 @@ func (h *Holder) claim(ctx context.Context) {
 	}
 	got := map[int]int64{}
 	err := h.tx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `insert into partitionq.slot (queue, grp, slot, n)
-			select $1, $2, s, $4 from unnest($3::int4[]) s on conflict do nothing`, h.cfg.Queue, h.cfg.Group, want, h.cfg.N); err != nil {
+		// A slot's row is made by setup, a resize's cutover, or here for a
+		// group set up before generations were recorded. A slot handed off
+		// in a resize has no row any more and is not made again (its
+		// generation has a row): its consumer is gone.
+		if _, err := tx.Exec(ctx, `insert into partitionq.slot (queue, grp, n, slot)
+			select $1, $2, $4, s from unnest($3::int4[]) s
+			 where not exists (select 1 from partitionq.generation g where g.queue = $1 and g.grp = $2)
+			on conflict do nothing`, h.cfg.Queue, h.cfg.Group, want, h.cfg.N); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, `
 			with gone as (
 			    select w.id from partitionq.worker w
 			     where w.id in (select worker_id from partitionq.slot
-			                     where queue = $1 and grp = $2 and slot = any($3::int4[]) and worker_id <> $4)
+			                     where queue = $1 and grp = $2 and n = $5 and slot = any($3::int4[]) and worker_id <> $4)
 			       and w.lease_until < clock_timestamp()
 			       and not exists (select 1 from pg_stat_activity a
 			                        where a.pid = w.backend_pid
@@ -454,8 +473,8 @@ func (h *Holder) claim(ctx context.Context) {
 			       for update of w skip locked
 			)
 			update partitionq.slot s
-			   set worker_id = $4, epoch = s.epoch + 1, since = clock_timestamp(), n = $5
-			 where s.queue = $1 and s.grp = $2 and s.slot = any($3::int4[])
+			   set worker_id = $4, epoch = s.epoch + 1, since = clock_timestamp()
+			 where s.queue = $1 and s.grp = $2 and s.n = $5 and s.slot = any($3::int4[])
 			   and (s.worker_id is null or s.worker_id = $4 or s.worker_id in (select id from gone)
 			        or not exists (select 1 from partitionq.worker w where w.id = s.worker_id))
 			returning s.slot, s.epoch`, h.cfg.Queue, h.cfg.Group, want, id, h.cfg.N)
@@ -513,6 +532,22 @@ func (h *Holder) Drop(slot int, epoch int64) {
 	}
 }
 
+// Forget stops wanting slot (a slot handed off in a resize: it exists no
+// more) and forgets it if owned, without calling OnLose (the caller stopped
+// the slot's work).
+func (h *Holder) Forget(slot int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.owned, slot)
+	keep := h.cfg.Slots[:0:0]
+	for _, s := range h.cfg.Slots {
+		if s != slot {
+			keep = append(keep, s)
+		}
+	}
+	h.cfg.Slots = keep
+}
+
 // loseAll stops acting on every owned slot.
 func (h *Holder) loseAll(why string) {
 	h.mu.Lock()
@@ -538,7 +573,7 @@ func (h *Holder) Release(ctx context.Context, slots []int) error {
 	// goroutine, which may be waiting on it.
 	err := pgx.BeginFunc(ctx, h.cfg.Pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `update partitionq.slot set worker_id = null, since = null
-			where queue = $1 and grp = $2 and slot = any($3::int4[]) and worker_id = $4`, h.cfg.Queue, h.cfg.Group, ss, id); err != nil {
+			where queue = $1 and grp = $2 and n = $5 and slot = any($3::int4[]) and worker_id = $4`, h.cfg.Queue, h.cfg.Group, ss, id, h.cfg.N); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `select pg_notify($1, $2)`, SlotsChannel, h.cfg.Queue+"/"+h.cfg.Group)
@@ -582,11 +617,11 @@ func (h *Holder) Close(ctx context.Context) error {
 	return err
 }
 
-// Fence checks, inside tx, that the worker still owns slot at epoch, and
-// holds the slot row (for share) until tx ends, so that a takeover waits for
-// tx and cannot happen between the check and the commit. It fails with
-// ErrNotOwner otherwise.
-func Fence(ctx context.Context, tx db.DB, queue, group string, slots []int, epochs []int64) error {
+// Fence checks, inside tx, that the worker still owns slots (of the
+// generation with n slots) at their epochs, and holds the slot rows (for
+// share) until tx ends, so that a takeover waits for tx and cannot happen
+// between the check and the commit. It fails with ErrNotOwner otherwise.
+func Fence(ctx context.Context, tx db.DB, queue, group string, n int, slots []int, epochs []int64) error {
 	if len(slots) == 0 {
 		return nil
 	}
@@ -594,32 +629,33 @@ func Fence(ctx context.Context, tx db.DB, queue, group string, slots []int, epoc
 	for i, s := range slots {
 		ss[i] = int32(s)
 	}
-	var n int
+	var found int
 	err := tx.QueryRow(ctx, `select count(*) from (
 		select 1 from partitionq.slot s join unnest($3::int4[], $4::int8[]) u(slot, epoch) on u.slot = s.slot and u.epoch = s.epoch
-		 where s.queue = $1 and s.grp = $2 and s.worker_id is not null
-		   for share of s) x`, queue, group, ss, epochs).Scan(&n)
+		 where s.queue = $1 and s.grp = $2 and s.n = $5 and s.worker_id is not null
+		   for share of s) x`, queue, group, ss, epochs, n).Scan(&found)
 	if err != nil {
 		return err
 	}
-	if n != len(slots) {
+	if found != len(slots) {
 		return ErrNotOwner
 	}
 	return nil
 }
 
-// Owned reads which of slots are still owned at their epochs (holding those
-// rows for share until tx ends), for transactions that finish several slots
-// at once and must leave out the ones taken over.
-func Owned(ctx context.Context, tx db.DB, queue, group string, slots []int, epochs []int64) (map[int]bool, error) {
+// Owned reads which of slots (of the generation with n slots) are still
+// owned at their epochs (holding those rows for share until tx ends), for
+// transactions that finish several slots at once and must leave out the
+// ones taken over.
+func Owned(ctx context.Context, tx db.DB, queue, group string, n int, slots []int, epochs []int64) (map[int]bool, error) {
 	ss := make([]int32, len(slots))
 	for i, s := range slots {
 		ss[i] = int32(s)
 	}
 	rows, err := tx.Query(ctx, `select s.slot from partitionq.slot s
 		join unnest($3::int4[], $4::int8[]) u(slot, epoch) on u.slot = s.slot and u.epoch = s.epoch
-		 where s.queue = $1 and s.grp = $2 and s.worker_id is not null
-		   for share of s`, queue, group, ss, epochs)
+		 where s.queue = $1 and s.grp = $2 and s.n = $5 and s.worker_id is not null
+		   for share of s`, queue, group, ss, epochs, n)
 	if err != nil {
 		return nil, err
 	}
@@ -637,6 +673,7 @@ func Owned(ctx context.Context, tx db.DB, queue, group string, slots []int, epoc
 // Owner is the worker that owns a slot, as the database says.
 type Owner struct {
 	Queue, Group string
+	N            int // the slot's generation has N slots
 	Slot         int
 	Epoch        int64
 	WorkerID     int64
@@ -654,15 +691,19 @@ type Owner struct {
 	LeaseLeft time.Duration
 }
 
-// Owners returns the owner of every slot of a group that has one.
-func Owners(ctx context.Context, q db.DB, queue, group string) (map[int]Owner, error) {
+// SlotKey names a slot of a group: slot Slot of the generation with N slots.
+type SlotKey struct{ N, Slot int }
+
+// Owners returns the owner of every slot of a group that has one, of every
+// generation.
+func Owners(ctx context.Context, q db.DB, queue, group string) (map[SlotKey]Owner, error) {
 	os, err := readOwners(ctx, q, &queue, &group)
 	if err != nil {
 		return nil, err
 	}
-	out := map[int]Owner{}
+	out := map[SlotKey]Owner{}
 	for _, o := range os {
-		out[o.Slot] = o
+		out[SlotKey{o.N, o.Slot}] = o
 	}
 	return out, nil
 }
@@ -675,7 +716,7 @@ func AllOwners(ctx context.Context, q db.DB) ([]Owner, error) {
 
 func readOwners(ctx context.Context, q db.DB, queue, group *string) ([]Owner, error) {
 	rows, err := q.Query(ctx, `
-		select s.queue, s.grp, s.slot, s.epoch, s.worker_id, w.identity, w.host, w.os_pid, coalesce(w.backend_pid, 0),
+		select s.queue, s.grp, s.n, s.slot, s.epoch, s.worker_id, w.identity, w.host, w.os_pid, coalesce(w.backend_pid, 0),
 		       -- another role's address is NULL without pg_read_all_stats
 		       case when a.backend_start is null then '' else coalesce(host(a.client_addr), 'local') end,
 		       coalesce(s.since, w.started_at), w.lease_until > clock_timestamp(), w.lease_until - clock_timestamp()
@@ -687,7 +728,7 @@ func readOwners(ctx context.Context, q db.DB, queue, group *string) ([]Owner, er
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Owner, error) {
 		var o Owner
-		err := r.Scan(&o.Queue, &o.Group, &o.Slot, &o.Epoch, &o.WorkerID, &o.Identity, &o.Host, &o.OSPid, &o.BackendPID, &o.Addr,
+		err := r.Scan(&o.Queue, &o.Group, &o.N, &o.Slot, &o.Epoch, &o.WorkerID, &o.Identity, &o.Host, &o.OSPid, &o.BackendPID, &o.Addr,
 			&o.Since, &o.Live, &o.LeaseLeft)
 		return o, err
 	})

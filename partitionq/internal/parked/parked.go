@@ -44,6 +44,7 @@ import (
 type Slot struct {
 	Queue, Group string
 	Consumer     string
+	N            int // the slot's generation has N slots
 	Slot         int
 	SubID        int32
 }
@@ -174,6 +175,7 @@ func DeadLetter(s Slot, ev engine.Event, attempts int, lastErr, reason, actor st
 // Head is the oldest parked event of a key, with what is known of it.
 type Head struct {
 	Queue, Group string
+	N            int // the slot's generation has N slots
 	Slot         int
 	engine.Event
 	// After is the engine's retry time: Far for a parked head; a real time
@@ -219,7 +221,7 @@ func Heads(ctx context.Context, q db.DB, eng *engine.Engine, slots []Slot, key *
 	out := make([]Head, len(rhs))
 	for i, h := range rhs {
 		s := bySub[h.Sub]
-		out[i] = Head{Queue: s.Queue, Group: s.Group, Slot: s.Slot, Event: h.Event, After: h.After, Waiting: h.Waiting}
+		out[i] = Head{Queue: s.Queue, Group: s.Group, N: s.N, Slot: s.Slot, Event: h.Event, After: h.After, Waiting: h.Waiting}
 		if f, ok := fails[failureKey{s.Queue, s.Consumer, h.ID}]; ok {
 			out[i].Failure = &f
 		}
@@ -473,8 +475,8 @@ func resolve(ctx context.Context, tx pgx.Tx, eng *engine.Engine, s Slot, ids []i
 		if err := deleteFailures(ctx, tx, s, ids); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `delete from partitionq.slot_done where queue = $1 and grp = $2 and slot = $3 and batch_id = 0
-			and ev_id = any($4::int8[])`, s.Queue, s.Group, s.Slot, ids); err != nil {
+		if _, err := tx.Exec(ctx, `delete from partitionq.slot_done where queue = $1 and grp = $2 and n = $5 and slot = $3 and batch_id = 0
+			and ev_id = any($4::int8[])`, s.Queue, s.Group, s.Slot, ids, s.N); err != nil {
 			return err
 		}
 	}
@@ -484,8 +486,8 @@ func resolve(ctx context.Context, tx pgx.Tx, eng *engine.Engine, s Slot, ids []i
 // doneInDrains returns which of the parked events of slot s an exactly-once
 // handler (TxHandler) committed in an earlier drain that did not commit.
 func doneInDrains(ctx context.Context, q db.DB, s Slot, ids []int64) (map[int64]bool, error) {
-	rows, err := q.Query(ctx, `select ev_id from partitionq.slot_done where queue = $1 and grp = $2 and slot = $3 and batch_id = 0
-		and ev_id = any($4::int8[])`, s.Queue, s.Group, s.Slot, ids)
+	rows, err := q.Query(ctx, `select ev_id from partitionq.slot_done where queue = $1 and grp = $2 and n = $5 and slot = $3 and batch_id = 0
+		and ev_id = any($4::int8[])`, s.Queue, s.Group, s.Slot, ids, s.N)
 	if err != nil {
 		return nil, err
 	}

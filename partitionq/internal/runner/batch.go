@@ -13,6 +13,7 @@ import (
 	"github.com/partitionq/partitionq/partitionq/internal/lanes"
 	"github.com/partitionq/partitionq/partitionq/internal/parked"
 	"github.com/partitionq/partitionq/partitionq/internal/progress"
+	"github.com/partitionq/partitionq/partitionq/internal/store"
 )
 
 // batchRun is one slot's open engine batch.
@@ -64,7 +65,7 @@ func (r *Runner) idleSlots() []*slotRun {
 		s.mu.Lock()
 		idle := s.batch == nil
 		s.mu.Unlock()
-		if idle && s.active() {
+		if idle && s.active() && !s.handingOff.Load() {
 			out = append(out, s)
 		}
 	}
@@ -100,10 +101,32 @@ func (r *Runner) newTicks() bool {
 // openBatches opens the next batch of every idle slot in one transaction,
 // and starts reading them: one read for each set of batches that cover the
 // same ticks. It reports whether to look again at once.
+//
+// During a resize, the transaction also keeps the old generation's slots
+// at or before the cutover tick: it reads the resize after opening (so a
+// resize committed after the opens' ticks were read cannot be missed:
+// those ticks do not see it), registers the new slots at the cutover when
+// its tick has just appeared, and undoes and reopens, one tick at a time,
+// a batch that would pass it (engine.BoundBatches, ENGINE.md Z3). A slot
+// that stands at the cutover is handed off. A new slot opens nothing
+// before its parent slots are handed off.
 func (r *Runner) openBatches() bool {
 	idle := r.idleSlots()
 	if len(idle) == 0 {
 		return false
+	}
+	if r.cfg.Parent != 0 {
+		var err error
+		if idle, err = r.parentsDone(idle); err != nil {
+			if r.stop.Err() == nil {
+				r.log.Warn("partitionq: reading whether the parent slots are handed off failed", slog.Any("error", err))
+				sleep(r.stop, 200*time.Millisecond)
+			}
+			return r.stop.Err() == nil
+		}
+		if len(idle) == 0 {
+			return false
+		}
 	}
 	if err := r.load(idle); err != nil {
 		if r.stop.Err() == nil {
@@ -118,10 +141,38 @@ func (r *Runner) openBatches() bool {
 		consumers[i] = s.info.Consumer
 	}
 	var infos []engine.BatchInfo
+	var cutover int64
+	var atCutover []*slotRun
 	err := pgx.BeginFunc(r.stop, r.cfg.Pool, func(tx pgx.Tx) error {
 		var err error
-		infos, err = r.cfg.Eng.NextBatches(r.stop, tx, r.cfg.Queue, consumers, r.cfg.BatchMinEvents)
-		return err
+		infos, err = r.cfg.Eng.NextBatches(r.stop, tx, r.cfg.Queue, consumers, r.cfg.BatchMaxEvents)
+		if err != nil {
+			return err
+		}
+		if cutover, err = store.Cutover(r.stop, tx, r.cfg.Eng.Schema(), r.cfg.Queue, r.cfg.Group, r.cfg.N); err != nil || cutover == 0 {
+			return err
+		}
+		if infos, err = r.cfg.Eng.BoundBatches(r.stop, tx, r.cfg.Queue, infos, cutover); err != nil {
+			return err
+		}
+		var still []string
+		var stillRuns []*slotRun
+		for i, b := range infos {
+			if b.ID == 0 {
+				still, stillRuns = append(still, b.Consumer), append(stillRuns, idle[i])
+			}
+		}
+		pos, err := r.cfg.Eng.Positions(r.stop, tx, r.cfg.Queue, still)
+		if err != nil {
+			return err
+		}
+		atCutover = atCutover[:0]
+		for i, p := range pos {
+			if p == cutover {
+				atCutover = append(atCutover, stillRuns[i])
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		if r.stop.Err() == nil {
@@ -129,6 +180,9 @@ func (r *Runner) openBatches() bool {
 			sleep(r.stop, 200*time.Millisecond)
 		}
 		return r.stop.Err() == nil
+	}
+	for _, s := range atCutover {
+		r.startHandoff(s)
 	}
 	var opened []*batchRun
 	for i, info := range infos {
@@ -313,7 +367,7 @@ func (r *Runner) readOnce(id int64, group []*batchRun, after int64) (done bool, 
 		return false, err
 	}
 	defer tx.Rollback(context.Background()) //nolint:errcheck // read only
-	spec := engine.ReadSpec{Batch: group[0].info.ID, Sub: group[0].s.info.SubID, N: r.cfg.N, AfterID: after}
+	spec := engine.ReadSpec{Batch: group[0].info.ID, Sub: group[0].s.info.SubID, N: r.cfg.N, AfterID: after, Owners: r.cfg.ParentSubs}
 	bySlot := make(map[int]*batchRun, len(group))
 	for _, b := range group {
 		spec.Subs = append(spec.Subs, b.s.info.SubID)
@@ -428,7 +482,7 @@ func (r *Runner) handleInBatch(b *batchRun, it item) {
 		return
 	}
 	attempt := int(ev.Retry) + 1
-	res, aborted := b.s.call(Call{Event: ev.Event, Slot: b.s.slot, Epoch: b.s.epoch, Batch: b.info.ID, Attempt: attempt})
+	res, aborted := b.s.call(Call{Event: ev.Event, N: r.cfg.N, Slot: b.s.slot, Epoch: b.s.epoch, Batch: b.info.ID, Attempt: attempt})
 	if aborted {
 		b.incomplete.Store(true)
 		return
@@ -628,7 +682,7 @@ func (r *Runner) finishTx(ctx context.Context, bs []*batchRun, cs []counts) (don
 	}
 	var handled, failed []int64
 	err = pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
-		owned, err := leaseOwned(ctx, tx, r.cfg.Queue, r.cfg.Group, slots, epochs)
+		owned, err := r.leaseOwned(ctx, tx, slots, epochs)
 		if err != nil {
 			return err
 		}
@@ -652,7 +706,7 @@ func (r *Runner) finishTx(ctx context.Context, bs []*batchRun, cs []counts) (don
 		if _, err := r.cfg.Eng.FinishBatches(ctx, tx, ids); err != nil {
 			return err
 		}
-		return resetProgress(ctx, tx, r.cfg.Queue, r.cfg.Group, ps, ids, handled, failed)
+		return resetProgress(ctx, tx, r.cfg.Queue, r.cfg.Group, r.cfg.N, ps, ids, handled, failed)
 	})
 	if err != nil {
 		return nil, nil, err

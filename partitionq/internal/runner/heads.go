@@ -125,14 +125,14 @@ func (s *slotRun) fence(ctx context.Context, tx pgx.Tx) error {
 	if !s.active() {
 		return lease.ErrNotOwner
 	}
-	return lease.Fence(ctx, tx, s.r.cfg.Queue, s.r.cfg.Group, []int{s.slot}, []int64{s.epoch})
+	return lease.Fence(ctx, tx, s.r.cfg.Queue, s.r.cfg.Group, s.r.cfg.N, []int{s.slot}, []int64{s.epoch})
 }
 
 // startDrain drains key of slot s from headID on (dead-lettering the head
 // first when expire is set), unless a drain of the key is running.
 func (r *Runner) startDrain(s *slotRun, key string, headID int64, expire bool) {
 	s.mu.Lock()
-	if s.draining[key] {
+	if s.draining[key] || s.noDrains.Load() {
 		s.mu.Unlock()
 		return
 	}
@@ -194,7 +194,7 @@ func (r *Runner) startDrain(s *slotRun, key string, headID int64, expire bool) {
 
 // drainCall handles one parked event in a drain.
 func (r *Runner) drainCall(s *slotRun, ev engine.Event, attempt int) parked.Handled {
-	res, aborted := s.call(Call{Event: ev, Slot: s.slot, Epoch: s.epoch, Attempt: attempt})
+	res, aborted := s.call(Call{Event: ev, N: s.r.cfg.N, Slot: s.slot, Epoch: s.epoch, Attempt: attempt})
 	if aborted {
 		return parked.Handled{Abort: true}
 	}

@@ -20,8 +20,8 @@ import (
 // it commits without waiting for the WAL to reach disk (a server crash may
 // lose the last flushes: those events run again, nothing is lost).
 
-func leaseOwned(ctx context.Context, tx db.DB, queue, group string, slots []int, epochs []int64) (map[int]bool, error) {
-	return lease.Owned(ctx, tx, queue, group, slots, epochs)
+func (r *Runner) leaseOwned(ctx context.Context, tx db.DB, slots []int, epochs []int64) (map[int]bool, error) {
+	return lease.Owned(ctx, tx, r.cfg.Queue, r.cfg.Group, r.cfg.N, slots, epochs)
 }
 
 // loadProgress reads what previous owners recorded of the batches just
@@ -37,7 +37,7 @@ func (r *Runner) loadProgress(bs []*batchRun) error {
 	err := pgx.BeginFunc(r.stop, r.cfg.Pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(r.stop, `select p.slot, p.done_below, p.done from partitionq.slot_progress p
 			join unnest($3::int4[], $4::int8[]) u(slot, batch) on u.slot = p.slot and u.batch = p.batch_id
-			where p.queue = $1 and p.grp = $2`, r.cfg.Queue, r.cfg.Group, slots, ids)
+			where p.queue = $1 and p.grp = $2 and p.n = $5`, r.cfg.Queue, r.cfg.Group, slots, ids, r.cfg.N)
 		if err != nil {
 			return err
 		}
@@ -60,7 +60,7 @@ func (r *Runner) loadProgress(bs []*batchRun) error {
 		}
 		drows, err := tx.Query(r.stop, `select d.slot, d.ev_id from partitionq.slot_done d
 			join unnest($3::int4[], $4::int8[]) u(slot, batch) on u.slot = d.slot and u.batch = d.batch_id
-			where d.queue = $1 and d.grp = $2 order by 1, 2`, r.cfg.Queue, r.cfg.Group, slots, ids)
+			where d.queue = $1 and d.grp = $2 and d.n = $5 order by 1, 2`, r.cfg.Queue, r.cfg.Group, slots, ids, r.cfg.N)
 		if err != nil {
 			return err
 		}
@@ -90,7 +90,7 @@ func (r *Runner) loadProgress(bs []*batchRun) error {
 // resetProgress clears the progress of finished batches (in their finishing
 // transaction), records when they finished, and adds their last counts to
 // the slots' counters and rate buckets.
-func resetProgress(ctx context.Context, tx pgx.Tx, queue, group string, slots []int32, batches, handled, failed []int64) error {
+func resetProgress(ctx context.Context, tx pgx.Tx, queue, group string, n int, slots []int32, batches, handled, failed []int64) error {
 	if len(slots) == 0 {
 		return nil
 	}
@@ -98,14 +98,14 @@ func resetProgress(ctx context.Context, tx pgx.Tx, queue, group string, slots []
 	// dropped, the rate buckets.
 	batch := &pgx.Batch{}
 	batch.Queue(`
-		insert into partitionq.slot_progress as p (queue, grp, slot, batch_id, done_below, done, handled, failed, updated_at, finished_at)
-		select $1, $2, u.slot, null, 0, '', u.h, u.f, clock_timestamp(), clock_timestamp() from unnest($3::int4[], $4::int8[], $5::int8[]) u(slot, h, f)
-		on conflict (queue, grp, slot) do update
+		insert into partitionq.slot_progress as p (queue, grp, n, slot, batch_id, done_below, done, handled, failed, updated_at, finished_at)
+		select $1, $2, $6, u.slot, null, 0, '', u.h, u.f, clock_timestamp(), clock_timestamp() from unnest($3::int4[], $4::int8[], $5::int8[]) u(slot, h, f)
+		on conflict (queue, grp, n, slot) do update
 		   set batch_id = null, done_below = 0, done = '', handled = p.handled + excluded.handled,
-		       failed = p.failed + excluded.failed, updated_at = excluded.updated_at, finished_at = excluded.finished_at`, queue, group, slots, handled, failed)
+		       failed = p.failed + excluded.failed, updated_at = excluded.updated_at, finished_at = excluded.finished_at`, queue, group, slots, handled, failed, n)
 	batch.Queue(`delete from partitionq.slot_done d using unnest($3::int4[], $4::int8[]) u(slot, batch)
-		where d.queue = $1 and d.grp = $2 and d.slot = u.slot and d.batch_id = u.batch`, queue, group, slots, batches)
-	slotstats.QueueRecord(batch, queue, group, slots, handled, failed)
+		where d.queue = $1 and d.grp = $2 and d.n = $5 and d.slot = u.slot and d.batch_id = u.batch`, queue, group, slots, batches, n)
+	slotstats.QueueRecord(batch, queue, group, n, slots, handled, failed)
 	return tx.SendBatch(ctx, batch).Close()
 }
 
@@ -168,7 +168,7 @@ func (r *Runner) flush(ctx context.Context) {
 			return err
 		}
 		var err error
-		if owned, err = leaseOwned(tctx, tx, r.cfg.Queue, r.cfg.Group, slots, epochs); err != nil {
+		if owned, err = r.leaseOwned(tctx, tx, slots, epochs); err != nil {
 			return err
 		}
 		keep := make([]bool, n)
@@ -178,14 +178,14 @@ func (r *Runner) flush(ctx context.Context) {
 		// The progress and the slots' rate buckets, in one round trip.
 		batch := &pgx.Batch{}
 		batch.Queue(`
-			insert into partitionq.slot_progress as p (queue, grp, slot, batch_id, done_below, done, handled, failed, updated_at)
-			select $1, $2, u.slot, u.batch, u.below, u.done, u.h, u.f, clock_timestamp()
+			insert into partitionq.slot_progress as p (queue, grp, n, slot, batch_id, done_below, done, handled, failed, updated_at)
+			select $1, $2, $10, u.slot, u.batch, u.below, u.done, u.h, u.f, clock_timestamp()
 			  from unnest($3::int4[], $4::int8[], $5::int8[], $6::bytea[], $7::int8[], $8::int8[], $9::bool[]) u(slot, batch, below, done, h, f, keep)
 			 where u.keep
-			on conflict (queue, grp, slot) do update
+			on conflict (queue, grp, n, slot) do update
 			   set batch_id = excluded.batch_id, done_below = excluded.done_below, done = excluded.done,
 			       handled = p.handled + excluded.handled, failed = p.failed + excluded.failed, updated_at = excluded.updated_at`,
-			r.cfg.Queue, r.cfg.Group, ps, batches, belows, dones, hs, fs, keep)
+			r.cfg.Queue, r.cfg.Group, ps, batches, belows, dones, hs, fs, keep, r.cfg.N)
 		var kps []int32
 		var khs, kfs []int64
 		for i := range ps {
@@ -193,7 +193,7 @@ func (r *Runner) flush(ctx context.Context) {
 				kps, khs, kfs = append(kps, ps[i]), append(khs, hs[i]), append(kfs, fs[i])
 			}
 		}
-		slotstats.QueueRecord(batch, r.cfg.Queue, r.cfg.Group, kps, khs, kfs)
+		slotstats.QueueRecord(batch, r.cfg.Queue, r.cfg.Group, r.cfg.N, kps, khs, kfs)
 		return tx.SendBatch(tctx, batch).Close()
 	})
 	if err != nil {

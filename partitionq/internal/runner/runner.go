@@ -28,6 +28,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partitionq/partitionq/partitionq/internal/db"
@@ -57,6 +58,7 @@ type Result struct {
 // Call is one handler call: the event, where it belongs, and its attempt.
 type Call struct {
 	Event   engine.Event
+	N       int // the slot's generation has N slots
 	Slot    int
 	Epoch   int64 // the slot's ownership epoch: the fencing token
 	Batch   int64 // the engine batch, 0 for an event drained from the retry queue
@@ -91,6 +93,16 @@ type Config struct {
 	SubIDs       []int32  // subscription of every slot of the group, by slot
 	Stats        map[int]*Stats
 	Identity     string
+	// Parent is the N of the generation before this one (0: none), and
+	// ParentSubs its consumers' subscriptions: a new slot opens no batch
+	// before its parent slots are handed off (store.Parents), and its reads
+	// take the retries the engine re-delivers for those subscriptions.
+	Parent     int
+	ParentSubs []int32
+	// SchemaVersion is recorded with the lease; OnRenew runs in every lease
+	// renewal's transaction (lease.Config).
+	SchemaVersion int
+	OnRenew       func(ctx context.Context, tx pgx.Tx) error
 
 	Concurrency      int    // handler calls at once per slot
 	DrainConcurrency int    // blocked keys drained at once (each holds a connection)
@@ -109,7 +121,7 @@ type Config struct {
 	MaxBlockedDeadLetter bool
 
 	ChunkSize      int // events fetched at a time
-	BatchMinEvents int // a slot behind takes several ticks at once, up to about this many events (0: one tick a batch)
+	BatchMaxEvents int // a slot behind takes every tick it is behind by, up to about this many events of the queue (0: one tick a batch)
 	MaxReaders     int // tick ranges read at once
 
 	// Progress records, as it goes, which events of an open batch are
@@ -156,6 +168,7 @@ func New(cfg Config) *Runner {
 		slots: map[int]*slotRun{}, retired: map[int]*slotRun{}}
 	r.lease = lease.New(lease.Config{
 		Pool: cfg.Pool, Log: cfg.Log, Queue: cfg.Queue, Group: cfg.Group, N: cfg.N, Slots: cfg.Slots, Identity: cfg.Identity,
+		SchemaVersion: cfg.SchemaVersion, OnRenew: cfg.OnRenew,
 		TTL: cfg.LeaseTTL, Renew: cfg.LeaseRenew, Margin: cfg.LeaseMargin, Poll: cfg.StandbyPoll,
 		Channels: cfg.Eng.TickChannels(cfg.Queue),
 		OnNotify: func(ch, payload string) {
@@ -404,5 +417,5 @@ func errText(err error) string {
 }
 
 func (r *Runner) slotInfo(n int) parked.Slot {
-	return parked.Slot{Queue: r.cfg.Queue, Group: r.cfg.Group, Consumer: r.cfg.Consumers[n], Slot: n, SubID: r.cfg.SubIDs[n]}
+	return parked.Slot{Queue: r.cfg.Queue, Group: r.cfg.Group, Consumer: r.cfg.Consumers[n], N: r.cfg.N, Slot: n, SubID: r.cfg.SubIDs[n]}
 }

@@ -27,6 +27,11 @@ type slotRun struct {
 	cancel context.CancelCauseFunc
 	lost   atomic.Bool
 
+	// A resize: a new slot's parents are all handed off (it may open
+	// batches); an old slot standing at the cutover is being handed off,
+	// and none of its drains starts any more.
+	parentsDone, handingOff, noDrains atomic.Bool
+
 	prev     *slotRun      // the previous run of this slot in this process, lost
 	sem      chan struct{} // handler calls at once
 	inflight sync.WaitGroup

@@ -35,13 +35,13 @@ const (
 // progress or finishes their batches, after it checked they are owned, with
 // that transaction's other writes in one round trip. Slots with nothing to
 // add are left out; with none, nothing is queued.
-func QueueRecord(b *pgx.Batch, queue, group string, slots []int32, handled, failed []int64) {
-	if sql, args, ok := recordStmt(queue, group, slots, handled, failed); ok {
+func QueueRecord(b *pgx.Batch, queue, group string, n int, slots []int32, handled, failed []int64) {
+	if sql, args, ok := recordStmt(queue, group, n, slots, handled, failed); ok {
 		b.Queue(sql, args...)
 	}
 }
 
-func recordStmt(queue, group string, slots []int32, handled, failed []int64) (string, []any, bool) {
+func recordStmt(queue, group string, n int, slots []int32, handled, failed []int64) (string, []any, bool) {
 	var ss []int32
 	var hs, fs []int64
 	for i, s := range slots {
@@ -55,11 +55,11 @@ func recordStmt(queue, group string, slots []int32, handled, failed []int64) (st
 	return `
 		with now as (select floor(extract(epoch from clock_timestamp()))::bigint as sec),
 		     gone as (delete from partitionq.slot_rate r using now
-		               where r.queue = $1 and r.grp = $2 and r.slot = any($3::int4[]) and r.sec < now.sec - $6)
-		insert into partitionq.slot_rate as r (queue, grp, slot, sec, handled, failed)
-		select $1, $2, u.slot, now.sec, u.h, u.f from now, unnest($3::int4[], $4::int8[], $5::int8[]) u(slot, h, f)
-		on conflict (queue, grp, slot, sec) do update set handled = r.handled + excluded.handled, failed = r.failed + excluded.failed`,
-		[]any{queue, group, ss, hs, fs, int64(Keep / time.Second)}, true
+		               where r.queue = $1 and r.grp = $2 and r.n = $7 and r.slot = any($3::int4[]) and r.sec < now.sec - $6)
+		insert into partitionq.slot_rate as r (queue, grp, n, slot, sec, handled, failed)
+		select $1, $2, $7, u.slot, now.sec, u.h, u.f from now, unnest($3::int4[], $4::int8[], $5::int8[]) u(slot, h, f)
+		on conflict (queue, grp, n, slot, sec) do update set handled = r.handled + excluded.handled, failed = r.failed + excluded.failed`,
+		[]any{queue, group, ss, hs, fs, int64(Keep / time.Second), n}, true
 }
 
 // Rates are handler calls per second over the last ShortWindow and
@@ -77,6 +77,7 @@ func (r Rates) Add(o Rates) Rates {
 
 // Slot is what the database records of one slot of a group.
 type Slot struct {
+	N    int // the slot's generation has N slots
 	Slot int
 	// Batch is the open batch the recorded progress is of (0: none), and
 	// Done what of its share is resolved: the watermark and the ids above
@@ -89,26 +90,26 @@ type Slot struct {
 	Rates       Rates
 }
 
-// Read returns every slot of a group that has a row in partitionq.slot, in
-// slot order: their recorded progress, last finish and rates, in one
+// Read returns every slot of a group that has a row in partitionq.slot (of
+// every generation), in generation and slot order: their recorded progress, last finish and rates, in one
 // statement. A progress row that cannot be decoded reads as no progress.
 func Read(ctx context.Context, q db.DB, queue, group string) ([]Slot, error) {
 	rows, err := q.Query(ctx, `
 		with now as (select floor(extract(epoch from now()))::bigint as sec)
-		select s.slot, coalesce(p.batch_id, 0), coalesce(p.done_below, 0), coalesce(p.done, ''::bytea),
+		select s.n, s.slot, coalesce(p.batch_id, 0), coalesce(p.done_below, 0), coalesce(p.done, ''::bytea),
 		       coalesce(now() - p.finished_at, interval '-1 second'),
 		       (select coalesce(array_agg(d.ev_id order by d.ev_id), '{}') from partitionq.slot_done d
-		         where d.queue = s.queue and d.grp = s.grp and d.slot = s.slot and d.batch_id = p.batch_id),
+		         where d.queue = s.queue and d.grp = s.grp and d.n = s.n and d.slot = s.slot and d.batch_id = p.batch_id),
 		       coalesce(r.h10, 0), coalesce(r.f10, 0), coalesce(r.h60, 0), coalesce(r.f60, 0)
 		  from partitionq.slot s
-		  left join partitionq.slot_progress p on p.queue = s.queue and p.grp = s.grp and p.slot = s.slot
+		  left join partitionq.slot_progress p on p.queue = s.queue and p.grp = s.grp and p.n = s.n and p.slot = s.slot
 		  left join lateral (
 		        select sum(x.handled) filter (where x.sec >= now.sec - $3) as h10, sum(x.failed) filter (where x.sec >= now.sec - $3) as f10,
 		               sum(x.handled) as h60, sum(x.failed) as f60
 		          from partitionq.slot_rate x, now
-		         where x.queue = s.queue and x.grp = s.grp and x.slot = s.slot and x.sec >= now.sec - $4 and x.sec < now.sec) r on true
+		         where x.queue = s.queue and x.grp = s.grp and x.n = s.n and x.slot = s.slot and x.sec >= now.sec - $4 and x.sec < now.sec) r on true
 		 where s.queue = $1 and s.grp = $2
-		 order by s.slot`, queue, group, int64(ShortWindow/time.Second), int64(LongWindow/time.Second))
+		 order by s.n, s.slot`, queue, group, int64(ShortWindow/time.Second), int64(LongWindow/time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("read slot statistics: %w", err)
 	}
@@ -123,7 +124,7 @@ func Read(ctx context.Context, q db.DB, queue, group string) ([]Slot, error) {
 			f60            int64
 			sinceFinishRaw time.Duration
 		)
-		if err := r.Scan(&s.Slot, &s.Batch, &below, &enc, &sinceFinishRaw, &done, &h10, &f10, &h60, &f60); err != nil {
+		if err := r.Scan(&s.N, &s.Slot, &s.Batch, &below, &enc, &sinceFinishRaw, &done, &h10, &f10, &h60, &f60); err != nil {
 			return Slot{}, err
 		}
 		s.SinceFinish = sinceFinishRaw

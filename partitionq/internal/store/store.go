@@ -33,17 +33,10 @@ func Installed(ctx context.Context, db DB) (bool, error) {
 	return ok, err
 }
 
-// AddSlots records the ownership rows of a group's n slots (free).
-func AddSlots(ctx context.Context, db DB, queue, group string, n int) error {
-	_, err := db.Exec(ctx, `insert into partitionq.slot (queue, grp, slot, n) select $1, $2, s, $3 from generate_series(0, $3 - 1) s
-		on conflict (queue, grp, slot) do update set n = excluded.n where partitionq.slot.n <> excluded.n`, queue, group, n)
-	return err
-}
-
-// DropGroupState removes the ownership and progress rows of a dropped
-// group (its dead letters and audit entries stay).
+// DropGroupState removes the generations, ownership and progress rows of a
+// dropped group (its dead letters and audit entries stay).
 func DropGroupState(ctx context.Context, db DB, queue, group string) error {
-	for _, t := range []string{"slot", "slot_progress", "slot_done", "slot_rate"} {
+	for _, t := range []string{"generation", "slot", "slot_progress", "slot_done", "slot_rate"} {
 		if _, err := db.Exec(ctx, `delete from partitionq.`+t+` where queue = $1 and grp = $2`, queue, group); err != nil {
 			return err
 		}
