@@ -47,8 +47,8 @@ type Group struct {
 	Consumers []string
 	// Resize describes the resize in flight; nil when there is none.
 	Resize *ResizeState
-	subIDs    []int32
-	gens      []generation // every live generation, oldest first; the last is the current one
+	subIDs []int32
+	gens   []generation // every live generation, oldest first; the last is the current one
 }
 
 // ResizeState is a resize in flight (see Client.Resize).

@@ -45,7 +45,7 @@ type SlotStatus struct {
 	// an old slot drains to the cutover, then hands off; a new one waits for
 	// its parents, then runs.
 	Resize *SlotResize
-	Owner    *Owner // nil when no live worker owns the slot
+	Owner  *Owner // nil when no live worker owns the slot
 	// Lag is the age of the last tick the slot finished: how far behind
 	// the slot's reading is.
 	Lag time.Duration
@@ -122,8 +122,8 @@ type GroupStatus struct {
 	Engine     string // engine schema
 	// SlotStatus lists the current generation's slots, by slot, then during
 	// a resize the old generation's slots not yet handed off.
-	SlotStatus []SlotStatus
-	DeadLetters  int64 // not yet replayed
+	SlotStatus  []SlotStatus
+	DeadLetters int64 // not yet replayed
 	// Pending is the sum of the slots' Pending, Rates the sum of their Rates.
 	Pending int64
 	Rates   Rates

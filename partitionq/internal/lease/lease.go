@@ -64,10 +64,10 @@ type Config struct {
 	// for, recorded with its lease (the schema refuses workers that say
 	// none: they predate resizing).
 	SchemaVersion int
-	TTL          time.Duration // how long a renewal lasts at the server
-	Renew        time.Duration // between renewals
-	Margin       time.Duration // the worker stops acting this long before its lease can expire
-	Poll         time.Duration // between tries to take wanted slots that others own
+	TTL           time.Duration // how long a renewal lasts at the server
+	Renew         time.Duration // between renewals
+	Margin        time.Duration // the worker stops acting this long before its lease can expire
+	Poll          time.Duration // between tries to take wanted slots that others own
 	// Channels are further channels to LISTEN on; notifications on them go
 	// to OnNotify. Optional.
 	Channels []string
