@@ -300,10 +300,21 @@ func (v *slotsView) View() string {
 		if i == v.cursor {
 			mark = "▸"
 		}
-		cells := []string{mark, fmt.Sprint(s.Slot), shortOwner(s.Owner), age(s.Lag),
+		slot, state := fmt.Sprint(s.Slot), d.state
+		if r := s.Resize; r != nil && d.sev < sevCrit { // a resize in flight: what the slot does in it
+			switch {
+			case r.Old && r.AtCutover:
+				slot, state = fmt.Sprintf("%d/%d", s.Slot, s.Slots), "handoff"
+			case r.Old:
+				slot, state = fmt.Sprintf("%d/%d", s.Slot, s.Slots), "to cut"
+			case len(r.Waiting) > 0:
+				state = "waits"
+			}
+		}
+		cells := []string{mark, slot, shortOwner(s.Owner), age(s.Lag),
 			v.hist.pendingLine(s.Slot, at, cols[4].width), count(s.Pending),
 			v.hist.handledLine(s.Slot, at, cols[6].width), rate(s.Rates.Handled10s), rate(s.Rates.Failed10s),
-			fmt.Sprint(s.BlockedKeys), d.state}
+			fmt.Sprint(s.BlockedKeys), state}
 		if len(cols) > 11 {
 			oldest, finish := "—", "never"
 			if s.Pending > 0 {
@@ -353,6 +364,13 @@ func (v *slotsView) summary() string {
 		}
 	}
 	parts := []string{fmt.Sprintf("%d slots", st.Slots)}
+	if r := st.Resize; r != nil {
+		cut := "waiting for the cutover tick"
+		if r.Cutover != 0 {
+			cut = plural(len(r.Remaining), "old slot") + " to hand off"
+		}
+		parts[0] = fmt.Sprintf("resizing %d→%d: %s", r.From, r.To, cut)
+	}
 	if v.sortBy != bySlot {
 		parts = append(parts, "sorted by "+v.sortBy.String())
 	}
@@ -381,7 +399,7 @@ func (v *slotsView) summary() string {
 	// when it has room for neither.
 	line := ""
 	for i, spark := range []int{groupSpark, 0, 0} {
-		if i == 2 {
+		if i == 2 && st.Resize == nil { // the resize says more than the number of slots: it stays
 			parts = parts[1:]
 		}
 		pending, handled := count(st.Pending)+" pending", rate(r.Handled10s)+"/s handled"
@@ -418,6 +436,28 @@ func (v *slotsView) why(height int) []string {
 		lines = append(lines, st.label.Render(l))
 	}
 	marks := map[severity]string{sevOK: "✓", sevWarn: "!", sevCrit: "✗"}
+	if r := s.Resize; r != nil {
+		var text string
+		switch {
+		case r.Old && r.AtCutover:
+			text = fmt.Sprintf("Resize: slot %d of the old %d has drained to the cutover; its owner hands its blocked keys to the new slots, then it leaves.", s.Slot, s.Slots)
+		case r.Old:
+			text = fmt.Sprintf("Resize: slot %d of the old %d drains its events up to the cutover tick, then hands off.", s.Slot, s.Slots)
+		case len(r.Waiting) > 0:
+			text = fmt.Sprintf("Resize: new slot %d takes keys from old %s; it starts once %s handed off.", s.Slot,
+				slotsWord(r.Parents), slotsWord(r.Waiting)+map[bool]string{true: " is", false: " are"}[len(r.Waiting) == 1])
+		default:
+			text = fmt.Sprintf("Resize: new slot %d runs: its old %s handed off.", s.Slot,
+				slotsWord(r.Parents)+map[bool]string{true: " is", false: " are"}[len(r.Parents) == 1])
+		}
+		for i, l := range wrap(text, v.w-2) {
+			prefix := "  "
+			if i == 0 {
+				prefix = "· "
+			}
+			lines = append(lines, st.dim.Render(prefix+l))
+		}
+	}
 	for _, f := range d.findings {
 		for i, l := range wrap(f.text, v.w-2) {
 			prefix := "  "
@@ -463,4 +503,16 @@ func emptyGroupText(err error, sh *shared) []string {
 			"The console keeps looking, and shows the group once it exists."}
 	}
 	return []string{line(err.Error())}
+}
+
+// slotsWord names slots: "slot 1", "slots 1,3".
+func slotsWord(xs []int) string {
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = fmt.Sprint(x)
+	}
+	if len(xs) == 1 {
+		return "slot " + out[0]
+	}
+	return "slots " + strings.Join(out, ",")
 }

@@ -17,18 +17,20 @@ type groupsJSON struct {
 }
 
 type groupJSON struct {
-	Queue        string   `json:"queue"`
-	Group        string   `json:"group"`
-	SlotCount    int      `json:"slot_count"`
-	OwnedSlots   int      `json:"owned_slots"`
-	Workers      []string `json:"workers"`
-	Backlog      int64    `json:"backlog"`
-	LagSeconds   float64  `json:"lag_seconds"`
-	SetAside     int64    `json:"set_aside"`
-	BlockedKeys  int      `json:"blocked_keys"`
-	DrainingKeys int      `json:"draining_keys"`
-	DeadLetters  int64    `json:"dead_letters"`
-	Broken       string   `json:"broken"`
+	Queue        string           `json:"queue"`
+	Group        string           `json:"group"`
+	SlotCount    int              `json:"slot_count"`
+	Generation   int              `json:"generation"`
+	Resize       *resizeStateJSON `json:"resize"` // null when no resize is in flight
+	OwnedSlots   int              `json:"owned_slots"`
+	Workers      []string         `json:"workers"`
+	Backlog      int64            `json:"backlog"`
+	LagSeconds   float64          `json:"lag_seconds"`
+	SetAside     int64            `json:"set_aside"`
+	BlockedKeys  int              `json:"blocked_keys"`
+	DrainingKeys int              `json:"draining_keys"`
+	DeadLetters  int64            `json:"dead_letters"`
+	Broken       string           `json:"broken"`
 }
 
 func toGroupJSON(g partitionq.GroupOverview) groupJSON {
@@ -36,7 +38,7 @@ func toGroupJSON(g partitionq.GroupOverview) groupJSON {
 	if ws == nil {
 		ws = []string{}
 	}
-	return groupJSON{Queue: g.Queue, Group: g.Group, SlotCount: g.Slots, OwnedSlots: g.Owned, Workers: ws, Backlog: g.Backlog,
+	return groupJSON{Queue: g.Queue, Group: g.Group, SlotCount: g.Slots, Generation: g.Generation, Resize: toResizeJSON(g.Resize), OwnedSlots: g.Owned, Workers: ws, Backlog: g.Backlog,
 		LagSeconds: seconds(g.Lag), SetAside: g.SetAside, BlockedKeys: g.BlockedKeys, DrainingKeys: g.DrainingKeys,
 		DeadLetters: g.DeadLetters, Broken: g.Broken}
 }
@@ -100,10 +102,15 @@ func printGroups(w io.Writer, gs []partitionq.GroupOverview) error {
 	}
 	tb := newTable(w, "QUEUE", "GROUP", "SLOTS", "OWNED", "WORKERS", "BACKLOG", "LAG", "SET ASIDE", "BLOCKED", "DRAINING", "DEAD LETTERS").
 		widths(map[string]int{"WORKERS": 60})
-	var broken []string
+	var broken, resizing []string
 	for _, g := range gs {
 		workers := strings.Join(g.Workers, ", ")
-		tb.row(g.Queue, g.Group, strconv.Itoa(g.Slots), fmt.Sprintf("%d/%d", g.Owned, g.Slots), dash(workers), i64(g.Backlog), fmtDur(g.Lag),
+		slots := strconv.Itoa(g.Slots)
+		if r := g.Resize; r != nil {
+			slots = fmt.Sprintf("%d->%d", r.From, r.To)
+			resizing = append(resizing, fmt.Sprintf("group %s on queue %s is resizing %s", quote(g.Group), quote(g.Queue), resizeLine(r)))
+		}
+		tb.row(g.Queue, g.Group, slots, fmt.Sprintf("%d/%d", g.Owned, g.Slots), dash(workers), i64(g.Backlog), fmtDur(g.Lag),
 			i64(g.SetAside), strconv.Itoa(g.BlockedKeys), strconv.Itoa(g.DrainingKeys), i64(g.DeadLetters))
 		if g.Broken != "" {
 			broken = append(broken, fmt.Sprintf("group %s on queue %s: %s", quote(g.Group), quote(g.Queue), g.Broken))
@@ -112,7 +119,7 @@ func printGroups(w io.Writer, gs []partitionq.GroupOverview) error {
 	if err := tb.flush(); err != nil {
 		return err
 	}
-	for _, b := range broken {
+	for _, b := range append(resizing, broken...) {
 		if _, err := fmt.Fprintln(w, b); err != nil {
 			return err
 		}

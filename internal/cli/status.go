@@ -19,6 +19,8 @@ type statusJSON struct {
 	Group       string           `json:"group"`
 	Engine      string           `json:"engine"`
 	SlotCount   int              `json:"slot_count"`
+	Generation  int              `json:"generation"`
+	Resize      *resizeStateJSON `json:"resize"` // null when no resize is in flight
 	DeadLetters int64            `json:"dead_letters"`
 	Pending     int64            `json:"pending"`
 	Rates       ratesJSON        `json:"rates"`
@@ -26,15 +28,56 @@ type statusJSON struct {
 	Slots       []slotStatusJSON `json:"slots"`
 }
 
+// resizeStateJSON is a resize in flight (partitionq.ResizeState).
+type resizeStateJSON struct {
+	From       int       `json:"from"`
+	To         int       `json:"to"`
+	Generation int       `json:"generation"`
+	StartedAt  time.Time `json:"started_at"`
+	StartedBy  string    `json:"started_by"`
+	Actor      string    `json:"actor"`
+	Reason     string    `json:"reason"`
+	// CutoverTick is null until the queue has the tick at which the new
+	// slots take over.
+	CutoverTick *int64 `json:"cutover_tick"`
+	// Remaining lists the old slots not yet handed off.
+	Remaining []int `json:"remaining"`
+}
+
+// slotResizeJSON is one slot's part in a resize in flight.
+type slotResizeJSON struct {
+	Old       bool  `json:"old"`
+	AtCutover bool  `json:"at_cutover"`
+	Parents   []int `json:"parents"`
+	Waiting   []int `json:"waiting"`
+}
+
+func toResizeJSON(r *partitionq.ResizeState) *resizeStateJSON {
+	if r == nil {
+		return nil
+	}
+	j := &resizeStateJSON{From: r.From, To: r.To, Generation: r.Generation, StartedAt: utc(r.StartedAt), StartedBy: r.StartedBy,
+		Actor: r.Actor, Reason: r.Reason, Remaining: append([]int{}, r.Remaining...)}
+	if r.Cutover != 0 {
+		c := r.Cutover
+		j.CutoverTick = &c
+	}
+	return j
+}
+
 type slotStatusJSON struct {
-	Slot            int        `json:"slot"`
-	Consumer        string     `json:"consumer"`
-	Owner           *ownerJSON `json:"owner"`
-	LagSeconds      float64    `json:"lag_seconds"`
-	LastSeenSeconds float64    `json:"last_seen_seconds"`
-	InBatch         bool       `json:"in_batch"`
-	Pending         int64      `json:"pending"`
-	OldestSeconds   float64    `json:"oldest_seconds"`
+	Slot int `json:"slot"`
+	// Slots is the number of slots of the slot's generation (during a
+	// resize the old slots are listed too, with the old number).
+	Slots           int             `json:"slots"`
+	Resize          *slotResizeJSON `json:"resize"` // null when no resize is in flight
+	Consumer        string          `json:"consumer"`
+	Owner           *ownerJSON      `json:"owner"`
+	LagSeconds      float64         `json:"lag_seconds"`
+	LastSeenSeconds float64         `json:"last_seen_seconds"`
+	InBatch         bool            `json:"in_batch"`
+	Pending         int64           `json:"pending"`
+	OldestSeconds   float64         `json:"oldest_seconds"`
 	// SinceFinishSeconds is null when the slot never finished a batch.
 	SinceFinishSeconds *float64  `json:"since_finish_seconds"`
 	Rates              ratesJSON `json:"rates"`
@@ -70,15 +113,19 @@ type ownerJSON struct {
 }
 
 func toStatusJSON(gs partitionq.GroupStatus) statusJSON {
-	out := statusJSON{Queue: gs.Queue, Group: gs.Group, Engine: gs.Engine, SlotCount: gs.Slots, DeadLetters: gs.DeadLetters,
+	out := statusJSON{Queue: gs.Queue, Group: gs.Group, Engine: gs.Engine, SlotCount: gs.Slots, Generation: gs.Generation,
+		Resize: toResizeJSON(gs.Resize), DeadLetters: gs.DeadLetters,
 		Pending: gs.Pending, Rates: toRatesJSON(gs.Rates), At: utc(gs.At), Slots: make([]slotStatusJSON, 0, len(gs.SlotStatus))}
 	for _, s := range gs.SlotStatus {
-		j := slotStatusJSON{Slot: s.Slot, Consumer: s.Consumer, LagSeconds: seconds(s.Lag), LastSeenSeconds: seconds(s.LastSeen),
+		j := slotStatusJSON{Slot: s.Slot, Slots: s.Slots, Consumer: s.Consumer, LagSeconds: seconds(s.Lag), LastSeenSeconds: seconds(s.LastSeen),
 			InBatch: s.InBatch, Pending: s.Pending, OldestSeconds: seconds(s.Oldest), Rates: toRatesJSON(s.Rates),
 			QueuePending: s.QueuePending, BlockedKeys: s.BlockedKeys, DrainingKeys: s.DrainingKeys, SetAside: s.SetAside}
 		if s.SinceFinish >= 0 {
 			f := seconds(s.SinceFinish)
 			j.SinceFinishSeconds = &f
+		}
+		if r := s.Resize; r != nil {
+			j.Resize = &slotResizeJSON{Old: r.Old, AtCutover: r.AtCutover, Parents: append([]int{}, r.Parents...), Waiting: append([]int{}, r.Waiting...)}
 		}
 		if o := s.Owner; o != nil {
 			j.Owner = &ownerJSON{Name: o.Name, Host: o.Host, PID: o.PID, BackendPID: o.BackendPID, Addr: o.Addr, Since: optTime(o.Since),
@@ -139,7 +186,11 @@ pending. It waits at most --timeout for the database.`,
 }
 
 func printStatus(w io.Writer, gs partitionq.GroupStatus) error {
-	fmt.Fprintf(w, "queue %q, group %q: %d slots, engine %s\n\n", gs.Queue, gs.Group, gs.Slots, gs.Engine)
+	fmt.Fprintf(w, "queue %q, group %q: %d slots (generation %d), engine %s\n", gs.Queue, gs.Group, gs.Slots, gs.Generation, gs.Engine)
+	if r := gs.Resize; r != nil {
+		fmt.Fprintf(w, "resize: %s\n", resizeLine(r))
+	}
+	fmt.Fprintln(w)
 	tb := newTable(w, "SLOT", "CONSUMER", "OWNER", "LAG", "PENDING", "OLDEST", "FINISHED", "HANDLED/S 10S 1M", "FAILED/S 10S 1M",
 		"BLOCKED KEYS", "DRAINING", "SET ASIDE").
 		widths(map[string]int{"OWNER": 80})
@@ -163,7 +214,7 @@ func printStatus(w io.Writer, gs partitionq.GroupStatus) error {
 		if s.SinceFinish >= 0 {
 			finished = fmtDur(s.SinceFinish) + " ago"
 		}
-		tb.row(strconv.Itoa(s.Slot), s.Consumer, owner, lag, i64(s.Pending), oldest, finished,
+		tb.row(slotLabel(gs, s), s.Consumer, owner, lag, i64(s.Pending), oldest, finished,
 			fmtRate(s.Rates.Handled10s)+" "+fmtRate(s.Rates.Handled1m), fmtRate(s.Rates.Failed10s)+" "+fmtRate(s.Rates.Failed1m),
 			strconv.Itoa(s.BlockedKeys), strconv.Itoa(s.DrainingKeys), i64(s.SetAside))
 	}
@@ -182,4 +233,35 @@ func fmtRate(r float64) string {
 		return strconv.FormatFloat(r, 'f', 0, 64)
 	}
 	return strconv.FormatFloat(r, 'f', 1, 64)
+}
+
+// resizeLine says where a resize in flight stands, in one line.
+func resizeLine(r *partitionq.ResizeState) string {
+	cut := "waiting for the cutover tick (the queue's next tick; is a ticker running?)"
+	if r.Cutover != 0 {
+		cut = fmt.Sprintf("cutover at tick %d", r.Cutover)
+	}
+	left := "none"
+	if len(r.Remaining) > 0 {
+		left = joinInts(r.Remaining)
+	}
+	return fmt.Sprintf("from %d to %d slots, started %s by %s; %s; old slots not handed off yet: %s",
+		r.From, r.To, fmtTime(r.StartedAt), r.StartedBy, cut, left)
+}
+
+// slotLabel is a slot's SLOT column: its number, and during a resize what
+// it does (an old slot as "3/4": slot 3 of the 4-slot generation).
+func slotLabel(gs partitionq.GroupStatus, s partitionq.SlotStatus) string {
+	r := s.Resize
+	switch {
+	case r == nil:
+		return strconv.Itoa(s.Slot)
+	case r.Old && r.AtCutover:
+		return fmt.Sprintf("%d/%d at cutover", s.Slot, s.Slots)
+	case r.Old:
+		return fmt.Sprintf("%d/%d drains", s.Slot, s.Slots)
+	case len(r.Waiting) > 0:
+		return fmt.Sprintf("%d waits for %s", s.Slot, joinInts(r.Waiting))
+	}
+	return strconv.Itoa(s.Slot)
 }
