@@ -173,7 +173,7 @@ func testResize(t *testing.T, from, to int) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("tenant-%02d", i)
 	}
-	p := startProducer(t, b, keys, 5*time.Millisecond)
+	p := startProducer(t, b, keys, 10*time.Millisecond)
 	pgtest.WaitFor(t, 30*time.Second, "events flowing", func() (bool, error) { return p.count.Load() >= 500, nil })
 
 	began := time.Now()

@@ -52,6 +52,7 @@ type opts struct {
 	lease                    time.Duration
 	runlog                   string
 	tx                       bool
+	ticker                   bool
 }
 
 func main() {
@@ -67,6 +68,7 @@ func main() {
 	flag.DurationVar(&o.backoffMax, "backoff-max", 20*time.Millisecond, "longest retry backoff (BackoffMax); BackoffMin is 5ms")
 	flag.DurationVar(&o.lease, "lease", time.Second, "the worker's LeaseDuration")
 	flag.StringVar(&o.runlog, "runlog", "", "append the start and end of every handler run to this file (internal/ordercheck's run log)")
+	flag.BoolVar(&o.ticker, "ticker", true, "run the engine's ticker in the worker (false: the test ticks)")
 	flag.BoolVar(&o.tx, "tx", false, "handle in the worker's transaction (TxHandler): the pq_run_log row of a success commits with the event's completion")
 	statsEvery := flag.Duration("stats", 0, "when not zero, print a line `stats {json}` with memory and goroutine counts this often")
 	flag.Parse()
@@ -199,7 +201,7 @@ func run(ctx context.Context, log *slog.Logger, o opts) error {
 		Queue: o.queue, Group: o.group, Slots: slots, Concurrency: o.conc, MaxAttempts: o.maxAttempts,
 		BackoffMin: 5 * time.Millisecond, BackoffMax: o.backoffMax,
 		PollInterval: 10 * time.Millisecond, StandbyPoll: 100 * time.Millisecond, HeadScanInterval: 50 * time.Millisecond,
-		RunTicker: true, TickInterval: 10 * time.Millisecond, Identity: fmt.Sprintf("testworker:%d", pid), LeaseDuration: o.lease,
+		RunTicker: o.ticker, TickInterval: 10 * time.Millisecond, Identity: fmt.Sprintf("testworker:%d", pid), LeaseDuration: o.lease,
 	}
 	if o.tx {
 		wc.TxHandler = partitionq.TxHandlerFunc(func(ctx context.Context, tx pgx.Tx, ev *partitionq.Event) error { return handle(ctx, tx, ev) })
