@@ -149,14 +149,16 @@ func TestDeadLettersCannotBeForged(t *testing.T) {
 	for e.slotOf(other) == slot {
 		other += "x"
 	}
-	evID, err := e.ac.Send(e.ctx, "q", partitionq.Message{Key: key, Type: "T", Payload: []byte("real payload")})
+	evIDSent, err := e.ac.Send(e.ctx, "q", partitionq.Message{Key: key, Type: "T", Payload: []byte("real payload")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	otherID, err := e.ac.Send(e.ctx, "q", partitionq.Message{Key: other, Type: "T", Payload: []byte("other slot")})
+	evID := evIDSent.ID
+	otherIDSent, err := e.ac.Send(e.ctx, "q", partitionq.Message{Key: other, Type: "T", Payload: []byte("other slot")})
 	if err != nil {
 		t.Fatal(err)
 	}
+	otherID := otherIDSent.ID
 	giveUp := func(p *pgxpool.Pool, slot int, id int64, reason string) error {
 		_, err := p.Exec(e.ctx, `select partitionq.give_up($1, 'q', 'g', $2, $3, array[$4::int8], array[3], array['boom'], array[$5])`,
 			e.db.Schema, slot, consumerOf(slot), id, reason)
@@ -243,10 +245,11 @@ func TestReplayedNeedsAReplay(t *testing.T) {
 	e := newEnv(t)
 	op, wk := e.pool("operator", 2), e.pool("worker", 2)
 	const key = "tenant-1"
-	evID, err := e.ac.Send(e.ctx, "q", partitionq.Message{Key: key, Type: "T", Payload: []byte("lost order")})
+	evIDSent, err := e.ac.Send(e.ctx, "q", partitionq.Message{Key: key, Type: "T", Payload: []byte("lost order")})
 	if err != nil {
 		t.Fatal(err)
 	}
+	evID := evIDSent.ID
 	// The owner may write the records directly (TestDeadLettersCannotBeForged
 	// makes one the worker's way).
 	var dlID int64
@@ -255,10 +258,11 @@ func TestReplayedNeedsAReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An event sent earlier, in another transaction, with the same content.
-	earlier, err := e.ac.Send(e.ctx, "q", partitionq.Message{Key: key, Type: "T", Payload: []byte("lost order")})
+	earlierSent, err := e.ac.Send(e.ctx, "q", partitionq.Message{Key: key, Type: "T", Payload: []byte("lost order")})
 	if err != nil {
 		t.Fatal(err)
 	}
+	earlier := earlierSent.ID
 	oc := e.client("operator", 2, nil)
 	recordReplay := func(tx pgx.Tx, ev int64) error {
 		_, err := tx.Exec(e.ctx, `select partitionq.record_replay($1, 'q', 'g', array[$2::int8], array[$3::int8], 'r', 'alice', null)`, e.db.Schema, dlID, ev)
@@ -278,10 +282,11 @@ func TestReplayedNeedsAReplay(t *testing.T) {
 	refused(t, "record_replay as event 1", inTx(func(tx pgx.Tx) error { return recordReplay(tx, 1) }), "PQ002")
 	refused(t, "record_replay as an event of another transaction", inTx(func(tx pgx.Tx) error { return recordReplay(tx, earlier) }), "PQ002")
 	refused(t, "record_replay as an event of this transaction with other content", inTx(func(tx pgx.Tx) error {
-		ev, err := oc.SendTx(e.ctx, tx, "q", partitionq.Message{Key: key, Type: "T", Payload: []byte("something else")})
+		evSent, err := oc.SendTx(e.ctx, tx, "q", partitionq.Message{Key: key, Type: "T", Payload: []byte("something else")})
 		if err != nil {
 			return err
 		}
+		ev := evSent.ID
 		return recordReplay(tx, ev)
 	}), "PQ002")
 	_, err = wk.Exec(e.ctx, `select partitionq.record_replay($1, 'q', 'g', array[$2::int8], array[1::int8], '', '', null)`, e.db.Schema, dlID)
@@ -307,10 +312,11 @@ func TestReplayedNeedsAReplay(t *testing.T) {
 		t.Fatalf("Replay again: %+v, %v", again, err)
 	}
 	refused(t, "record_replay of a replayed dead letter", inTx(func(tx pgx.Tx) error {
-		ev, err := oc.SendTx(e.ctx, tx, "q", partitionq.Message{Key: key, Type: "T", Payload: []byte("lost order")})
+		evSent, err := oc.SendTx(e.ctx, tx, "q", partitionq.Message{Key: key, Type: "T", Payload: []byte("lost order")})
 		if err != nil {
 			return err
 		}
+		ev := evSent.ID
 		return recordReplay(tx, ev)
 	}), "PQ004")
 	es, err := e.ac.Audit(e.ctx, "q", "g", 10)
