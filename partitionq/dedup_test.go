@@ -444,8 +444,10 @@ func TestSendOnceRollbackAndWaiting(t *testing.T) {
 }
 
 // Eight producers race the same 1,000 dedup ids, each in its own order,
-// half of them one Send at a time and half in SendBatch calls of 50: each
-// id is sent exactly once, and every duplicate names that id's event.
+// half of them one Send at a time and half in SendBatch calls of 100 (the
+// claim's plain insert, which meets the ids sent before and claims again
+// on the ON CONFLICT path): each id is sent exactly once, and every
+// duplicate names that id's event.
 func TestSendOnceRace(t *testing.T) {
 	t.Parallel()
 	b := setupPool(t, 16)
@@ -481,7 +483,7 @@ func TestSendOnceRace(t *testing.T) {
 				return
 			}
 			for len(order) > 0 {
-				n := min(50, len(order))
+				n := min(100, len(order))
 				var ms []partitionq.Message
 				for _, i := range order[:n] {
 					ms = append(ms, msg(i))

@@ -98,7 +98,7 @@ grant select on partitionq.schema_version, partitionq.failure, partitionq.dead_l
 
 -- Send once: claim and record dedup ids in the sending transaction.
 grant select on partitionq.schema_version to partitionq_producer;
-grant execute on function partitionq.dedup_claim(text, text[], text[], int[], bigint[]),
+grant execute on function partitionq.dedup_claim(text, text[], text[], int[], bigint[], boolean),
                           partitionq.dedup_record(text, text, text[], bigint[]) to partitionq_producer;
 
 grant select on partitionq.schema_version to partitionq_worker;

@@ -2,8 +2,11 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/partitionq/partitionq/partitionq/internal/db"
 )
 
 // Dedup records (migration/0005_dedup.sql): one row of partitionq.dedup
@@ -55,11 +58,21 @@ type DedupOutcome struct {
 	Key  string
 }
 
+// ErrClaimRace reports that a claim's plain insert met a dedup id that has
+// a record, or that a concurrent send committed meanwhile
+// (unique_violation): the claim's transaction (or savepoint) is aborted;
+// send again with upsert set.
+var ErrClaimRace = errors.New("a dedup id has a record: claim again with upsert")
+
 // ClaimDedup claims the dedup ids of claims (distinct) for a send to queue
 // through partitionq.dedup_claim, in the transaction db runs in, and
 // returns the outcome per id. Give the ids in a fixed order (sorted) so
 // that two sends claiming the same ids take their locks in the same order.
-func ClaimDedup(ctx context.Context, db DB, queue string, claims []DedupClaim) (map[string]DedupOutcome, error) {
+// Without upsert the ids are inserted plainly (the fast path, for large
+// batches of new ids), which fails with ErrClaimRace when one of them has
+// a record or a concurrent send commits one meanwhile; with upsert, the
+// claim takes the INSERT ... ON CONFLICT path whatever it finds.
+func ClaimDedup(ctx context.Context, db DB, queue string, claims []DedupClaim, upsert bool) (map[string]DedupOutcome, error) {
 	n := len(claims)
 	ids, keys := make([]string, n), make([]string, n)
 	counts, windows := make([]int32, n), make([]*int64, n)
@@ -70,9 +83,9 @@ func ClaimDedup(ctx context.Context, db DB, queue string, claims []DedupClaim) (
 			windows[i] = &us
 		}
 	}
-	rows, err := db.Query(ctx, `select * from partitionq.dedup_claim($1, $2, $3, $4, $5)`, queue, ids, keys, counts, windows)
+	rows, err := db.Query(ctx, `select * from partitionq.dedup_claim($1, $2, $3, $4, $5, $6)`, queue, ids, keys, counts, windows, upsert)
 	if err != nil {
-		return nil, fmt.Errorf("claim %d dedup ids: %w", n, err)
+		return nil, claimError(n, err)
 	}
 	defer rows.Close()
 	out := make(map[string]DedupOutcome, n)
@@ -89,12 +102,19 @@ func ClaimDedup(ctx context.Context, db DB, queue string, claims []DedupClaim) (
 		out[id] = o
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("claim %d dedup ids: %w", n, err)
+		return nil, claimError(n, err)
 	}
 	if len(out) != n {
 		return nil, fmt.Errorf("claim %d dedup ids: %d outcomes", n, len(out))
 	}
 	return out, nil
+}
+
+func claimError(n int, err error) error {
+	if db.Code(err) == db.CodeUniqueViolation {
+		return fmt.Errorf("claim %d dedup ids: %w (%w)", n, ErrClaimRace, err)
+	}
+	return fmt.Errorf("claim %d dedup ids: %w", n, err)
 }
 
 // RecordDedup records, through partitionq.dedup_record, that the claimed

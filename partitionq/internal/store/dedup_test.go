@@ -61,11 +61,12 @@ func sqlState(err error) string {
 }
 
 // A claim of new ids owns them; recorded, a claim of them again is a
-// duplicate naming the event and key and counting the hits; an id
-// repeated in one send counts its repeats as hits.
+// duplicate naming the event and key and counting the hits (on the ON
+// CONFLICT path: the fast path's plain insert refuses it); an id repeated
+// in one send counts its repeats as hits.
 func TestClaimAndRecord(t *testing.T) {
 	dedupTx(t, func(ctx context.Context, tx pgx.Tx, db pgtest.DB) {
-		got, err := store.ClaimDedup(ctx, tx, "q", []store.DedupClaim{{ID: "a", Key: "k1", Count: 1}, {ID: "b", Key: "k2", Count: 3}})
+		got, err := store.ClaimDedup(ctx, tx, "q", []store.DedupClaim{{ID: "a", Key: "k1", Count: 1}, {ID: "b", Key: "k2", Count: 3}}, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +77,14 @@ func TestClaimAndRecord(t *testing.T) {
 		if err := store.RecordDedup(ctx, tx, db.Schema, "q", []string{"a", "b"}, []int64{ea, eb}); err != nil {
 			t.Fatal(err)
 		}
-		got, err = store.ClaimDedup(ctx, tx, "q", []store.DedupClaim{{ID: "a", Key: "other", Count: 2}, {ID: "c", Key: "k3", Count: 1}})
+		// The fast path (a plain insert) refuses an id with a record.
+		if err := inSavepoint(t, ctx, tx, func(tx pgx.Tx) error {
+			_, err := store.ClaimDedup(ctx, tx, "q", []store.DedupClaim{{ID: "a", Key: "other", Count: 2}, {ID: "c", Key: "k3", Count: 1}}, false)
+			return err
+		}); !errors.Is(err, store.ErrClaimRace) {
+			t.Fatalf("fast claim of a recorded id: %v; want ErrClaimRace", err)
+		}
+		got, err = store.ClaimDedup(ctx, tx, "q", []store.DedupClaim{{ID: "a", Key: "other", Count: 2}, {ID: "c", Key: "k3", Count: 1}}, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +136,7 @@ func TestRecordRefusesAnotherTransactionsEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	pgtest.InTx(t, pool, func(tx pgx.Tx) {
-		if _, err := store.ClaimDedup(ctx, tx, "q", []store.DedupClaim{{ID: "a", Key: "k", Count: 1}}); err != nil {
+		if _, err := store.ClaimDedup(ctx, tx, "q", []store.DedupClaim{{ID: "a", Key: "k", Count: 1}}, false); err != nil {
 			t.Fatal(err)
 		}
 		err := store.RecordDedup(ctx, tx, db.Schema, "q", []string{"a"}, []int64{ev})
@@ -147,7 +155,7 @@ func TestClaimAfterTheWindow(t *testing.T) {
 			       ('q', 'orphan', 'k1', null, now(), now() + interval '1 hour', 0, null)`); err != nil {
 			t.Fatal(err)
 		}
-		got, err := store.ClaimDedup(ctx, tx, "q", []store.DedupClaim{{ID: "old", Key: "k2", Count: 1, Window: time.Minute}, {ID: "orphan", Key: "k3", Count: 1}})
+		got, err := store.ClaimDedup(ctx, tx, "q", []store.DedupClaim{{ID: "old", Key: "k2", Count: 1, Window: time.Minute}, {ID: "orphan", Key: "k3", Count: 1}}, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,7 +217,7 @@ func TestDedupWindowOfAQueue(t *testing.T) {
 				t.Fatalf("window: %s, %v; want %s", got, err, w)
 			}
 		}
-		got, err := store.ClaimDedup(ctx, tx, "q", []store.DedupClaim{{ID: "a", Key: "k", Count: 1}})
+		got, err := store.ClaimDedup(ctx, tx, "q", []store.DedupClaim{{ID: "a", Key: "k", Count: 1}}, false)
 		if err != nil || !got["a"].Claimed {
 			t.Fatal(got, err)
 		}
@@ -218,4 +226,86 @@ func TestDedupWindowOfAQueue(t *testing.T) {
 			t.Errorf("a claim's window: %dµs, %v; want the queue's 1.5s", us, err)
 		}
 	})
+}
+
+// The claim's fast path (a plain insert when no id has a record) meets a
+// concurrent send of the same id: it waits for it, and when that send
+// commits it fails with ErrClaimRace; claimed again with upsert, the id is
+// a duplicate. When the concurrent send rolls back, the fast path claims.
+func TestClaimRace(t *testing.T) {
+	db := pgtest.New(t)
+	pool := pgtest.Pool(t, db, 4)
+	ctx := context.Background()
+	if err := store.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, db.SQL(`select pgq.create_queue('q')`)); err != nil {
+		t.Fatal(err)
+	}
+	claimX := func(tx pgx.Tx, upsert bool) (store.DedupOutcome, error) {
+		got, err := store.ClaimDedup(ctx, tx, "q", []store.DedupClaim{{ID: "x", Key: "k", Count: 1}}, upsert)
+		return got["x"], err
+	}
+	for _, commit := range []bool{true, false} {
+		if _, err := pool.Exec(ctx, `delete from partitionq.dedup`); err != nil {
+			t.Fatal(err)
+		}
+		t1, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o, err := claimX(t1, false); err != nil || !o.Claimed {
+			t.Fatalf("first claim: %+v, %v", o, err)
+		}
+		ev := insertEvent(t, ctx, t1, db, "k")
+		if err := store.RecordDedup(ctx, t1, db.Schema, "q", []string{"x"}, []int64{ev}); err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			o   store.DedupOutcome
+			err error
+		}
+		done := make(chan result, 1)
+		t2, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			o, err := claimX(t2, false)
+			done <- result{o, err}
+		}()
+		pgtest.WaitFor(t, 20*time.Second, "the second claim to wait", func() (bool, error) {
+			var n int
+			err := pool.QueryRow(ctx, `select count(*) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`).Scan(&n)
+			return n == 1, err
+		})
+		if commit {
+			err = t1.Commit(ctx)
+		} else {
+			err = t1.Rollback(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := <-done
+		_ = t2.Rollback(ctx)
+		if !commit {
+			if r.err != nil || !r.o.Claimed {
+				t.Fatalf("the waiting claim after the first rolled back: %+v, %v; want it claimed", r.o, r.err)
+			}
+			continue
+		}
+		if !errors.Is(r.err, store.ErrClaimRace) {
+			t.Fatalf("the waiting fast claim after the first committed: %+v, %v; want ErrClaimRace", r.o, r.err)
+		}
+		t3, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := claimX(t3, true)
+		_ = t3.Rollback(ctx)
+		if err != nil || o.Claimed || o.EvID != ev {
+			t.Fatalf("the claim with upsert: %+v, %v; want a duplicate of %d", o, err, ev)
+		}
+	}
 }

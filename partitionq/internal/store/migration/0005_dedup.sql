@@ -18,6 +18,8 @@ create table if not exists partitionq.queue_config (
 -- a hand-made call can leave, is claimed again by the next send). hits
 -- counts the duplicates refused (in committed sends), last_hit_at the last.
 -- A row past expires_at is removed by expire_dedup (or claimed again).
+-- Half of each page is left free, so that the record of a claim (ev_id set,
+-- no indexed column changed) is a heap-only update on the claim's page.
 create table if not exists partitionq.dedup (
     queue       text        not null,
     dedup_id    text        not null,
@@ -28,7 +30,7 @@ create table if not exists partitionq.dedup (
     hits        bigint      not null default 0,
     last_hit_at timestamptz,
     primary key (queue, dedup_id)
-);
+) with (fillfactor = 50);
 -- expire_dedup's walk, oldest first.
 create index if not exists dedup_expires_at on partitionq.dedup (expires_at);
 -- A key's records that refused duplicates (Client.Key): rows enter it on
@@ -73,7 +75,15 @@ revoke all on function partitionq.engine_own_events(text, text, bigint[]) from p
 -- committed, a free id if it rolled back. Under REPEATABLE READ or
 -- SERIALIZABLE a record committed after the caller's snapshot is a
 -- serialization failure (40001): retry the transaction.
-create or replace function partitionq.dedup_claim(p_queue text, p_ids text[], p_keys text[], p_counts int[], p_windows_us bigint[])
+--
+-- Without p_upsert the rows are inserted plainly, a third of the work of
+-- an INSERT ... ON CONFLICT (its speculative insertion): for a large batch
+-- of new ids, the usual case. An id that has a record (or that a
+-- concurrent send commits meanwhile) makes that insert fail with
+-- unique_violation (23505), and the caller claims again with p_upsert,
+-- the ON CONFLICT path.
+create or replace function partitionq.dedup_claim(p_queue text, p_ids text[], p_keys text[], p_counts int[], p_windows_us bigint[],
+    p_upsert boolean default false)
 returns table (dedup_id text, claimed boolean, ev_id bigint, key text)
 language plpgsql security definer set search_path = pg_catalog, partitionq, pg_temp as $f$
 #variable_conflict use_column
@@ -97,6 +107,15 @@ begin
     end if;
     select c.dedup_window into v_window from partitionq.queue_config c where c.queue = p_queue;
     v_window := coalesce(v_window, interval '1 hour');
+    if not coalesce(p_upsert, true) then
+        insert into partitionq.dedup (queue, dedup_id, key, sent_at, expires_at, hits, last_hit_at)
+        select p_queue, u.id, u.k, v_now, v_now + coalesce(u.w * interval '1 microsecond', v_window), u.c - 1,
+               case when u.c > 1 then v_now end
+          from unnest(p_ids, p_keys, p_counts, p_windows_us) with ordinality u(id, k, c, w, n)
+         order by u.n;
+        return query select u.id, true, null::bigint, u.k from unnest(p_ids, p_keys) u(id, k);
+        return;
+    end if;
     return query
     with ins as (
         insert into partitionq.dedup as d (queue, dedup_id, key, sent_at, expires_at, hits, last_hit_at)
@@ -119,11 +138,15 @@ $f$;
 -- A send records the events it inserted for the dedup ids it claimed:
 -- p_ev_ids[i] for p_ids[i]. Each id must be claimed and not yet recorded,
 -- and each event inserted into queue p_queue by the current transaction
--- with the claim's key (PQ002 otherwise); returns the count.
+-- with the claim's key (PQ002 otherwise); returns the count. The records
+-- are found through the primary key alone (dedup_id = any), whatever the
+-- table's statistics say of ev_id; the pairs are looked up in jsonb maps.
 create or replace function partitionq.dedup_record(p_engine text, p_queue text, p_ids text[], p_ev_ids bigint[])
 returns int language plpgsql security definer set search_path = pg_catalog, partitionq, pg_temp as $f$
 declare
     v_n    int := coalesce(cardinality(p_ids), 0);
+    v_ev   jsonb; -- dedup id -> event id
+    v_key  jsonb; -- event id -> its key, for the events this transaction inserted
     v_done text[];
     v_bad  text;
 begin
@@ -133,11 +156,13 @@ begin
     if v_n = 0 then
         return 0;
     end if;
-    with own as materialized (select * from partitionq.engine_own_events(p_engine, p_queue, p_ev_ids)),
-    upd as (
-        update partitionq.dedup d set ev_id = u.ev
-          from unnest(p_ids, p_ev_ids) u(id, ev) join own on own.ev_id = u.ev
-         where d.queue = p_queue and d.dedup_id = u.id and d.ev_id is null and d.key = coalesce(own.ev_key, '')
+    select jsonb_object_agg(u.id, u.ev) into v_ev from unnest(p_ids, p_ev_ids) u(id, ev);
+    select coalesce(jsonb_object_agg(e.ev_id::text, coalesce(e.ev_key, '')), '{}') into v_key
+      from partitionq.engine_own_events(p_engine, p_queue, p_ev_ids) e;
+    with upd as (
+        update partitionq.dedup d set ev_id = (v_ev ->> d.dedup_id)::bigint
+         where d.queue = p_queue and d.dedup_id = any(p_ids) and d.ev_id is null
+           and d.key = v_key ->> (v_ev ->> d.dedup_id)
         returning d.dedup_id)
     select array_agg(upd.dedup_id) into v_done from upd;
     if coalesce(cardinality(v_done), 0) <> v_n then
@@ -161,17 +186,16 @@ begin
     if p_limit is null or p_limit < 1 then
         raise exception 'expire_dedup deletes at most p_limit records: give 1 or more' using errcode = '22023';
     end if;
-    delete from partitionq.dedup d
-     using (select x.queue, x.dedup_id from partitionq.dedup x
-             where x.expires_at <= statement_timestamp()
-             order by x.expires_at limit p_limit
-               for update skip locked) old
-     where d.queue = old.queue and d.dedup_id = old.dedup_id;
+    delete from partitionq.dedup
+     where ctid = any(array(select x.ctid from partitionq.dedup x
+                             where x.expires_at <= statement_timestamp()
+                             order by x.expires_at limit p_limit
+                               for update skip locked));
     get diagnostics v_n = row_count;
     return v_n;
 end
 $f$;
 
-revoke all on function partitionq.dedup_claim(text, text[], text[], int[], bigint[]) from public;
+revoke all on function partitionq.dedup_claim(text, text[], text[], int[], bigint[], boolean) from public;
 revoke all on function partitionq.dedup_record(text, text, text[], bigint[]) from public;
 revoke all on function partitionq.expire_dedup(int) from public;
