@@ -174,7 +174,7 @@ func printDedupHits(w io.Writer, ki partitionq.KeyInfo) error {
 		_, err := fmt.Fprintln(w)
 		return err
 	}
-	fmt.Fprintf(w, ", the most recent first (%d dedup ids shown):\n", len(ki.DedupHits))
+	fmt.Fprintf(w, ", the most recent first (%d shown):\n", len(ki.DedupHits))
 	tb := newTable(w, "DEDUP ID", "EVENT", "HITS", "LAST HIT", "SENT", "EXPIRES").widths(map[string]int{"DEDUP ID": 40})
 	for _, h := range ki.DedupHits {
 		tb.row(h.DedupID, i64(h.EventID), i64(h.Hits), fmtTime(h.LastHit), fmtTime(h.SentAt), fmtTime(h.ExpiresAt))
