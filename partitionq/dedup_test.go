@@ -273,6 +273,14 @@ func TestSendOnceInvalid(t *testing.T) {
 	if n := len(b.queueEvents(t, "q")); n != 0 {
 		t.Errorf("invalid sends wrote %d events", n)
 	}
+	// No such queue: nothing claimed either.
+	if _, err := b.client.Send(b.ctx, "nosuch", partitionq.Message{Key: "k", DedupID: "a"}); !errors.Is(err, partitionq.ErrNoSuchQueue) {
+		t.Errorf("a send with a dedup id to a missing queue: %v; want ErrNoSuchQueue", err)
+	}
+	var records int
+	if err := b.pool.QueryRow(b.ctx, `select count(*) from partitionq.dedup`).Scan(&records); err != nil || records != 0 {
+		t.Errorf("refused sends left %d dedup records, %v", records, err)
+	}
 	longest := strings.Repeat("d", partitionq.MaxDedupIDLen)
 	for _, m := range []partitionq.Message{{Key: "k", DedupID: longest}, {Key: "k", DedupID: "w", DedupWindow: partitionq.MaxDedupWindow},
 		{Key: "k", DedupID: "тенант/файл\n\t😀"}} {
@@ -363,6 +371,26 @@ func TestSendBatchOnce(t *testing.T) {
 	}
 	if n := len(b.queueEvents(t, "q")); n != len(want)+200 {
 		t.Errorf("%d events in the queue, want %d", n, len(want)+200)
+	}
+
+	// More than one statement's worth (SendBatch's chunks of 5,000), in one
+	// transaction: sent once, and the same again all duplicates.
+	var huge []partitionq.Message
+	for i := range 6000 {
+		huge = append(huge, dedupMsg(fmt.Sprintf("t%d", i%17), fmt.Sprintf("huge-%d", i), ""))
+	}
+	first, err := b.client.SendBatch(b.ctx, "q", huge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := b.client.SendBatch(b.ctx, "q", huge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range huge {
+		if first[i].Duplicate || !again[i].Duplicate || again[i].ID != first[i].ID || (i > 0 && first[i].ID <= first[i-1].ID) {
+			t.Fatalf("message %d of 6,000: first %+v, again %+v", i, first[i], again[i])
+		}
 	}
 }
 
