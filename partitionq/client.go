@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/partitionq/partitionq/partitionq/internal/engine"
 	"github.com/partitionq/partitionq/partitionq/internal/store"
@@ -41,6 +42,13 @@ type Config struct {
 	// purge, quarantine) when a call does not say; it is stored in the
 	// audit trail beside the database role. Defaults to "".
 	Actor string
+
+	// Registerer receives the client's metrics: the counter
+	// partitionq_send_duplicates_total{queue} of messages refused as
+	// duplicates (Message.DedupID; docs/operations.md). Clients sharing a
+	// Registerer share the counter. Worker metrics have their own
+	// (WorkerConfig.Registerer). Defaults to nil: no metrics.
+	Registerer prometheus.Registerer
 }
 
 // Client is the entry point: setup, sending, workers, inspection and
@@ -52,6 +60,8 @@ type Client struct {
 	cfg  Config
 
 	schemaOK atomic.Bool // partitionq's schema was found (or brought) at SchemaVersion
+
+	duplicates *prometheus.CounterVec // nil without Config.Registerer
 }
 
 // NewClient returns a Client that uses pool, which the caller owns (the
@@ -83,7 +93,13 @@ func NewClient(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, er
 			return nil, err
 		}
 	}
-	return &Client{pool: pool, eng: eng, log: cfg.Logger, cfg: cfg}, nil
+	c := &Client{pool: pool, eng: eng, log: cfg.Logger, cfg: cfg}
+	if cfg.Registerer != nil {
+		if c.duplicates, err = registerClientMetrics(cfg.Registerer); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
 }
 
 // migrate brings partitionq's schema to SchemaVersion once per client

@@ -253,7 +253,7 @@ func FuzzSendBatch(f *testing.F) {
 			t.Fatalf("a batch of 3 wrote %d events", after-before)
 		}
 		var gotKey, gotType, gotData string
-		if err := d.pool.QueryRow(d.ctx, d.db.SQL(`select ev_extra1, ev_type, ev_data from pgq.event_1 where ev_id = $1`), ids[1]).Scan(&gotKey, &gotType, &gotData); err != nil {
+		if err := d.pool.QueryRow(d.ctx, d.db.SQL(`select ev_extra1, ev_type, ev_data from pgq.event_1 where ev_id = $1`), ids[1].ID).Scan(&gotKey, &gotType, &gotData); err != nil {
 			t.Fatal(err)
 		}
 		if gotKey != key || gotType != typ || gotData != string(payload) {

@@ -29,6 +29,12 @@ type GroupSpec struct {
 	// longest a committed event waits for a tick while the ticker runs
 	// (PgQ's own default is 3s). Defaults to leaving the queue as it is.
 	TickMaxLag time.Duration
+	// DedupWindow, when not zero, sets the queue's dedup window: how long a
+	// Message.DedupID sent to it is remembered (MinDedupWindow to
+	// MaxDedupWindow; docs/guarantees.md, "Send once"). It is the queue's,
+	// for every group. Defaults to leaving the queue as it is
+	// (DedupWindowDefault until set).
+	DedupWindow time.Duration
 }
 
 // Group is a consumer group as the engine and partitionq's schema know it.
@@ -119,6 +125,8 @@ type SetupResult struct {
 	// Registered is how many slot consumers were registered now (0 when the
 	// group already existed).
 	Registered int
+	// DedupWindow is the queue's dedup window after the setup.
+	DedupWindow time.Duration
 }
 
 // Setup creates the queue when missing, registers one engine consumer per
@@ -138,6 +146,9 @@ func (c *Client) Setup(ctx context.Context, spec GroupSpec) (SetupResult, error)
 	}
 	if spec.TickMaxLag < 0 {
 		return SetupResult{}, &ValidationError{Field: "GroupSpec.TickMaxLag", Value: spec.TickMaxLag.String(), Problem: "it is negative", Fix: "use 0 to keep the queue's setting, or a positive duration"}
+	}
+	if err := spec.checkDedupWindow(); err != nil {
+		return SetupResult{}, err
 	}
 	if err := c.migrate(ctx); err != nil {
 		return SetupResult{}, err
@@ -177,6 +188,9 @@ func (c *Client) Setup(ctx context.Context, spec GroupSpec) (SetupResult, error)
 			if err := c.eng.SetQueueConfig(ctx, tx, spec.Queue, "ticker_max_lag", fmt.Sprintf("%d milliseconds", spec.TickMaxLag.Milliseconds())); err != nil {
 				return err
 			}
+		}
+		if res.DedupWindow, err = setupDedupWindow(ctx, tx, spec); err != nil {
+			return err
 		}
 		// The group's first generation and its slots' ownership rows
 		// (workers take them over from here on).

@@ -166,3 +166,12 @@ func (r *recorder) waitTotal(t *testing.T, n int) {
 		return r.count() >= n, nil
 	})
 }
+
+// resultIDs are the event ids of a send's results.
+func resultIDs(res []partitionq.SendResult) []int64 {
+	ids := make([]int64, len(res))
+	for i, r := range res {
+		ids[i] = r.ID
+	}
+	return ids
+}

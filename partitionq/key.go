@@ -2,6 +2,7 @@ package partitionq
 
 import (
 	"context"
+	"time"
 
 	"github.com/partitionq/partitionq/partitionq/internal/lease"
 	"github.com/partitionq/partitionq/partitionq/internal/parked"
@@ -38,12 +39,33 @@ type KeyInfo struct {
 	DeadLetters        []DeadLetter
 	DeadLetterCount    int64
 	PendingDeadLetters int64
+	// DedupHits holds the key's dedup records that refused duplicates
+	// (Message.DedupID), the most recent hit first, at most KeyEventsLimit:
+	// those of the last dedup window or so (a record lives for its window,
+	// then until maintenance removes it). Duplicates counts the duplicates
+	// all of them refused; DedupWindow is the queue's window.
+	DedupHits   []DedupHit
+	Duplicates  int64
+	DedupWindow time.Duration
+}
+
+// DedupHit is a dedup record that refused duplicates.
+type DedupHit struct {
+	DedupID string
+	// EventID is the event first sent with the dedup id.
+	EventID int64
+	// Hits counts the duplicates refused; LastHit is the last one.
+	Hits      int64
+	SentAt    time.Time
+	LastHit   time.Time
+	ExpiresAt time.Time
 }
 
 // Key finds one key of a group: its slot and the slot's owner, its state
-// (flowing, blocked, draining), its set-aside events and its dead letters.
-// A key the group has never seen is simply flowing, with nothing listed.
-// ctx governs the queries: 13, whatever the number of slots and events.
+// (flowing, blocked, draining), its set-aside events, its dead letters and
+// its recent dedup hits. A key the group has never seen is simply flowing,
+// with nothing listed. ctx governs the queries: 15, whatever the number of
+// slots and events.
 func (c *Client) Key(ctx context.Context, queue, group, key string) (KeyInfo, error) {
 	_, home, err := c.keyHome(ctx, queue, group, key)
 	if err != nil {
@@ -97,6 +119,17 @@ func (c *Client) Key(ctx context.Context, queue, group, key string) (KeyInfo, er
 	f.Pending = true
 	if ki.PendingDeadLetters, err = store.CountMatching(ctx, c.pool, f); err != nil {
 		return KeyInfo{}, err
+	}
+	if ki.DedupWindow, err = store.DedupWindow(ctx, c.pool, queue); err != nil {
+		return KeyInfo{}, err
+	}
+	hits, total, err := store.DedupHits(ctx, c.pool, queue, key, KeyEventsLimit)
+	if err != nil {
+		return KeyInfo{}, err
+	}
+	ki.Duplicates = total
+	for _, h := range hits {
+		ki.DedupHits = append(ki.DedupHits, DedupHit{DedupID: h.DedupID, EventID: h.EvID, Hits: h.Hits, SentAt: h.SentAt, LastHit: h.LastHitAt, ExpiresAt: h.ExpiresAt})
 	}
 	return ki, nil
 }

@@ -2,6 +2,7 @@ package partitionq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -27,6 +28,36 @@ const (
 	metricParked         = "partitionq_parked_events"
 	metricLongestBlocked = "partitionq_slot_longest_blocked_seconds"
 )
+
+// metricDuplicates is the client's counter (Config.Registerer), labelled
+// by queue.
+const metricDuplicates = "partitionq_send_duplicates_total"
+
+// registerClientMetrics registers the client's counter of duplicates on
+// reg, or returns the one a client registered there before (clients of one
+// process share it).
+func registerClientMetrics(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
+	cv := prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricDuplicates,
+		Help: "Messages refused as duplicates of a send within the dedup window (Message.DedupID): nothing inserted."}, []string{"queue"})
+	err := reg.Register(cv)
+	var are prometheus.AlreadyRegisteredError
+	switch {
+	case err == nil:
+		return cv, nil
+	case errors.As(err, &are):
+		if existing, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
+			return existing, nil
+		}
+	}
+	return nil, fmt.Errorf("partitionq: Config.Registerer: cannot register %s: %w", metricDuplicates, err)
+}
+
+// countDuplicates adds n to the duplicates of queue.
+func (c *Client) countDuplicates(queue string, n int) {
+	if c.duplicates != nil && n > 0 {
+		c.duplicates.WithLabelValues(queue).Add(float64(n))
+	}
+}
 
 // The gauges read from the database come from one Client.Status read of the
 // whole group, kept for statusMaxAge (so scrapes from several Prometheus

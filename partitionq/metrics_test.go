@@ -280,3 +280,57 @@ func TestMetricsScrapeBoundedWhenTheDatabaseHangs(t *testing.T) {
 		return len(series(t, scrape(t, url), "partitionq_slot_owned")) == 2, nil
 	})
 }
+
+// The client's counter of duplicates (Config.Registerer): one per message
+// refused, by queue, in batches too; clients sharing a registry share it;
+// a client without a Registerer counts nothing.
+func TestSendDuplicatesMetric(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.group(t, 1)
+	if _, err := b.client.Setup(b.ctx, partitionq.GroupSpec{Queue: "q2", Group: "g", Slots: 1}); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	c1, err := partitionq.NewClient(b.ctx, b.pool, partitionq.Config{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := partitionq.NewClient(b.ctx, b.pool, partitionq.Config{Registerer: reg})
+	if err != nil {
+		t.Fatalf("a second client on the same registry: %v", err)
+	}
+	m := func(id string) partitionq.Message { return partitionq.Message{Key: "k", DedupID: id} }
+	for _, send := range []func() error{
+		func() error { _, err := c1.Send(b.ctx, "q", m("a")); return err }, // new
+		func() error { _, err := c1.Send(b.ctx, "q", m("a")); return err }, // 1
+		func() error {
+			_, err := c2.SendBatch(b.ctx, "q", []partitionq.Message{m("a"), m("b"), m("b")})
+			return err
+		}, // 2
+		func() error { _, err := c2.Send(b.ctx, "q2", m("a")); return err },      // new, on q2
+		func() error { _, err := c1.Send(b.ctx, "q2", m("a")); return err },      // q2: 1
+		func() error { _, err := b.client.Send(b.ctx, "q", m("a")); return err }, // not counted here
+	} {
+		if err := send(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "partitionq_send_duplicates_total" {
+			t.Errorf("unexpected metric %s", mf.GetName())
+			continue
+		}
+		for _, s := range mf.GetMetric() {
+			got[s.GetLabel()[0].GetValue()] = s.GetCounter().GetValue()
+		}
+	}
+	if got["q"] != 3 || got["q2"] != 1 || len(got) != 2 {
+		t.Errorf("partitionq_send_duplicates_total: %v, want q 3, q2 1", got)
+	}
+}

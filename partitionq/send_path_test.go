@@ -64,9 +64,11 @@ func TestSendPathsWriteTheSameRows(t *testing.T) {
 					return err
 				}
 			}
-			if ids, err = b.client.SendBatchTx(b.ctx, tx, "q", ms); err != nil {
+			sent, err := b.client.SendBatchTx(b.ctx, tx, "q", ms)
+			if err != nil {
 				return err
 			}
+			ids = resultIDs(sent)
 			if _, err := tx.Exec(b.ctx, "reset role"); err != nil {
 				return err
 			}

@@ -245,7 +245,7 @@ func TestStatusPendingCountsOnlyOwnRetries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	retried := ids[len(ids)-1]
+	retried := ids[len(ids)-1].ID
 	pgtest.WaitFor(t, 30*time.Second, "the retried event handled again, and group g done", func() (bool, error) {
 		n, ok := calls.Load(retried)
 		if !ok || n.(*atomic.Int32).Load() < 2 {

@@ -66,7 +66,7 @@ func TestTracingSpanPerHandlerCall(t *testing.T) {
 		id        int64
 		key, typ  string
 		errorText string // "" for a success
-	}{{good, "tenant-1", "FileCreated", ""}, {bad, "bad", "FileDeleted", "dead letter: boom"}} {
+	}{{good.ID, "tenant-1", "FileCreated", ""}, {bad.ID, "bad", "FileDeleted", "dead letter: boom"}} {
 		s, ok := byID[c.id]
 		if !ok {
 			t.Fatalf("no span for event %d", c.id)

@@ -3,7 +3,7 @@
 -- Four group roles (NOLOGIN); give each person or service a login role that
 -- is a member of one of them (see docs/security.md):
 --
---   partitionq_producer  sends events                      (Client.Send*, partitionq send)
+--   partitionq_producer  sends events, with dedup ids too  (Client.Send*, partitionq send)
 --   partitionq_worker    consumes the queue's groups        (Worker, partitionq work without --ticker)
 --   partitionq_operator  skip, retry now, quarantine, replay, and everything the viewer sees
 --   partitionq_viewer    reads status, blocked keys, dead letters and the audit trail
@@ -65,6 +65,15 @@
 --       resize_handoff      worker    hands an old slot drained to the cutover off to the new slots
 --     No role here has INSERT, UPDATE or DELETE on partitionq.dead_letter
 --     or partitionq.audit; the viewer reads them.
+--   * partitionq.dedup: the dedup records of sends with a dedup id
+--     (Message.DedupID, send --dedup-id), written through two functions of
+--     the same kind only, in the sending transaction:
+--       dedup_claim         producer  claims the ids before the events are inserted (duplicates: the first's event)
+--       dedup_record        producer  records each claimed id's event, inserted by the same transaction with its key
+--       expire_dedup        nobody    (the owner: the ticker, or cron under pgqd) deletes expired records, bounded
+--     The producer reads schema_version (the client checks the schema once)
+--     and nothing else; the viewer reads the records (the key view's dedup
+--     hits) and the queues' dedup windows (queue_config, written by setup).
 
 do $roles$
 declare
@@ -79,7 +88,7 @@ end
 $roles$;
 
 -- ------------------------------------------------- partitionq's own tables
--- The producer has none. The viewer reads them all; the worker records
+-- The producer has the dedup functions only. The viewer reads them all; the worker records
 -- failures and gives events up (give_up); the operator, on top of the
 -- viewer, acts on failures, skips and quarantines (set_aside), replays
 -- (record_replay) and audits the rest (record_action). Purge (delete dead
@@ -89,10 +98,15 @@ $roles$;
 -- setup; to allow a role (never the viewer or the worker):
 --   grant execute on function partitionq.resize(text, text, text, int, text, text),
 --                             partitionq.resize_abort(text, text, text, text, text) to some_admin_role;
-grant usage on schema partitionq to partitionq_viewer, partitionq_worker;
+grant usage on schema partitionq to partitionq_viewer, partitionq_worker, partitionq_producer;
 grant select on partitionq.schema_version, partitionq.failure, partitionq.dead_letter, partitionq.audit,
                 partitionq.worker, partitionq.slot, partitionq.slot_progress, partitionq.slot_done, partitionq.generation,
-                partitionq.slot_rate to partitionq_viewer;
+                partitionq.slot_rate, partitionq.dedup, partitionq.queue_config to partitionq_viewer;
+
+-- Send once: claim and record dedup ids in the sending transaction.
+grant select on partitionq.schema_version to partitionq_producer;
+grant execute on function partitionq.dedup_claim(text, text[], text[], int[], bigint[], boolean),
+                          partitionq.dedup_record(text, text, text[], bigint[]) to partitionq_producer;
 
 grant select on partitionq.schema_version to partitionq_worker;
 grant select, insert, update, delete on partitionq.failure to partitionq_worker;
@@ -124,8 +138,10 @@ grant execute on function partitionq.set_aside(text, text, text, int, text, text
                           partitionq.record_action(text, text, text, text, text, bigint, text, text) to partitionq_operator;
 
 -- Records are append-only for every role here: what an earlier version of
--- this file (or a DBA) granted on them directly is taken back.
-revoke insert, update, delete, truncate, trigger on partitionq.dead_letter, partitionq.audit
+-- this file (or a DBA) granted on them directly is taken back. The dedup
+-- records and windows are written by the functions above and the owner only.
+revoke insert, update, delete, truncate, trigger on partitionq.dead_letter, partitionq.audit,
+                                                   partitionq.dedup, partitionq.queue_config
     from partitionq_producer, partitionq_worker, partitionq_operator, partitionq_viewer;
 revoke usage, update on sequence partitionq.dead_letter_id_seq, partitionq.audit_id_seq
     from partitionq_producer, partitionq_worker, partitionq_operator, partitionq_viewer;

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
 
@@ -159,7 +160,14 @@ func (f *fakeClient) Key(ctx context.Context, queue, group, key string) (partiti
 		return partitionq.KeyInfo{}, err
 	}
 	f.keys = append(f.keys, key)
-	ki := partitionq.KeyInfo{Queue: queue, Group: group, Key: key, Slot: 3, State: partitionq.KeyFlowing}
+	ki := partitionq.KeyInfo{Queue: queue, Group: group, Key: key, Slot: 3, State: partitionq.KeyFlowing, DedupWindow: time.Hour}
+	if key == "hooli" { // a producer's retries, refused
+		at := base
+		ki.DedupHits = []partitionq.DedupHit{
+			{DedupID: "upload-7f3a/FileCreated", EventID: 48210, Hits: 2, SentAt: at.Add(-9 * time.Minute), LastHit: at.Add(-2 * time.Minute), ExpiresAt: at.Add(51 * time.Minute)},
+			{DedupID: "upload-77c1/FileDeleted", EventID: 48102, Hits: 1, SentAt: at.Add(-20 * time.Minute), LastHit: at.Add(-19 * time.Minute), ExpiresAt: at.Add(40 * time.Minute)}}
+		ki.Duplicates = 3
+	}
 	for _, b := range f.blocked {
 		if b.Key == key {
 			ki.Slot, ki.State, ki.Blocked = b.Slot, b.State, &b

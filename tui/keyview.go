@@ -40,7 +40,8 @@ func newFindKeys(ro bool) findKeys {
 
 // keyView finds one key ("/"): a prompt for the key, then everything about
 // it: its slot and owner, its state (flowing, blocked, draining), its
-// set-aside events and its dead letters, refreshed with the rest; the
+// set-aside events, its dead letters and its recent dedup hits (duplicates
+// refused), refreshed with the rest; the
 // actions on a blocked key and the replay of its dead letters are a key
 // away.
 type keyView struct {
@@ -213,6 +214,11 @@ func (v *keyView) lines() []string {
 	}
 	if len(ki.DeadLetters) == 0 {
 		out = append(out, "   (none)")
+	}
+	out = append(out, "", st.label.Render(fmt.Sprintf("Duplicates refused: %s (dedup window %s)", count(ki.Duplicates), age(ki.DedupWindow))))
+	for _, h := range ki.DedupHits {
+		out = append(out, fit(fmt.Sprintf("   %s · #%d · %s · last %s ago", clip(line(h.DedupID), 40), h.EventID, plural(int(h.Hits), "hit"),
+			age(at.Sub(h.LastHit))), v.w))
 	}
 	return out
 }

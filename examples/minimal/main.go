@@ -56,7 +56,7 @@ func run(ctx context.Context, databaseURL string) error {
 			msgs = append(msgs, partitionq.Message{Key: tenant, Type: typ, Payload: []byte(`{"path":"/report.pdf"}`)})
 		}
 	}
-	ids, err := client.SendBatch(ctx, "files", msgs)
+	sent, err := client.SendBatch(ctx, "files", msgs)
 	if err != nil {
 		return err
 	}
@@ -65,7 +65,7 @@ func run(ctx context.Context, databaseURL string) error {
 	var mu sync.Mutex
 	last := map[string]int64{}
 	for i, m := range msgs {
-		last[m.Key] = ids[i]
+		last[m.Key] = sent[i].ID
 	}
 	done := make(chan struct{})
 

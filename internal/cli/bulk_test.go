@@ -220,7 +220,7 @@ func TestGroupsAndKeyCommands(t *testing.T) {
 	}
 	raw = h.raw(with(qg, "key", "--key", "b")...)
 	pinKeys(t, "key", raw, "queue", "group", "key", "slot", "owner", "state", "blocked", "set_aside", "dead_letters",
-		"dead_letter_count", "pending_dead_letters")
+		"dead_letter_count", "pending_dead_letters", "dedup_window_seconds", "dedup_hits", "duplicates")
 	out = h.ok(with(qg, "key", "--key", "b")...)
 	for _, w := range []string{"state:  flowing", "dead letters: 2 (2 not replayed), newest first (2 shown):", "corrupt b-4"} {
 		if !strings.Contains(out, w) {

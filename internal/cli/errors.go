@@ -95,7 +95,7 @@ func runFor(t *target, fn func(cmd *cobra.Command, args []string) error) func(*c
 }
 
 // flagOf names the flag of each library field a command sets from one,
-// with the fix in the command line's words. The library's errors name Go
+// with the fix in the command line's words ("": the library's own). The library's errors name Go
 // fields (WorkerConfig.MaxAttempts); the command's name its flags.
 var flagOf = map[string]struct{ flag, fix string }{
 	"WorkerConfig.Concurrency":           {"--concurrency", "give 1 to 4096 (default 16)"},
@@ -110,6 +110,9 @@ var flagOf = map[string]struct{ flag, fix string }{
 	"WorkerConfig.TickInterval":          {"--tick-interval", "give a positive duration"},
 	"WorkerConfig.Slots":                 {"--slots", `give "all" or slots of the group`},
 	"GroupSpec.TickMaxLag":               {"--tick-max-lag", "give a positive duration, or leave it out to keep the queue's setting"},
+	"GroupSpec.DedupWindow":              {"--dedup-window", "give 1ms to 168h (7 days), or leave it out to keep the queue's window"},
+	"dedup id":                           {"--dedup-id", ""}, // the library's fix: what is wrong with the text
+	"dedup window":                       {"--dedup-window", "give 1ms to 168h (7 days) with a --dedup-id, or leave it out for the queue's window"},
 	"number of slots":                    {"--slots", "give 1 to 256: a small N such as 4 or 8 (docs/tuning.md)"},
 	"Options.Refresh":                    {"--refresh", "give at least 100ms, or leave it out for 1s"},
 	"Config.EngineSchema":                {"--engine", `use "pgq" or "pgque", or leave it out to detect the engine`},
@@ -126,7 +129,11 @@ func inFlagWords(err error) error {
 	if !ok {
 		return err
 	}
-	return explain(err, "invalid %s %s: %s: %s", f.flag, ve.Value, ve.Problem, f.fix)
+	fix := f.fix
+	if fix == "" {
+		fix = ve.Fix
+	}
+	return explain(err, "invalid %s %s: %s: %s", f.flag, ve.Value, ve.Problem, fix)
 }
 
 // exitCode maps an error returned by the root command to an exit status.

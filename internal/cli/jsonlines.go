@@ -8,6 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
+	"time"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -20,10 +23,15 @@ const maxLine = 64 << 20
 
 // inputLine is one line of send's input, as the JSON of docs/cli.md.
 type inputLine struct {
-	Key     string
-	Type    string
-	Payload json.RawMessage
+	Key         string
+	Type        string
+	Payload     json.RawMessage
+	DedupID     string
+	DedupWindow time.Duration
 }
+
+// lineFields are the fields of a line, in the order docs/cli.md gives them.
+var lineFields = []string{"key", "type", "payload", "dedup_id", "dedup_window"}
 
 // decodeLine reads one JSON line into a message and validates it. The
 // payload is stored as its JSON text, except that a JSON string is stored
@@ -43,7 +51,7 @@ func decodeLine(line []byte) (partitionq.Message, error) {
 	if err != nil {
 		return partitionq.Message{}, err
 	}
-	m := partitionq.Message{Key: in.Key, Type: in.Type}
+	m := partitionq.Message{Key: in.Key, Type: in.Type, DedupID: in.DedupID, DedupWindow: in.DedupWindow}
 	switch p := bytes.TrimSpace(in.Payload); {
 	case len(p) == 0 || string(p) == "null":
 	case p[0] == '"':
@@ -56,9 +64,27 @@ func decodeLine(line []byte) (partitionq.Message, error) {
 		m.Payload = bytes.Clone(p)
 	}
 	if err := m.Validate(); err != nil {
-		return partitionq.Message{}, err
+		return partitionq.Message{}, inLineWords(err)
 	}
 	return m, nil
+}
+
+// inLineWords tells a library *ValidationError of a dedup id or window in
+// the words of a line: its field ("dedup_id", "dedup_window").
+func inLineWords(err error) error {
+	var ve *partitionq.ValidationError
+	if !errors.As(err, &ve) {
+		return err
+	}
+	field, ok := map[string]string{"dedup id": "dedup_id", "dedup window": "dedup_window"}[ve.Field]
+	if !ok {
+		return err
+	}
+	fix := ve.Fix
+	if field == "dedup_window" {
+		fix = strings.NewReplacer("a dedup id", `a "dedup_id"`, "or 0 for the queue's window", `or leave "dedup_window" out for the queue's window`).Replace(fix)
+	}
+	return explain(err, "invalid %q %s: %s: %s", field, ve.Value, ve.Problem, fix)
 }
 
 // Byte order marks, which a line of JSON must not start with.
@@ -101,8 +127,8 @@ func decodeObject(line []byte) (inputLine, error) {
 			return malformed(err)
 		}
 		name, _ := t.(string)
-		if name != "key" && name != "type" && name != "payload" {
-			return inputLine{}, fmt.Errorf(`malformed JSON: unknown field %s: the fields are "key", "type" and "payload"`, termsafe.Echo(name))
+		if !slices.Contains(lineFields, name) {
+			return inputLine{}, fmt.Errorf(`malformed JSON: unknown field %s: the fields are "key", "type", "payload", "dedup_id" and "dedup_window"`, termsafe.Echo(name))
 		}
 		if seen[name] {
 			return inputLine{}, fmt.Errorf("malformed JSON: field %q appears twice: give it once", name)
@@ -127,10 +153,22 @@ func decodeObject(line []byte) (inputLine, error) {
 		default:
 			return inputLine{}, fmt.Errorf("malformed JSON: field %q must be a string", name)
 		}
-		if name == "key" {
+		switch name {
+		case "key":
 			in.Key = v
-		} else {
+		case "type":
 			in.Type = v
+		case "dedup_id":
+			in.DedupID = v
+		case "dedup_window":
+			if v == "" {
+				break
+			}
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return inputLine{}, fmt.Errorf(`malformed JSON: field "dedup_window" is %s, not a positive duration: write one such as "10m" or "2h"`, termsafe.Quote(v))
+			}
+			in.DedupWindow = d
 		}
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace

@@ -12,6 +12,8 @@ type setupOut struct {
 	Consumers    []string `json:"consumers"`
 	QueueCreated bool     `json:"queue_created"`
 	Registered   int      `json:"registered"`
+	// DedupWindowSeconds is the queue's dedup window.
+	DedupWindowSeconds float64 `json:"dedup_window_seconds"`
 }
 
 type sendOut struct {
@@ -19,6 +21,15 @@ type sendOut struct {
 	Sent         int    `json:"sent"`
 	FirstEventID int64  `json:"first_event_id"`
 	LastEventID  int64  `json:"last_event_id"`
+	// The one event of the flags:
+	EventID   *int64 `json:"event_id"`
+	Duplicate *bool  `json:"duplicate"`
+	// The lines of standard input refused as duplicates:
+	Duplicates []struct {
+		Line    int    `json:"line"`
+		DedupID string `json:"dedup_id"`
+		EventID int64  `json:"event_id"`
+	} `json:"duplicates"`
 }
 
 type statusOut struct {
@@ -208,6 +219,16 @@ type keyOut struct {
 	DeadLetters        []deadLetterOut `json:"dead_letters"`
 	DeadLetterCount    int64           `json:"dead_letter_count"`
 	PendingDeadLetters int64           `json:"pending_dead_letters"`
+	DedupWindowSeconds float64         `json:"dedup_window_seconds"`
+	DedupHits          []struct {
+		DedupID   string    `json:"dedup_id"`
+		EventID   int64     `json:"event_id"`
+		Hits      int64     `json:"hits"`
+		SentAt    time.Time `json:"sent_at"`
+		LastHitAt time.Time `json:"last_hit_at"`
+		ExpiresAt time.Time `json:"expires_at"`
+	} `json:"dedup_hits"`
+	Duplicates int64 `json:"duplicates"`
 }
 
 type auditOut struct {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -25,12 +26,30 @@ type keyJSON struct {
 	DeadLetters        []deadLetterJSON   `json:"dead_letters"`
 	DeadLetterCount    int64              `json:"dead_letter_count"`
 	PendingDeadLetters int64              `json:"pending_dead_letters"`
+	DedupWindowSeconds float64            `json:"dedup_window_seconds"`
+	DedupHits          []dedupHitJSON     `json:"dedup_hits"`
+	Duplicates         int64              `json:"duplicates"`
+}
+
+// dedupHitJSON is a dedup record of the key that refused duplicates.
+type dedupHitJSON struct {
+	DedupID   string    `json:"dedup_id"`
+	EventID   int64     `json:"event_id"`
+	Hits      int64     `json:"hits"`
+	SentAt    time.Time `json:"sent_at"`
+	LastHitAt time.Time `json:"last_hit_at"`
+	ExpiresAt time.Time `json:"expires_at"`
 }
 
 func toKeyJSON(ki partitionq.KeyInfo) keyJSON {
 	out := keyJSON{Queue: ki.Queue, Group: ki.Group, Key: ki.Key, Slot: ki.Slot, State: string(ki.State),
 		SetAside: make([]previewEventJSON, 0, len(ki.SetAside)), DeadLetters: make([]deadLetterJSON, 0, len(ki.DeadLetters)),
-		DeadLetterCount: ki.DeadLetterCount, PendingDeadLetters: ki.PendingDeadLetters}
+		DeadLetterCount: ki.DeadLetterCount, PendingDeadLetters: ki.PendingDeadLetters,
+		DedupWindowSeconds: seconds(ki.DedupWindow), DedupHits: make([]dedupHitJSON, 0, len(ki.DedupHits)), Duplicates: ki.Duplicates}
+	for _, h := range ki.DedupHits {
+		out.DedupHits = append(out.DedupHits, dedupHitJSON{DedupID: h.DedupID, EventID: h.EventID, Hits: h.Hits,
+			SentAt: utc(h.SentAt), LastHitAt: utc(h.LastHit), ExpiresAt: utc(h.ExpiresAt)})
+	}
 	if o := ki.Owner; o != nil {
 		out.Owner = &ownerJSON{Name: o.Name, Host: o.Host, PID: o.PID, BackendPID: o.BackendPID, Addr: o.Addr, Since: optTime(o.Since),
 			Epoch: o.Epoch, LeaseLeftSeconds: seconds(o.LeaseLeft)}
@@ -61,8 +80,9 @@ func (a *app) keyCmd() *cobra.Command {
 slot; its state: flowing (nothing set aside), blocked (its head failed: its
 later events wait) or draining (its failed head was resolved, its waiting
 events run next); its events set aside in the slot, in the order they will
-run (the head first); and its newest dead letters. Up to ` + strconv.Itoa(partitionq.KeyEventsLimit) + ` of each are
-listed, with the totals.`,
+run (the head first); its newest dead letters; and its recent dedup hits:
+the dedup ids of its events that refused duplicates (send --dedup-id), with
+how many each refused. Up to ` + strconv.Itoa(partitionq.KeyEventsLimit) + ` of each are listed, with the totals.`,
 		Example: "  partitionq key --queue files --group indexer --key tenant-42",
 		Args:    cobra.NoArgs,
 		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
@@ -137,9 +157,27 @@ func printKey(w io.Writer, ki partitionq.KeyInfo) error {
 	}
 	fmt.Fprintf(w, "\ndead letters: %d (%d not replayed)", ki.DeadLetterCount, ki.PendingDeadLetters)
 	if len(ki.DeadLetters) == 0 {
+		fmt.Fprintln(w)
+	} else {
+		fmt.Fprintf(w, ", newest first (%d shown):\n", len(ki.DeadLetters))
+		if err := printDeadLetters(w, ki.DeadLetters); err != nil {
+			return err
+		}
+	}
+	return printDedupHits(w, ki)
+}
+
+// printDedupHits writes the key's recent dedup hits.
+func printDedupHits(w io.Writer, ki partitionq.KeyInfo) error {
+	fmt.Fprintf(w, "\nduplicates refused: %d (dedup window %s)", ki.Duplicates, ki.DedupWindow)
+	if len(ki.DedupHits) == 0 {
 		_, err := fmt.Fprintln(w)
 		return err
 	}
-	fmt.Fprintf(w, ", newest first (%d shown):\n", len(ki.DeadLetters))
-	return printDeadLetters(w, ki.DeadLetters)
+	fmt.Fprintf(w, ", the most recent first (%d shown):\n", len(ki.DedupHits))
+	tb := newTable(w, "DEDUP ID", "EVENT", "HITS", "LAST HIT", "SENT", "EXPIRES").widths(map[string]int{"DEDUP ID": 40})
+	for _, h := range ki.DedupHits {
+		tb.row(h.DedupID, i64(h.EventID), i64(h.Hits), fmtTime(h.LastHit), fmtTime(h.SentAt), fmtTime(h.ExpiresAt))
+	}
+	return tb.flush()
 }

@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -17,7 +18,7 @@ func TestSendOne(t *testing.T) {
 		t.Errorf("send printed %q", out)
 	}
 	raw := h.raw("send", "--queue", "q", "--key", "tenant-2", "--payload", "plain text")
-	pinKeys(t, "send", raw, "queue", "sent", "first_event_id", "last_event_id")
+	pinKeys(t, "send", raw, "queue", "sent", "first_event_id", "last_event_id", "event_id", "duplicate")
 
 	evs := h.events("q")
 	if len(evs) != 2 {
@@ -229,5 +230,140 @@ func TestSendFlagsFollowTheTextRule(t *testing.T) {
 	}
 	if evs := h.events("q"); len(evs) != 0 {
 		t.Fatalf("refused sends stored %+v", evs)
+	}
+}
+
+// send --dedup-id sends the one event once: a second send of the id says
+// "duplicate of event N" (--json: "duplicate", "event_id") and stores
+// nothing; --dedup-window gives the id its own window; bad ids, windows
+// and combinations are usage errors naming the flag; another key under
+// the id is refused naming both keys. key shows the hits (three: the
+// second send and the two --json ones).
+func TestSendOnceFromFlags(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setup(2)
+	out := h.ok("send", "--queue", "q", "--key", "tenant-1", "--payload", "first", "--dedup-id", "req-1")
+	if !strings.Contains(out, `sent 1 event to queue "q" (event id `) {
+		t.Fatalf("first send printed %q", out)
+	}
+	first := h.events("q")[0].ID
+	out = h.ok("send", "--queue", "q", "--key", "tenant-1", "--payload", "retry", "--dedup-id", "req-1")
+	if want := fmt.Sprintf(`duplicate of event %d: not sent again (dedup id "req-1"`, first); !strings.Contains(out, want) {
+		t.Errorf("second send printed %q, want %q", out, want)
+	}
+	var s sendOut
+	h.json(&s, "send", "--queue", "q", "--key", "tenant-1", "--dedup-id", "req-1", "--dedup-window", "10m", "--json")
+	if s.Sent != 0 || s.Duplicate == nil || !*s.Duplicate || s.EventID == nil || *s.EventID != first || s.FirstEventID != 0 {
+		t.Errorf("send --json of a duplicate: %+v", s)
+	}
+	pinKeys(t, "send", h.raw("send", "--queue", "q", "--key", "tenant-1", "--dedup-id", "req-1"),
+		"queue", "sent", "first_event_id", "last_event_id", "event_id", "duplicate")
+	h.json(&s, "send", "--queue", "q", "--key", "tenant-1", "--dedup-id", "req-2", "--dedup-window", "10m", "--json")
+	if s.Sent != 1 || s.Duplicate == nil || *s.Duplicate || s.EventID == nil || *s.EventID != s.FirstEventID {
+		t.Errorf("send --json of a new id: %+v", s)
+	}
+	if evs := h.events("q"); len(evs) != 2 || evs[0].Data != "first" {
+		t.Fatalf("stored %+v, want the first send and req-2", evs)
+	}
+
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--key", "k", "--dedup-id", "a\x00b"}, []string{`invalid --dedup-id "a\x00b": it contains a NUL byte`}},
+		{[]string{"--key", "k", "--dedup-id", "\xff"}, []string{`invalid --dedup-id "\xff": it is not valid UTF-8`}},
+		{[]string{"--key", "k", "--dedup-id", strings.Repeat("d", 513)}, []string{"invalid --dedup-id", "513 bytes long, more than 512"}},
+		{[]string{"--key", "k", "--dedup-window", "5m"}, []string{"invalid --dedup-window 5m0s: it is given without a dedup id"}},
+		{[]string{"--key", "k", "--dedup-id", "x", "--dedup-window", "200h"}, []string{"invalid --dedup-window 200h0m0s", "7 days"}},
+		{[]string{"--dedup-id", "x"}, []string{"missing --key: --dedup-id describes one event"}},
+	} {
+		h.fails(cli.ExitUsage, c.want, append([]string{"send", "--queue", "q"}, c.args...)...)
+	}
+	r := h.run("send", "--queue", "q", "--key", "tenant-2", "--dedup-id", "req-1")
+	h.expect(r, cli.ExitFailed, []string{`dedup id "req-1" of queue "q" was sent with key "tenant-1"`, `not with key "tenant-2"`}, []string{"send"})
+	if evs := h.events("q"); len(evs) != 2 {
+		t.Fatalf("refused sends stored %+v", evs)
+	}
+
+	var k keyOut
+	h.json(&k, "key", "--queue", "q", "--group", "g", "--key", "tenant-1", "--json")
+	if k.Duplicates != 3 || len(k.DedupHits) != 1 || k.DedupHits[0].DedupID != "req-1" || k.DedupHits[0].EventID != first ||
+		k.DedupHits[0].Hits != 3 || k.DedupWindowSeconds != 3600 {
+		t.Errorf("key --json: %+v", k)
+	}
+	out = h.ok("key", "--queue", "q", "--group", "g", "--key", "tenant-1")
+	for _, w := range []string{"duplicates refused: 3 (dedup window 1h0m0s), the most recent first (1 shown):", "DEDUP ID", "req-1"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("key lacks %q:\n%s", w, out)
+		}
+	}
+}
+
+// JSON lines with "dedup_id" (and "dedup_window"): a duplicate line, in the
+// input or of an earlier send, stores nothing and is listed by its line
+// ("line N: duplicate of event M"; --json: "duplicates"); bad ids and
+// windows are refused by line, naming the field as written, and nothing of
+// the input is sent.
+func TestSendOnceFromLines(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setup(2)
+	h.ok("send", "--queue", "q", "--key", "a", "--payload", "earlier", "--dedup-id", "req-0")
+	earlier := h.events("q")[0].ID
+	in := strings.Join([]string{
+		`{"key":"a","payload":"one","dedup_id":"req-1"}`,
+		`{"key":"b","payload":"plain"}`,
+		`{"key":"a","payload":"again","dedup_id":"req-1","dedup_window":"10m"}`,
+		`{"dedup_id":"req-0","key":"a","payload":"retry of the earlier"}`,
+		`{"key":"c","payload":"short","dedup_id":"req-2","dedup_window":"1500ms"}`,
+		`{"key":"c","payload":"null window","dedup_id":"req-3","dedup_window":null}`,
+	}, "\n") + "\n"
+	r := h.runStdin(in, "send", "--queue", "q")
+	if r.code != cli.ExitOK {
+		t.Fatalf("send: %s", r)
+	}
+	evs := h.events("q")
+	if len(evs) != 5 || evs[1].Data != "one" || evs[2].Data != "plain" || evs[3].Data != "short" || evs[4].Data != "null window" {
+		t.Fatalf("stored %+v", evs)
+	}
+	for _, w := range []string{`sent 4 events to queue "q"`, "2 not sent again",
+		fmt.Sprintf(`line 3: duplicate of event %d (dedup id "req-1")`, evs[1].ID),
+		fmt.Sprintf(`line 4: duplicate of event %d (dedup id "req-0")`, earlier)} {
+		if !strings.Contains(r.stdout, w) {
+			t.Errorf("send printed\n%s\nwant %q", r.stdout, w)
+		}
+	}
+	r = h.runStdin(in, "send", "--queue", "q", "--json")
+	var s sendOut
+	if err := json.Unmarshal([]byte(r.stdout), &s); err != nil || r.code != cli.ExitOK {
+		t.Fatalf("send --json: %s, %v", r, err)
+	}
+	pinKeys(t, "send (lines)", json.RawMessage(r.stdout), "queue", "sent", "first_event_id", "last_event_id", "duplicates")
+	if s.Sent != 1 || len(s.Duplicates) != 5 || s.Duplicates[0].Line != 1 || s.Duplicates[0].EventID != evs[1].ID || s.Duplicates[4].DedupID != "req-3" {
+		t.Errorf("send --json of the same input again: %+v (only line 2, without a dedup id, is new)", s)
+	}
+
+	before := len(h.events("q"))
+	good := `{"key":"k","dedup_id":"fine"}` + "\n"
+	for _, c := range []struct {
+		line, want string
+	}{
+		{`{"key":"k","dedup_id":"a\u0000b"}`, `invalid "dedup_id" "a\x00b": it contains a NUL byte`},
+		{`{"key":"k","dedup_id":"\ud800"}`, `invalid "dedup_id" "\u{d800}"`},
+		{`{"key":"k","dedup_id":"` + strings.Repeat("d", 513) + `"}`, `invalid "dedup_id"`},
+		{`{"key":"k","dedup_id":7}`, `field "dedup_id" must be a string`},
+		{`{"key":"k","dedup_window":"5m"}`, `invalid "dedup_window" 5m0s: it is given without a dedup id, and only a dedup id has a window: give the message a "dedup_id" too`},
+		{`{"key":"k","dedup_id":"x","dedup_window":"200h"}`, `invalid "dedup_window" 200h0m0s: a dedup window is from 1ms to 7 days`},
+		{`{"key":"k","dedup_id":"x","dedup_window":"soon"}`, `field "dedup_window" is "soon", not a positive duration`},
+		{`{"key":"k","dedup_id":"x","dedup_window":"-1m"}`, `not a positive duration`},
+		{`{"key":"other","dedup_id":"fine"}`, `dedup id "fine" of queue "q" was sent with key "k" earlier in the same batch, not with key "other"`},
+		{`{"key":"k","dedup_id":"req-0"}`, fmt.Sprintf(`dedup id "req-0" of queue "q" was sent with key "a" as event %d, not with key "k"`, earlier)},
+	} {
+		r := h.runStdin(good+c.line+"\n", "send", "--queue", "q")
+		h.expect(r, cli.ExitFailed, []string{"standard input, line 2: ", c.want, "nothing was sent"}, []string{"send"})
+	}
+	if n := len(h.events("q")); n != before {
+		t.Fatalf("refused inputs stored %d events", n-before)
 	}
 }

@@ -17,6 +17,8 @@ type setupJSON struct {
 	Consumers    []string `json:"consumers"`
 	QueueCreated bool     `json:"queue_created"`
 	Registered   int      `json:"registered"`
+	// DedupWindowSeconds is the queue's dedup window after the setup.
+	DedupWindowSeconds float64 `json:"dedup_window_seconds"`
 }
 
 func (a *app) setupCmd() *cobra.Command {
@@ -24,6 +26,7 @@ func (a *app) setupCmd() *cobra.Command {
 		t          target
 		slots      int
 		tickMaxLag time.Duration
+		dedup      time.Duration
 		asJSON     bool
 	)
 	cmd := &cobra.Command{
@@ -31,8 +34,10 @@ func (a *app) setupCmd() *cobra.Command {
 		Short: "Create the queue and a consumer group of N slots (idempotent)",
 		Long: `Create the queue when missing and register a consumer group of --slots
 slots on it. Running it again changes nothing. The number of slots of a
-group is fixed: setup with another number fails and names both.`,
-		Example: "  partitionq setup --queue files --group indexer --slots 8",
+group is fixed: setup with another number fails and names both.
+--dedup-window sets the queue's dedup window: how long a dedup id sent to
+it (send --dedup-id) is remembered.`,
+		Example: "  partitionq setup --queue files --group indexer --slots 8\n  partitionq setup --queue files --group indexer --slots 8 --dedup-window 2h",
 		Args:    cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
@@ -46,14 +51,18 @@ group is fixed: setup with another number fails and names both.`,
 				return err
 			}
 			defer s.close()
-			res, err := s.client.Setup(cmd.Context(), partitionq.GroupSpec{Queue: t.queue, Group: t.group, Slots: slots, TickMaxLag: tickMaxLag})
+			if cmd.Flags().Changed("dedup-window") && dedup == 0 {
+				return usagef("invalid --dedup-window 0: give 1ms to 168h (7 days), or leave it out to keep the queue's window")
+			}
+			res, err := s.client.Setup(cmd.Context(), partitionq.GroupSpec{Queue: t.queue, Group: t.group, Slots: slots, TickMaxLag: tickMaxLag,
+				DedupWindow: dedup})
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
 				return writeJSON(out, setupJSON{Queue: res.Queue, Group: res.Group.Group, Slots: res.Slots, Consumers: res.Consumers,
-					QueueCreated: res.QueueCreated, Registered: res.Registered})
+					QueueCreated: res.QueueCreated, Registered: res.Registered, DedupWindowSeconds: res.DedupWindow.Seconds()})
 			}
 			if res.QueueCreated {
 				fmt.Fprintf(out, "created queue %q\n", res.Queue)
@@ -66,6 +75,9 @@ group is fixed: setup with another number fails and names both.`,
 			if tickMaxLag > 0 {
 				fmt.Fprintf(out, "queue %q: ticker_max_lag set to %s\n", res.Queue, tickMaxLag)
 			}
+			if dedup > 0 {
+				fmt.Fprintf(out, "queue %q: dedup window set to %s\n", res.Queue, dedup)
+			}
 			return nil
 		}),
 	}
@@ -73,6 +85,7 @@ group is fixed: setup with another number fails and names both.`,
 	t.bind(f)
 	f.IntVar(&slots, "slots", 0, fmt.Sprintf("fixed number of slots N of the group, 1 to %d (required)", partitionq.MaxSlots))
 	f.DurationVar(&tickMaxLag, "tick-max-lag", 0, "set the queue's ticker_max_lag: the longest a sent event waits for a tick (default: leave the queue as it is)")
+	f.DurationVar(&dedup, "dedup-window", 0, "set the queue's dedup window: how long a dedup id sent to it is remembered, 1ms to 168h (default: leave the queue as it is; 1h until set)")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
 }

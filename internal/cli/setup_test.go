@@ -27,7 +27,7 @@ func TestSetup(t *testing.T) {
 	h.fails(cli.ExitUsage, []string{"invalid --slots 0"}, with(qg, "setup", "--slots", "0")...)
 
 	raw := h.raw(with(qg, "setup", "--slots", "4")...)
-	pinKeys(t, "setup", raw, "queue", "group", "slots", "consumers", "queue_created", "registered")
+	pinKeys(t, "setup", raw, "queue", "group", "slots", "consumers", "queue_created", "registered", "dedup_window_seconds")
 	var s setupOut
 	h.json(&s, with(qg, "setup", "--slots", "4")...)
 	if s.Queue != "q" || s.Group != "g" || s.Slots != 4 || s.QueueCreated || s.Registered != 0 ||
@@ -87,4 +87,27 @@ func TestConsoleCommandLine(t *testing.T) {
 	// Neither --queue nor --group: the list of every group (still a terminal needed).
 	h.fails(cli.ExitFailed, []string{"the console needs a terminal"}, "console")
 	h.fails(cli.ExitUsage, []string{"give both --queue and --group (one group), or neither"}, "console", "--queue", "q")
+}
+
+// setup --dedup-window sets the queue's window (shown, and in --json);
+// a later setup without it keeps the window; out of range, or 0, is a
+// usage error naming the flag.
+func TestSetupDedupWindow(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	var s setupOut
+	h.json(&s, "setup", "--queue", "q", "--group", "g", "--slots", "2")
+	if s.DedupWindowSeconds != 3600 {
+		t.Errorf("the default window: %vs", s.DedupWindowSeconds)
+	}
+	if out := h.ok("setup", "--queue", "q", "--group", "g", "--slots", "2", "--dedup-window", "2h"); !strings.Contains(out, `queue "q": dedup window set to 2h0m0s`) {
+		t.Errorf("setup --dedup-window printed %q", out)
+	}
+	h.json(&s, "setup", "--queue", "q", "--group", "other", "--slots", "1")
+	if s.DedupWindowSeconds != 7200 {
+		t.Errorf("another group's setup: window %vs, want the queue's 7200", s.DedupWindowSeconds)
+	}
+	h.fails(cli.ExitUsage, []string{"invalid --dedup-window 200h0m0s", "a dedup window is from 1ms to 7 days", "give 1ms to 168h"},
+		"setup", "--queue", "q", "--group", "g", "--slots", "2", "--dedup-window", "200h")
+	h.fails(cli.ExitUsage, []string{"invalid --dedup-window 0"}, "setup", "--queue", "q", "--group", "g", "--slots", "2", "--dedup-window", "0")
 }

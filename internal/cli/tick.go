@@ -18,7 +18,8 @@ func (a *app) tickCmd() *cobra.Command {
 		Short: "Run the engine's ticker and maintenance (in place of pgqd) until stopped",
 		Long: `Make the engine's ticks and run its maintenance (retry events back into
 their queues, table rotation) for every queue of the database, in place of
-the pgqd daemon, until SIGTERM or SIGINT. Several may run at once: each
+the pgqd daemon, and remove expired dedup records (send --dedup-id) in
+bounded batches, until SIGTERM or SIGINT. Several may run at once: each
 round is done by one of them. With --once, run one ticker round and one
 maintenance round and exit. (Workers can tick themselves: work --ticker.)`,
 		Example: "  partitionq tick --interval 50ms",

@@ -139,16 +139,16 @@ func (p *producer) send(b *batch) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ids, err := p.c.SendBatch(ctx, p.cfg.Queue, b.msgs)
+	sent, err := p.c.SendBatch(ctx, p.cfg.Queue, b.msgs)
 	if err != nil {
 		for t, n := range b.counts {
 			t.sent -= n
 		}
 		return fmt.Errorf("demo producer: send %d events: %w", len(b.msgs), err)
 	}
-	keys := make([]string, len(b.msgs))
+	keys, ids := make([]string, len(b.msgs)), make([]int64, len(b.msgs))
 	for i, m := range b.msgs {
-		keys[i] = m.Key
+		keys[i], ids[i] = m.Key, sent[i].ID
 	}
 	p.led.addSent(keys, b.seqs, ids)
 	return nil

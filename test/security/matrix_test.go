@@ -18,8 +18,8 @@ import (
 // here fails TestPrivilegeMatrix: a new table or function needs its line.
 var matrix = map[string]map[string]string{
 	// producer, worker, operator, viewer
-	"schema partitionq":           {"worker": "U", "operator": "U", "viewer": "U"},
-	"table schema_version":        {"worker": "r", "operator": "r", "viewer": "r"},
+	"schema partitionq":           {"producer": "U", "worker": "U", "operator": "U", "viewer": "U"},
+	"table schema_version":        {"producer": "r", "worker": "r", "operator": "r", "viewer": "r"},
 	"table failure":               {"worker": "rawd", "operator": "rwd", "viewer": "r"},
 	"table dead_letter":           {"operator": "r", "viewer": "r"},
 	"table audit":                 {"operator": "r", "viewer": "r"},
@@ -29,6 +29,8 @@ var matrix = map[string]map[string]string{
 	"table slot_done":             {"worker": "rad", "operator": "rd", "viewer": "r"},
 	"table slot_rate":             {"worker": "rawd", "operator": "r", "viewer": "r"},
 	"table ticker_turn":           {},
+	"table dedup":                 {"operator": "r", "viewer": "r"},
+	"table queue_config":          {"operator": "r", "viewer": "r"},
 	"sequence dead_letter_id_seq": {},
 	"sequence audit_id_seq":       {},
 	"sequence worker_id_seq":      {"worker": "U"},
@@ -42,6 +44,10 @@ var matrix = map[string]map[string]string{
 	"function slot_count":         {},
 	"function engine_events":      {},
 	"function engine_own_event":   {},
+	"function engine_own_events":  {},
+	"function dedup_claim":        {"producer": "X"},
+	"function dedup_record":       {"producer": "X"},
+	"function expire_dedup":       {},
 	// Resizing (migration 5): the owner resizes; workers drive the cutover
 	// and hand their old slots off; every reader sees the generations.
 	"table generation":                  {"worker": "r", "operator": "r", "viewer": "r"},

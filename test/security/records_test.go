@@ -149,14 +149,16 @@ func TestDeadLettersCannotBeForged(t *testing.T) {
 	for e.slotOf(other) == slot {
 		other += "x"
 	}
-	evID, err := e.ac.Send(e.ctx, "q", partitionq.Message{Key: key, Type: "T", Payload: []byte("real payload")})
+	evIDSent, err := e.ac.Send(e.ctx, "q", partitionq.Message{Key: key, Type: "T", Payload: []byte("real payload")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	otherID, err := e.ac.Send(e.ctx, "q", partitionq.Message{Key: other, Type: "T", Payload: []byte("other slot")})
+	evID := evIDSent.ID
+	otherIDSent, err := e.ac.Send(e.ctx, "q", partitionq.Message{Key: other, Type: "T", Payload: []byte("other slot")})
 	if err != nil {
 		t.Fatal(err)
 	}
+	otherID := otherIDSent.ID
 	giveUp := func(p *pgxpool.Pool, slot int, id int64, reason string) error {
 		_, err := p.Exec(e.ctx, `select partitionq.give_up($1, 'q', 'g', $2, $3, array[$4::int8], array[3], array['boom'], array[$5])`,
 			e.db.Schema, slot, consumerOf(slot), id, reason)
@@ -243,10 +245,11 @@ func TestReplayedNeedsAReplay(t *testing.T) {
 	e := newEnv(t)
 	op, wk := e.pool("operator", 2), e.pool("worker", 2)
 	const key = "tenant-1"
-	evID, err := e.ac.Send(e.ctx, "q", partitionq.Message{Key: key, Type: "T", Payload: []byte("lost order")})
+	evIDSent, err := e.ac.Send(e.ctx, "q", partitionq.Message{Key: key, Type: "T", Payload: []byte("lost order")})
 	if err != nil {
 		t.Fatal(err)
 	}
+	evID := evIDSent.ID
 	// The owner may write the records directly (TestDeadLettersCannotBeForged
 	// makes one the worker's way).
 	var dlID int64
@@ -255,10 +258,11 @@ func TestReplayedNeedsAReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An event sent earlier, in another transaction, with the same content.
-	earlier, err := e.ac.Send(e.ctx, "q", partitionq.Message{Key: key, Type: "T", Payload: []byte("lost order")})
+	earlierSent, err := e.ac.Send(e.ctx, "q", partitionq.Message{Key: key, Type: "T", Payload: []byte("lost order")})
 	if err != nil {
 		t.Fatal(err)
 	}
+	earlier := earlierSent.ID
 	oc := e.client("operator", 2, nil)
 	recordReplay := func(tx pgx.Tx, ev int64) error {
 		_, err := tx.Exec(e.ctx, `select partitionq.record_replay($1, 'q', 'g', array[$2::int8], array[$3::int8], 'r', 'alice', null)`, e.db.Schema, dlID, ev)
@@ -278,10 +282,11 @@ func TestReplayedNeedsAReplay(t *testing.T) {
 	refused(t, "record_replay as event 1", inTx(func(tx pgx.Tx) error { return recordReplay(tx, 1) }), "PQ002")
 	refused(t, "record_replay as an event of another transaction", inTx(func(tx pgx.Tx) error { return recordReplay(tx, earlier) }), "PQ002")
 	refused(t, "record_replay as an event of this transaction with other content", inTx(func(tx pgx.Tx) error {
-		ev, err := oc.SendTx(e.ctx, tx, "q", partitionq.Message{Key: key, Type: "T", Payload: []byte("something else")})
+		evSent, err := oc.SendTx(e.ctx, tx, "q", partitionq.Message{Key: key, Type: "T", Payload: []byte("something else")})
 		if err != nil {
 			return err
 		}
+		ev := evSent.ID
 		return recordReplay(tx, ev)
 	}), "PQ002")
 	_, err = wk.Exec(e.ctx, `select partitionq.record_replay($1, 'q', 'g', array[$2::int8], array[1::int8], '', '', null)`, e.db.Schema, dlID)
@@ -307,10 +312,11 @@ func TestReplayedNeedsAReplay(t *testing.T) {
 		t.Fatalf("Replay again: %+v, %v", again, err)
 	}
 	refused(t, "record_replay of a replayed dead letter", inTx(func(tx pgx.Tx) error {
-		ev, err := oc.SendTx(e.ctx, tx, "q", partitionq.Message{Key: key, Type: "T", Payload: []byte("lost order")})
+		evSent, err := oc.SendTx(e.ctx, tx, "q", partitionq.Message{Key: key, Type: "T", Payload: []byte("lost order")})
 		if err != nil {
 			return err
 		}
+		ev := evSent.ID
 		return recordReplay(tx, ev)
 	}), "PQ004")
 	es, err := e.ac.Audit(e.ctx, "q", "g", 10)
@@ -370,5 +376,84 @@ func TestPurgeIsOneAuditedAction(t *testing.T) {
 		if a := es[i]; a.Action != "purge" || a.DBRole != want.role || a.Outcome != want.outcome || a.Actor != "alice" || a.Reason != "cleanup" {
 			t.Errorf("audit entry %d: %+v, want purge by %s, %s", i, a, want.role, want.outcome)
 		}
+	}
+}
+
+// The dedup records are written only through dedup_claim and dedup_record,
+// by the producer, in its sending transaction: a record names an event the
+// same transaction inserted with the claim's key, or none is written. No
+// other role may claim; no role writes the table.
+func TestDedupRecordsCannotBeForged(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	pp := e.pool("producer", 2)
+	owners, err := e.ac.Send(e.ctx, "q", partitionq.Message{Key: "a", Payload: []byte("the owner's")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inTx := func(fn func(tx pgx.Tx) error) error {
+		tx, err := pp.Begin(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(e.ctx) //nolint:errcheck
+		return fn(tx)
+	}
+	claim := func(tx pgx.Tx, id, key string) {
+		t.Helper()
+		var claimed bool
+		if err := tx.QueryRow(e.ctx, `select claimed from partitionq.dedup_claim('q', array[$1], array[$2], array[1], array[null::bigint])`, id, key).Scan(&claimed); err != nil || !claimed {
+			t.Fatalf("producer: dedup_claim(%s): %v, %v", id, claimed, err)
+		}
+	}
+	insert := func(tx pgx.Tx, key string) int64 {
+		t.Helper()
+		var id int64
+		if err := tx.QueryRow(e.ctx, e.db.SQL(`select pgq.insert_event('q', 'T', 'x', $1, null, null, null)`), key).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	record := func(tx pgx.Tx, id string, ev int64) error {
+		_, err := tx.Exec(e.ctx, `select partitionq.dedup_record($1, 'q', array[$2], array[$3::int8])`, e.db.Schema, id, ev)
+		return err
+	}
+	refused(t, "dedup_record of another transaction's event", inTx(func(tx pgx.Tx) error {
+		claim(tx, "x", "a")
+		return record(tx, "x", owners.ID)
+	}), "PQ002")
+	refused(t, "dedup_record of an event with another key", inTx(func(tx pgx.Tx) error {
+		claim(tx, "y", "a")
+		return record(tx, "y", insert(tx, "b"))
+	}), "PQ002")
+	refused(t, "dedup_record of an id not claimed", inTx(func(tx pgx.Tx) error {
+		return record(tx, "z", insert(tx, "a"))
+	}), "PQ002")
+	refused(t, "dedup_record of an event that does not exist", inTx(func(tx pgx.Tx) error {
+		claim(tx, "w", "a")
+		return record(tx, "w", owners.ID+1000)
+	}), "PQ002")
+	if err := inTx(func(tx pgx.Tx) error {
+		claim(tx, "v", "a")
+		if err := record(tx, "v", insert(tx, "a")); err != nil {
+			return err
+		}
+		return tx.Commit(e.ctx)
+	}); err != nil {
+		t.Fatalf("producer: a true record: %v", err)
+	}
+	for _, r := range []string{"worker", "operator", "viewer"} {
+		_, err := e.pool(r, 1).Exec(e.ctx, `select * from partitionq.dedup_claim('q', array['u'], array['a'], array[1], array[null::bigint])`)
+		denied(t, r+": dedup_claim", err)
+		_, err = e.pool(r, 1).Exec(e.ctx, `update partitionq.dedup set ev_id = 1`)
+		denied(t, r+": update the dedup records", err)
+	}
+	var ids []string
+	rows, err := e.admin.Query(e.ctx, `select dedup_id from partitionq.dedup order by 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil || len(ids) != 1 || ids[0] != "v" {
+		t.Fatalf("dedup records after the attempts: %v, %v; want only v", ids, err)
 	}
 }

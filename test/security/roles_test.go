@@ -45,8 +45,27 @@ func TestProducerOnlySends(t *testing.T) {
 		}
 	})
 
+	t.Run("can send once", func(t *testing.T) {
+		first, err := pc.Send(e.ctx, "q", partitionq.Message{Key: "a", Payload: []byte("once"), DedupID: "req-1"})
+		if err != nil || first.Duplicate {
+			t.Fatalf("Send with a dedup id: %+v, %v", first, err)
+		}
+		res, err := pc.SendBatch(e.ctx, "q", []partitionq.Message{{Key: "a", DedupID: "req-1"}, {Key: "b", DedupID: "req-2"}, {Key: "b", DedupID: "req-2"}})
+		if err != nil || !res[0].Duplicate || res[0].ID != first.ID || res[1].Duplicate || !res[2].Duplicate {
+			t.Fatalf("SendBatch with dedup ids: %+v, %v", res, err)
+		}
+		in := `{"key":"c","dedup_id":"req-3"}` + "\n" + `{"key":"c","dedup_id":"req-3"}` + "\n"
+		if code, out, errs := e.cli("producer", in, "send", "--queue", "q"); code != cli.ExitOK || !strings.Contains(out, "line 2: duplicate of event") {
+			t.Fatalf("partitionq send with dedup ids as producer: exit %d\n%s%s", code, out, errs)
+		}
+	})
+
 	t.Run("cannot consume or look", func(t *testing.T) {
-		refused := []string{consumeSQL, `select count(*) from partitionq.dead_letter`, `select pgq.create_queue('other')`, `select pgq.ticker()`}
+		refused := []string{consumeSQL, `select count(*) from partitionq.dead_letter`, `select pgq.create_queue('other')`, `select pgq.ticker()`,
+			`select count(*) from partitionq.dedup`, `select partitionq.expire_dedup(10)`,
+			`insert into partitionq.dedup (queue, dedup_id, key, ev_id, sent_at, expires_at) values ('q', 'forged', 'a', 1, now(), now() + interval '1 day')`,
+			`update partitionq.dedup set ev_id = 1`, `delete from partitionq.dedup`,
+			`insert into partitionq.queue_config values ('q', interval '7 days')`}
 		if e.db.Schema == "pgq" { // PgQue grants select on its retry queue to PUBLIC
 			refused = append(refused, `select count(*) from pgq.retry_queue`)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partitionq/partitionq/partitionq/internal/engine"
+	"github.com/partitionq/partitionq/partitionq/internal/store"
 )
 
 // The turns of the ticker's rounds (rows of partitionq.ticker_turn).
@@ -60,11 +61,15 @@ type Config struct {
 }
 
 // Run ticks, moves due retry events, and (every MaintInterval) runs the
-// engine's maintenance, until ctx is done.
+// engine's maintenance and removes expired dedup records, until ctx is
+// done. While a removal finds a full batch of expired records, the next
+// round removes another (one bounded batch per Interval, so ticks are not
+// held up).
 func Run(ctx context.Context, cfg Config) {
 	tick := time.NewTicker(cfg.Interval)
 	defer tick.Stop()
 	lastMaint := time.Time{}
+	dedupBehind := false
 	for {
 		if err := Tick(ctx, cfg.Eng, cfg.Pool); err != nil && ctx.Err() == nil {
 			cfg.Log.Warn("partitionq: tick failed", slog.Any("error", err))
@@ -72,11 +77,20 @@ func Run(ctx context.Context, cfg Config) {
 		if err := MoveRetries(ctx, cfg.Eng, cfg.Pool); err != nil && ctx.Err() == nil {
 			cfg.Log.Warn("partitionq: moving retry events failed", slog.Any("error", err))
 		}
-		if time.Since(lastMaint) >= cfg.MaintInterval {
-			if err := Maintain(ctx, cfg.Eng, cfg.Pool); err != nil && ctx.Err() == nil {
+		switch {
+		case time.Since(lastMaint) >= cfg.MaintInterval:
+			expired, err := maintain(ctx, cfg.Eng, cfg.Pool)
+			if err != nil && ctx.Err() == nil {
 				cfg.Log.Warn("partitionq: maintenance failed", slog.Any("error", err))
 			}
 			lastMaint = time.Now()
+			dedupBehind = expired == store.ExpireDedupBatch
+		case dedupBehind:
+			n, err := ExpireDedup(ctx, cfg.Pool)
+			if err != nil && ctx.Err() == nil {
+				cfg.Log.Warn("partitionq: removing expired dedup records failed", slog.Any("error", err))
+			}
+			dedupBehind = n == store.ExpireDedupBatch
 		}
 		select {
 		case <-ctx.Done():
@@ -118,13 +132,38 @@ func MoveRetries(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) er
 	})
 }
 
-// Maintain moves due retry events back into their queues and runs the
+// ExpireDedup removes up to store.ExpireDedupBatch expired dedup records
+// (one bounded statement, partitionq.expire_dedup) and returns how many.
+// Without partitionq's schema, or at a version without dedup records, it
+// does nothing. Several tickers may run it at once: each skips the rows
+// another holds.
+func ExpireDedup(ctx context.Context, pool *pgxpool.Pool) (int, error) {
+	return expireDedup(ctx, pool)
+}
+
+func expireDedup(ctx context.Context, db engine.DB) (int, error) {
+	var exists bool
+	if err := db.QueryRow(ctx, `select to_regproc('partitionq.expire_dedup') is not null`).Scan(&exists); err != nil || !exists {
+		return 0, err
+	}
+	return store.ExpireDedup(ctx, db, store.ExpireDedupBatch)
+}
+
+// Maintain moves due retry events back into their queues, runs the
 // engine's maintenance steps (table rotation, vacuum), each step in its
-// own transaction as pgqd does.
+// own transaction as pgqd does, and removes up to store.ExpireDedupBatch
+// expired dedup records (bounded work: Run removes more in the rounds
+// after while a removal finds a full batch).
 func Maintain(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) error {
+	_, err := maintain(ctx, eng, pool)
+	return err
+}
+
+// maintain is Maintain; it returns how many dedup records it removed.
+func maintain(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) (expired int, err error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer conn.Release()
 	// The round's steps run in transactions of their own (as pgqd runs
@@ -132,13 +171,13 @@ func Maintain(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) error
 	holder := fmt.Sprintf("%d", time.Now().UnixNano())
 	got, err := maintTurnTake(ctx, conn, holder)
 	if err != nil || !got {
-		return err
+		return 0, err
 	}
 	defer conn.Exec(context.Background(), `update partitionq.ticker_turn set holder = null, until = null where name = $1 and holder = $2`, maintTurn, holder) //nolint:errcheck
 	for {
 		n, err := eng.MaintRetryEvents(ctx, conn)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if n == 0 {
 			break
@@ -146,14 +185,14 @@ func Maintain(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) error
 	}
 	ops, err := eng.MaintOperations(ctx, conn)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for _, op := range ops {
 		if err := eng.RunMaintOp(ctx, conn, op); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	return nil
+	return expireDedup(ctx, conn)
 }
 
 // maintTurnTake takes the maintenance turn as holder unless another ticker

@@ -201,9 +201,13 @@ func (b *bench) prepareQueue(ctx context.Context, wl *Workload, queue string, ma
 		msgs[i] = partitionq.Message{Key: e.Key, Type: "file", Payload: e.Payload}
 	}
 	start := time.Now()
-	evIDs, err := client.SendBatch(ctx, queue, msgs)
+	sent, err := client.SendBatch(ctx, queue, msgs)
 	if err != nil {
 		return nil, err
+	}
+	evIDs := make([]int64, len(sent))
+	for i, r := range sent {
+		evIDs[i] = r.ID
 	}
 	b.logf("%s: sent %d events with SendBatch in %.2fs", wl.Name, len(msgs), time.Since(start).Seconds())
 	if err := client.TickOnce(ctx); err != nil {

@@ -484,6 +484,13 @@ func (r *Report) targets(sb *strings.Builder) {
 	if sb2, cp := find("producer", SysPartitionq, "SendBatch"), find("producer", SysLimit, ""); sb2 != nil && cp != nil && cp.Rate > 0 {
 		w("| batch send ≥ 0.25× COPY | %s | %s |\n", ratio(sb2.Rate, cp.Rate), mark(sb2.Rate >= 0.25*cp.Rate))
 	}
+	if plain, once := find("producer", SysPartitionq, "SendBatch of 1,000 a call"), find("producer", SysPartitionq, "SendBatch of 1,000 a call, each with a dedup id"); plain != nil && once != nil && plain.Rate > 0 {
+		w("| send once: SendBatch of 1,000 with dedup ids ≥ 0.5× without | %s (%s/s against %s/s; WAL %s against %s B/ev) | %s |\n", ratio(once.Rate, plain.Rate),
+			fnum(once.Rate), fnum(plain.Rate), fnum(once.Cost.WALBytes), fnum(plain.Cost.WALBytes), mark(once.Err == "" && once.Rate >= 0.5*plain.Rate))
+		if tx := find("producer", SysPartitionq, "SendBatchTx of 1,000"); tx != nil && tx.Rate > 0 {
+			w("| send once against SendBatchTx of 1,000 (both COPY; reported) | %s (%s/s against %s/s) | – |\n", ratio(once.Rate, tx.Rate), fnum(once.Rate), fnum(tx.Rate))
+		}
+	}
 	if base, sweep := r.sweepRows(); base != nil && base.Rate > 0 {
 		for _, x := range sweep {
 			switch x.N {
