@@ -2,6 +2,7 @@ package partitionq_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -82,4 +83,79 @@ func TestIdleWorkerOpensNoBatchesUntilATick(t *testing.T) {
 		t.Fatal(err)
 	}
 	pgtest.WaitFor(t, 30*time.Second, "the event sent after the rest", func() (bool, error) { return len(l.okSeq("k")) == 1, nil })
+}
+
+// Per-tick cost follows the slots that have events, not N: with 64 slots,
+// ticks every 10 ms and events of two keys only, a tick opens a batch for
+// the cohort of idle slots (one probe) and one per slot with events, not
+// 64; the idle slots' consumers still follow (their lag stays within the
+// bound docs/tuning.md states), and every event is handled in order.
+func TestIdleSlotsOpenNoBatchPerTick(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.group(t, 64)
+	rec := newRecorder(t)
+	b.worker(t, partitionq.WorkerConfig{Handler: rec})
+	k1, k2 := "tenant-1", "tenant-2"
+	batches := func() int64 {
+		var n int64
+		if err := b.pool.QueryRow(b.ctx, b.db.SQL(`select last_value from pgq.batch_id_seq`)).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	ticks := func() int64 {
+		var n int64
+		if err := b.pool.QueryRow(b.ctx, b.db.SQL(`select max(tick_id) from pgq.tick`)).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	send := func(seq int) {
+		for _, k := range []string{k1, k2} {
+			if _, err := b.client.Send(b.ctx, "q", partitionq.Message{Key: k, Payload: []byte(fmt.Sprint(seq))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Warm up: every slot has been opened once, the cohort formed.
+	for seq := range 20 {
+		send(seq)
+		time.Sleep(10 * time.Millisecond)
+	}
+	rec.waitTotal(t, 40)
+	b0, t0 := batches(), ticks()
+	for seq := 20; seq < 120; seq++ {
+		send(seq)
+		time.Sleep(10 * time.Millisecond)
+	}
+	rec.waitTotal(t, 240)
+	db, dt := batches()-b0, ticks()-t0
+	t.Logf("%d batches opened over %d ticks at N = 64 with 2 keys sending: %.1f a tick", db, dt, float64(db)/float64(dt))
+	if dt < 20 {
+		t.Fatalf("only %d ticks in the window: the test measured nothing", dt)
+	}
+	if perTick := float64(db) / float64(dt); perTick > 6 {
+		t.Errorf("%.1f batches opened per tick with 2 slots of 64 having events, want at most 6 (a probe and the busy slots, not 64)", perTick)
+	}
+	pgtest.WaitFor(t, 10*time.Second, "every slot's lag within the idle bound", func() (bool, error) {
+		st, err := b.client.Status(b.ctx, "q", "g")
+		if err != nil {
+			return false, err
+		}
+		for _, s := range st.SlotStatus {
+			if s.Lag > 3*time.Second {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	for _, k := range []string{k1, k2} {
+		got := rec.byKey[k]
+		for i, p := range got {
+			if p != fmt.Sprint(i) {
+				t.Fatalf("key %s handled %v, not in order", k, got)
+			}
+		}
+	}
 }

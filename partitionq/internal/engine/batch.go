@@ -72,28 +72,56 @@ func (e *Engine) NextBatches(ctx context.Context, tx pgx.Tx, queue string, consu
 	})
 }
 
-// Reposition moves consumers back (or ahead) to tick at, dropping any
-// batch they have open, with the engine's register_consumer_at: in tx, for
-// batches just opened there (so nothing of them was read), or for
-// consumers the caller knows have no event of their own between their
-// position and at. The tick must exist. Calling it on a consumer whose
-// open batch is being read, or that has events before at, skips or
-// replays them (ENGINE.md, Z2): the caller owns the consumers and checks.
-func (e *Engine) Reposition(ctx context.Context, tx pgx.Tx, queue string, consumers []string, at []int64) error {
-	if len(consumers) == 0 {
-		return nil
-	}
+// undo moves consumers whose batch was just opened in tx (nothing of it
+// read) back to its start, with the engine's register_consumer_at, which
+// drops the batch. Only for batches of this transaction: on a batch being
+// read, it would skip or replay its events (ENGINE.md, Z2).
+func (e *Engine) undo(ctx context.Context, tx pgx.Tx, queue string, consumers []string, at []int64) error {
 	_, err := tx.Exec(ctx, e.f(`select count(pgq.register_consumer_at($1, u.c, u.t)) from unnest($2::text[], $3::int8[]) u(c, t)`),
 		queue, consumers, at)
 	if err != nil {
-		return fmt.Errorf("reposition %d consumers: %w", len(consumers), err)
+		return fmt.Errorf("undo %d batches: %w", len(consumers), err)
 	}
 	return nil
 }
 
+// Advance moves idle consumers ahead, from tick from[i] to tick to[i],
+// with the engine's register_consumer_at, for a caller that owns them
+// (fenced in tx) and knows they have no event of their own in between
+// (the shared read saw none): the engine position of a slot skipped by
+// the reads catches up with it without a batch. A consumer not standing
+// at from[i] with no batch open is left alone (ENGINE.md, Z2: it would
+// skip or replay events); ok[i] reports which were moved.
+func (e *Engine) Advance(ctx context.Context, tx pgx.Tx, queue string, consumers []string, from, to []int64) (ok []bool, err error) {
+	if len(consumers) == 0 {
+		return nil, nil
+	}
+	rows, err := tx.Query(ctx, e.f(`
+		select u.o, pgq.register_consumer_at($1, u.c, u.t) is not null
+		  from unnest($2::text[], $3::int8[], $4::int8[]) with ordinality u(c, f, t, o)
+		  join pgq.consumer c on c.co_name = u.c
+		  join pgq.queue q on q.queue_name = $1
+		  join pgq.subscription s on s.sub_queue = q.queue_id and s.sub_consumer = c.co_id
+		 where s.sub_batch is null and s.sub_last_tick = u.f and u.t > u.f
+		 order by u.o`), queue, consumers, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("advance %d consumers: %w", len(consumers), err)
+	}
+	ok = make([]bool, len(consumers))
+	for rows.Next() {
+		var o int
+		var moved bool
+		if err := rows.Scan(&o, &moved); err != nil {
+			return nil, err
+		}
+		ok[o-1] = moved
+	}
+	return ok, rows.Err()
+}
+
 // BoundBatches keeps the batches just opened in tx (infos, as NextBatches
 // returned them) at or before tick bound: a batch that would end past it
-// is undone (Reposition to its start) and, when its start is before bound,
+// is undone (moved back to its start) and, when its start is before bound,
 // opened again one tick at a time, which ends at or before bound (the next
 // tick after a tick before bound). A consumer standing at bound gets no
 // batch. It returns the infos as they are now.
@@ -113,7 +141,7 @@ func (e *Engine) BoundBatches(ctx context.Context, tx pgx.Tx, queue string, info
 	if len(undo) == 0 {
 		return infos, nil
 	}
-	if err := e.Reposition(ctx, tx, queue, undo, at); err != nil {
+	if err := e.undo(ctx, tx, queue, undo, at); err != nil {
 		return nil, err
 	}
 	out := append([]BatchInfo(nil), infos...)

@@ -13,7 +13,6 @@ import (
 	"github.com/partitionq/partitionq/partitionq/internal/lanes"
 	"github.com/partitionq/partitionq/partitionq/internal/parked"
 	"github.com/partitionq/partitionq/partitionq/internal/progress"
-	"github.com/partitionq/partitionq/partitionq/internal/store"
 )
 
 // batchRun is one slot's open engine batch.
@@ -27,6 +26,7 @@ type batchRun struct {
 	keys  map[string]*keyState // only the reader touches it
 
 	lastID     atomic.Int64 // the last event handed to the lanes (or skipped)
+	events     atomic.Int64 // events of the slot's own in the batch (read so far)
 	pending    atomic.Int64 // handed to the lanes, not done
 	reader     atomic.Int64 // the read that hands out the batch's events (0: none)
 	readDone   atomic.Bool
@@ -40,6 +40,8 @@ type batchRun struct {
 func (r *Runner) batchLoop() {
 	poll := time.NewTicker(r.cfg.PollInterval)
 	defer poll.Stop()
+	adv := time.NewTicker(idleAdvance)
+	defer adv.Stop()
 	look := true
 	for r.stop.Err() == nil {
 		if look {
@@ -54,6 +56,8 @@ func (r *Runner) batchLoop() {
 			look = true
 		case <-poll.C:
 			look = r.newTicks()
+		case <-adv.C:
+			r.advanceIdle()
 		}
 	}
 }
@@ -94,142 +98,6 @@ func (r *Runner) newTicks() bool {
 		if behind {
 			return true
 		}
-	}
-	return false
-}
-
-// openBatches opens the next batch of every idle slot in one transaction,
-// and starts reading them: one read for each set of batches that cover the
-// same ticks. It reports whether to look again at once.
-//
-// During a resize, the transaction also keeps the old generation's slots
-// at or before the cutover tick: it reads the resize after opening (so a
-// resize committed after the opens' ticks were read cannot be missed:
-// those ticks do not see it), registers the new slots at the cutover when
-// its tick has just appeared, and undoes and reopens, one tick at a time,
-// a batch that would pass it (engine.BoundBatches, ENGINE.md Z3). A slot
-// that stands at the cutover is handed off. A new slot opens nothing
-// before its parent slots are handed off.
-func (r *Runner) openBatches() bool {
-	idle := r.idleSlots()
-	if len(idle) == 0 {
-		return false
-	}
-	if r.cfg.Parent != 0 {
-		var err error
-		if idle, err = r.parentsDone(idle); err != nil {
-			if r.stop.Err() == nil {
-				r.log.Warn("partitionq: reading whether the parent slots are handed off failed", slog.Any("error", err))
-				sleep(r.stop, 200*time.Millisecond)
-			}
-			return r.stop.Err() == nil
-		}
-		if len(idle) == 0 {
-			return false
-		}
-	}
-	if err := r.load(idle); err != nil {
-		if r.stop.Err() == nil {
-			r.log.Warn("partitionq: reading the state of new slots failed", slog.Any("error", err))
-			sleep(r.stop, 200*time.Millisecond)
-		}
-		return r.stop.Err() == nil
-	}
-	seen := r.seenTick.Load() // before the batches are opened
-	consumers := make([]string, len(idle))
-	for i, s := range idle {
-		consumers[i] = s.info.Consumer
-	}
-	var infos []engine.BatchInfo
-	var cutover int64
-	var atCutover []*slotRun
-	err := pgx.BeginFunc(r.stop, r.cfg.Pool, func(tx pgx.Tx) error {
-		var err error
-		infos, err = r.cfg.Eng.NextBatches(r.stop, tx, r.cfg.Queue, consumers, r.cfg.BatchMaxEvents)
-		if err != nil {
-			return err
-		}
-		if cutover, err = store.Cutover(r.stop, tx, r.cfg.Eng.Schema(), r.cfg.Queue, r.cfg.Group, r.cfg.N); err != nil || cutover == 0 {
-			return err
-		}
-		if infos, err = r.cfg.Eng.BoundBatches(r.stop, tx, r.cfg.Queue, infos, cutover); err != nil {
-			return err
-		}
-		var still []string
-		var stillRuns []*slotRun
-		for i, b := range infos {
-			if b.ID == 0 {
-				still, stillRuns = append(still, b.Consumer), append(stillRuns, idle[i])
-			}
-		}
-		pos, err := r.cfg.Eng.Positions(r.stop, tx, r.cfg.Queue, still)
-		if err != nil {
-			return err
-		}
-		atCutover = atCutover[:0]
-		for i, p := range pos {
-			if p == cutover {
-				atCutover = append(atCutover, stillRuns[i])
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		if r.stop.Err() == nil {
-			r.log.Warn("partitionq: opening batches failed; retrying", slog.Any("error", err))
-			sleep(r.stop, 200*time.Millisecond)
-		}
-		return r.stop.Err() == nil
-	}
-	for _, s := range atCutover {
-		r.startHandoff(s)
-	}
-	var opened []*batchRun
-	for i, info := range infos {
-		s := idle[i]
-		if info.ID == 0 {
-			// No batch: the slot is level with the newest tick, which is
-			// at least the one the last look saw (it was read before this
-			// transaction), so polls wake it again only for a newer one.
-			s.mu.Lock()
-			s.lastTick = max(s.lastTick, seen)
-			if s.lastTick == 0 {
-				s.lastTick = -1 // known to be level, the tick not known; the next poll compares
-			}
-			s.mu.Unlock()
-			continue
-		}
-		opened = append(opened, r.newBatch(s, info))
-	}
-	if len(opened) == 0 {
-		return false
-	}
-	if r.cfg.Progress {
-		if err := r.loadProgress(opened); err != nil && r.stop.Err() == nil {
-			r.log.Warn("partitionq: reading recorded progress failed; the batches run whole", slog.Any("error", err))
-		}
-	}
-	for _, b := range opened { // published once complete: the flusher and the finisher read them
-		b.s.mu.Lock()
-		b.s.batch = b
-		b.s.finished = b.done
-		b.s.mu.Unlock()
-	}
-	// One read for the batches of each tick range.
-	type span struct{ prev, cur int64 }
-	groups := map[span][]*batchRun{}
-	var order []span
-	for _, b := range opened {
-		k := span{b.info.PrevTick, b.info.CurTick}
-		if groups[k] == nil {
-			order = append(order, k)
-		}
-		groups[k] = append(groups[k], b)
-	}
-	for _, k := range order {
-		g := groups[k]
-		r.wg.Add(1)
-		go func() { defer r.wg.Done(); r.read(g, 0) }()
 	}
 	return false
 }
@@ -291,7 +159,7 @@ func (r *Runner) load(slots []*slotRun) error {
 // last event it handed out. A batch whose events could not all be handed
 // out (the slot was lost, the worker stops) is marked incomplete: it is not
 // finished.
-func (r *Runner) read(group []*batchRun, after int64) {
+func (r *Runner) read(group []*batchRun, cands []*slotRun, after int64) {
 	id := r.readSeq.Add(1)
 	for _, b := range group {
 		b.reader.Store(id)
@@ -310,6 +178,7 @@ func (r *Runner) read(group []*batchRun, after int64) {
 		}
 	}()
 	backoff := 100 * time.Millisecond
+	seen := map[int]bool{} // candidates with events (cohort reads)
 	for r.stop.Err() == nil {
 		live := group[:0:0]
 		for _, b := range group {
@@ -320,9 +189,12 @@ func (r *Runner) read(group []*batchRun, after int64) {
 		if len(live) == 0 {
 			return
 		}
-		done, err := r.readOnce(id, live, after)
+		done, err := r.readOnce(id, live, cands, seen, after)
 		if err == nil {
 			complete = done
+			if done && len(cands) > 0 {
+				r.probed(cands, seen, group[0].info.PrevTick, group[0].info.CurTick)
+			}
 			return
 		}
 		if errors.Is(err, engine.ErrBatchSQL) && len(live) > 1 {
@@ -349,12 +221,12 @@ func (r *Runner) read(group []*batchRun, after int64) {
 func (r *Runner) detach(b *batchRun) {
 	b.reader.Store(0)
 	r.wg.Add(1)
-	go func() { defer r.wg.Done(); r.read([]*batchRun{b}, b.lastID.Load()) }()
+	go func() { defer r.wg.Done(); r.read([]*batchRun{b}, nil, b.lastID.Load()) }()
 }
 
 // readOnce runs one read transaction over group, from after on; done
 // reports that every event was handed out.
-func (r *Runner) readOnce(id int64, group []*batchRun, after int64) (done bool, err error) {
+func (r *Runner) readOnce(id int64, group []*batchRun, cands []*slotRun, seen map[int]bool, after int64) (done bool, err error) {
 	select {
 	case r.readerSem <- struct{}{}:
 	case <-r.stop.Done():
@@ -374,6 +246,12 @@ func (r *Runner) readOnce(id int64, group []*batchRun, after int64) (done bool, 
 		spec.Slots = append(spec.Slots, b.s.slot)
 		bySlot[b.s.slot] = b
 	}
+	cand := make(map[int]bool, len(cands))
+	for _, s := range cands { // riding along: only whether they have events
+		spec.Subs = append(spec.Subs, s.info.SubID)
+		spec.Slots = append(spec.Slots, s.slot)
+		cand[s.slot] = true
+	}
 	cur, evs, err := r.cfg.Eng.OpenRead(ctx, tx, spec, r.cfg.ChunkSize)
 	if err != nil {
 		return false, err
@@ -383,6 +261,8 @@ func (r *Runner) readOnce(id int64, group []*batchRun, after int64) (done bool, 
 		for _, ev := range evs {
 			if b := bySlot[ev.Slot]; b != nil && b.reader.Load() == id {
 				b.add(ev)
+			} else if cand[ev.Slot] {
+				seen[ev.Slot] = true
 			}
 		}
 		if r.stop.Err() != nil {
@@ -443,6 +323,7 @@ func (b *batchRun) waitBelow(ctx context.Context, limit int64, short bool) bool 
 // previous owner resolved it).
 func (b *batchRun) add(ev engine.SlotEvent) {
 	b.lastID.Store(ev.ID)
+	b.events.Add(1)
 	if b.skip.Has(ev.ID) {
 		if b.track != nil {
 			b.track.Add(ev.ID, true)
@@ -725,7 +606,8 @@ func (r *Runner) finished(b *batchRun) {
 	s.stats.LastBatch.Store(time.Now().UnixNano())
 	s.stats.DeadLettered.Add(int64(dead))
 	s.mu.Lock()
-	s.lastTick = b.info.CurTick
+	s.lastTick, s.pos = b.info.CurTick, b.info.CurTick
+	s.cold = b.events.Load() == 0
 	s.mu.Unlock()
 	b.lanes.Wait()
 	if r.cfg.Policy == Pause && retry > 0 {

@@ -157,6 +157,7 @@ type Runner struct {
 
 	readSeq  atomic.Int64 // numbers the reads
 	seenTick atomic.Int64 // the queue's newest tick at the last look (0: not looked)
+	cutover  atomic.Int64 // the cutover tick of a resize of this (old) generation, once known (0: none)
 }
 
 // New returns a Runner.
@@ -234,6 +235,7 @@ func (r *Runner) Run(stop, hard context.Context, ready func(error)) error {
 	for _, s := range owned {
 		s.waitIdle()
 	}
+	r.advanceIdle() // the next owner starts where this one has read
 	close(r.finishQ)
 	r.wg.Wait()
 	if r.cfg.Progress {

@@ -43,7 +43,9 @@ type slotRun struct {
 	blocked  map[string]uint64 // keys with parked events (a superset), with the generation of their last mark
 	gen      uint64
 	draining map[string]bool
-	lastTick int64 // the tick the slot's last finished batch ended at (0: unknown)
+	lastTick int64 // how far the slot has read: the tick its last batch ended at, or a cohort read skipped it to (0: unknown)
+	pos      int64 // where its engine consumer stands (0: unknown); behind lastTick only after skips (open.go)
+	cold     bool  // its last batch, or the last read that looked at it, had no event of its own
 
 	// handled and failed count handler outcomes not yet added to the slot's
 	// counters in the database (partitionq.slot_progress).
