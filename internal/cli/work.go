@@ -34,6 +34,7 @@ type workFlags struct {
 	lease           time.Duration
 	noProgress      bool
 	metricsAddr     string
+	webConfig       string
 }
 
 func (a *app) workCmd() *cobra.Command {
@@ -82,6 +83,9 @@ standard error at exit.`,
 					return err
 				}
 			}
+			if w.webConfig != "" && w.metricsAddr == "" {
+				return usagef("--metrics-web-config needs --metrics-addr: give the address to serve the metrics at, e.g. --metrics-addr 127.0.0.1:9464")
+			}
 			return a.work(cmd, t, w)
 		}),
 	}
@@ -104,6 +108,7 @@ standard error at exit.`,
 	f.DurationVar(&w.tickInterval, "tick-interval", partitionq.TickIntervalDefault, "how often the in-process ticker runs (with --ticker)")
 	f.StringVar(&w.identity, "identity", "", "name of this worker in status (default partitionq:<host>:<pid>)")
 	f.StringVar(&w.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics while the worker runs (e.g. 127.0.0.1:9464)")
+	f.StringVar(&w.webConfig, "metrics-web-config", "", "serve the metrics with TLS and/or basic auth, as this web configuration file says (the format of Prometheus's exporters)")
 	return cmd
 }
 
@@ -170,7 +175,7 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 	}
 	var metrics *metricsServer
 	if w.metricsAddr != "" {
-		if metrics, err = listenMetrics(w.metricsAddr); err != nil {
+		if metrics, err = listenMetrics(w.metricsAddr, w.webConfig, s.log); err != nil {
 			return err
 		}
 		cfg.Registerer = metrics.reg
