@@ -30,6 +30,13 @@ func (t *target) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&t.group, "group", "", "consumer group name (required)")
 }
 
+// bindOptional binds --queue and --group for a command that takes both or
+// neither (the console: neither is the list of every group).
+func (t *target) bindOptional(fs *pflag.FlagSet, neither string) {
+	fs.StringVar(&t.queue, "queue", "", "queue name (with --group; without both: "+neither+")")
+	fs.StringVar(&t.group, "group", "", "consumer group name (with --queue; without both: "+neither+")")
+}
+
 func (t target) needQueue() error {
 	if err := need("queue", t.queue, "name the queue, e.g. --queue files"); err != nil {
 		return err
