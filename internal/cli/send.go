@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/charmbracelet/x/term"
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
@@ -181,11 +182,8 @@ func sendLines(ctx context.Context, s *session, queue string, in io.Reader) (sen
 }
 
 // isTerminal reports whether r is a terminal (so a person may be typing).
+// A character device is not enough: /dev/null is one too.
 func isTerminal(r io.Reader) bool {
 	f, ok := r.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return ok && term.IsTerminal(f.Fd())
 }

@@ -1,7 +1,9 @@
 package cli_test
 
 import (
+	"bytes"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -229,5 +231,24 @@ func TestSendFlagsFollowTheTextRule(t *testing.T) {
 	}
 	if evs := h.events("q"); len(evs) != 0 {
 		t.Fatalf("refused sends stored %+v", evs)
+	}
+}
+
+// send < /dev/null reads an empty input without telling a person to end it
+// with Ctrl-D: /dev/null is a character device, not a terminal.
+func TestSendFromDevNullSaysNoPrompt(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setup(1)
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	var out, errb bytes.Buffer
+	code := cli.Main(t.Context(), []string{"send", "--queue", "q"}, cli.Env{Stdin: null, Stdout: &out, Stderr: &errb,
+		Getenv: func(k string) string { return h.env[k] }})
+	if code != cli.ExitOK || strings.Contains(errb.String(), "Ctrl-D") || !strings.Contains(out.String(), "sent 0 events") {
+		t.Fatalf("send < /dev/null: exit %d\nstdout: %s\nstderr: %s", code, out.String(), errb.String())
 	}
 }
