@@ -73,6 +73,8 @@ func runE(fn func(cmd *cobra.Command, args []string) error) func(*cobra.Command,
 		case (errors.Is(err, partitionq.ErrNoSuchQueue) || errors.Is(err, partitionq.ErrNoSuchGroup)) && !errors.As(err, new(*explained)):
 			// A command without runFor: the library's text without its Go name.
 			return &opError{err: explain(err, "%s", strings.Replace(err.Error(), " (Client.Setup)", "", 1))}
+		case errors.Is(err, partitionq.ErrAmbiguousEngine):
+			return &opError{err: explain(err, "both pgq and pgque are installed in this database: pass --engine pgq or --engine pgque (the one whose queues partitionq uses)")}
 		}
 		return &opError{err: err}
 	}
