@@ -99,7 +99,7 @@ func (a *app) keyActionCmd(k keyAction) *cobra.Command {
 		Long:    k.long,
 		Example: k.example,
 		Args:    cobra.NoArgs,
-		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
+		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err
 			}

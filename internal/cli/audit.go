@@ -44,7 +44,7 @@ the key and event, the reason and what came of it. A dropped group's
 trail stays readable.`,
 		Example: "  partitionq audit --queue files --group indexer --limit 20",
 		Args:    cobra.NoArgs,
-		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
+		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err
 			}

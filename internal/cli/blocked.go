@@ -63,7 +63,7 @@ has never failed. It needs nothing; skip, retry and quarantine refuse it
 unless --event names its head.`,
 		Example: "  partitionq blocked --queue files --group indexer",
 		Args:    cobra.NoArgs,
-		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
+		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			s, err := a.openFor(cmd.Context(), t)
 			if err != nil {
 				return err

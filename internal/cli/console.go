@@ -37,7 +37,7 @@ shown as such, with the setup command, until it does. Without --queue and
 one, 0 goes back to the list. See docs/console.md.`,
 		Example: "  partitionq console --queue files --group indexer --read-only\n  partitionq console",
 		Args:    cobra.NoArgs,
-		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
+		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			switch {
 			case t.queue == "" && t.group == "": // every group
 			case t.queue == "" || t.group == "":

@@ -98,7 +98,7 @@ than --max matches are refused, and nothing changes.`,
   partitionq dlq replay --queue files --group indexer --key tenant-42 --dry-run
   partitionq dlq replay --queue files --group indexer --filter 'type=FileDeleted error=timeout' --reason 'disk back'
   partitionq dlq replay 17 18 21 --queue files --group indexer`,
-		RunE: runFor(&t, func(cmd *cobra.Command, args []string) error {
+		RunE: a.runFor(&t, func(cmd *cobra.Command, args []string) error {
 			if err := t.need(); err != nil {
 				return err
 			}
@@ -197,7 +197,7 @@ changes.`,
   partitionq dlq purge --queue files --group indexer --all --before 720h
   partitionq dlq purge --queue files --group indexer --key tenant-42 --dry-run`,
 		Args: cobra.NoArgs,
-		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
+		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err
 			}

@@ -33,7 +33,7 @@ the queue's table rotation: for example the old group after a change of N
 the group. The queue, its other groups and the group's dead letters stay.`,
 		Example: "  partitionq drop-group --queue files --group indexer-v1 --reason 'moved to 8 slots'",
 		Args:    cobra.NoArgs,
-		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
+		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			s, err := a.openFor(cmd.Context(), t)
 			if err != nil {
 				return err

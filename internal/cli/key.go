@@ -65,7 +65,7 @@ run (the head first); and its newest dead letters. Up to ` + strconv.Itoa(partit
 listed, with the totals.`,
 		Example: "  partitionq key --queue files --group indexer --key tenant-42",
 		Args:    cobra.NoArgs,
-		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
+		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err
 			}

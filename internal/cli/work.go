@@ -65,7 +65,7 @@ standard error at exit.`,
 		Example: `  partitionq work --queue files --group indexer --exec ./index-file.sh
   partitionq work --queue files --group indexer --slots 0-3 --policy skip --exec 'python3 handle.py'`,
 		Args: cobra.NoArgs,
-		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
+		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err
 			}
