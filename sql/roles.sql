@@ -60,6 +60,8 @@
 --       record_replay       operator  marks dead letters replayed (the replay sent in the same transaction)
 --       record_action       operator  the audit entry of retry now and of actions that changed nothing
 --       purge_dead_letters  nobody    (the owner) deletes dead letters, one audit entry with the count
+--       event_fate          operator  what became of an event an action names (its key, whether
+--                                     set aside or finished; no payload)
 --     No role here has INSERT, UPDATE or DELETE on partitionq.dead_letter
 --     or partitionq.audit; the viewer reads them.
 
@@ -108,6 +110,8 @@ grant select, delete on partitionq.slot_done to partitionq_operator;
 grant execute on function partitionq.set_aside(text, text, text, int, text, text, bigint[], text, text),
                           partitionq.record_replay(text, text, text, bigint[], bigint[], text, text, text),
                           partitionq.record_action(text, text, text, text, text, bigint, text, text) to partitionq_operator;
+-- What became of an event an action names (no payload; SECURITY DEFINER).
+grant execute on function partitionq.event_fate(text, text, text, text, bigint) to partitionq_operator;
 
 -- Records are append-only for every role here: what an earlier version of
 -- this file (or a DBA) granted on them directly is taken back.

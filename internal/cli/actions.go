@@ -25,6 +25,18 @@ type actionJSON struct {
 	EventID      int64   `json:"event_id"`
 	Count        int     `json:"count"`
 	NextEventIDs []int64 `json:"next_event_ids"`
+	// Resolved: how and by whom, for already_resolved (else null).
+	Resolved *resolvedJSON `json:"resolved"`
+}
+
+// resolvedJSON is how an event was resolved (docs/cli.md, unblocking).
+type resolvedJSON struct {
+	How          string     `json:"how"`
+	Reason       string     `json:"reason"`
+	Actor        string     `json:"actor"`
+	DBRole       string     `json:"db_role"`
+	At           *time.Time `json:"at"`
+	DeadLetterID *int64     `json:"dead_letter_id"`
 }
 
 // keyAction describes one operator command on a blocked key.
@@ -48,8 +60,10 @@ func (a *app) skipCmd() *cobra.Command {
 it later with dlq replay), and the key's waiting events run next, in order.
 Safe while workers run. --reason is required: it is kept in the audit trail
 and the dead letter. With --event, the skip applies only if that event is
-still the head; otherwise it prints "already resolved" and changes nothing,
-so running the same skip twice is harmless. Without --event it refuses a
+still the head; if it was resolved before, it prints "already resolved"
+(how, by whom) and changes nothing, so running the same skip twice is
+harmless; any other event is refused (exit 1), naming the head. Without
+--event it refuses a
 draining key (its head never failed): name that event with --event to skip
 it anyway.`,
 		example:    "  partitionq skip --queue files --group indexer --key tenant-42 --event 1234 --reason 'corrupt file'",
@@ -134,6 +148,20 @@ func (a *app) keyActionCmd(k keyAction) *cobra.Command {
 				return explain(err, "key %s is draining, not blocked: its head, event %d, has never failed (its failed event was resolved, and its waiting events now run in order without help): %s changed nothing; to %s event %d anyway, pass --event %d (partitionq preview shows what runs next)",
 					quote(key), de.EventID, k.name, k.name, de.EventID, de.EventID)
 			}
+			var nh *partitionq.NotHeadError
+			if errors.As(err, &nh) {
+				next := fmt.Sprintf("to %s its head, pass --event %d", k.name, nh.Head)
+				if nh.Head == 0 {
+					next = "nothing needs doing: its events run as they arrive (partitionq key shows its state)"
+				}
+				return explain(err, "event %d is not the head of key %s, and was never resolved: %s; %s changed nothing and recorded nothing; %s",
+					nh.EventID, quote(key), nh.Why, k.name, notHeadState(nh)+"; "+next)
+			}
+			if errors.Is(err, partitionq.ErrNotBlocked) {
+				return explain(err, "key %s is not blocked: nothing of it is set aside, so %s has nothing to act on; its events run as they arrive "+
+					"(partitionq key --queue %s --group %s --key %s shows its state; partitionq blocked lists the blocked keys)",
+					quote(key), k.name, t.queue, t.group, quote(key))
+			}
 			if err != nil {
 				return err
 			}
@@ -143,7 +171,7 @@ func (a *app) keyActionCmd(k keyAction) *cobra.Command {
 					next = []int64{}
 				}
 				return writeJSON(cmd.OutOrStdout(), actionJSON{Action: k.name, Outcome: string(res.Outcome), Queue: t.queue, Group: t.group,
-					Key: res.Key, Slot: res.Slot, EventID: res.EventID, Count: res.Count, NextEventIDs: next})
+					Key: res.Key, Slot: res.Slot, EventID: res.EventID, Count: res.Count, NextEventIDs: next, Resolved: resolvedOf(res.Resolved)})
 			}
 			return printAction(cmd.OutOrStdout(), res)
 		}),
@@ -172,7 +200,7 @@ func printAction(w io.Writer, res partitionq.ActionResult) error {
 		}
 		fmt.Fprintln(w)
 	case partitionq.OutcomeAlreadyResolved:
-		_, err = fmt.Fprintf(w, "already resolved: event %d is no longer the blocked head of key %s; nothing changed\n", res.EventID, key)
+		_, err = fmt.Fprintf(w, "already resolved: event %d of key %s %s; nothing changed\n", res.EventID, key, resolvedText(res.Resolved))
 	case partitionq.OutcomeRetryScheduled:
 		_, err = fmt.Fprintf(w, "retry scheduled: event %d of key %s (slot %d) will be tried again now by the slot's worker\n", res.EventID, key, res.Slot)
 	case partitionq.OutcomeQuarantined:
@@ -181,4 +209,43 @@ func printAction(w io.Writer, res partitionq.ActionResult) error {
 		_, err = fmt.Fprintf(w, "%s: event %d of key %s\n", res.Outcome, res.EventID, key)
 	}
 	return err
+}
+
+// notHeadState says what the key's head is now, for a *NotHeadError.
+func notHeadState(nh *partitionq.NotHeadError) string {
+	if nh.Head == 0 {
+		return "the key is not blocked (nothing of it is set aside)"
+	}
+	return fmt.Sprintf("the key's head is event %d (%s)", nh.Head, nh.HeadState)
+}
+
+// resolvedText says how and by whom an event was resolved: "was skipped by
+// alice (role ops) at 2024-05-01 10:05:00 (skip: corrupt file)".
+func resolvedText(r *partitionq.Resolution) string {
+	if r == nil {
+		return "was resolved"
+	}
+	if r.How == partitionq.ResolvedHandled {
+		return "was handled by a worker"
+	}
+	by := quote(r.Actor)
+	if r.DBRole != "" {
+		by += fmt.Sprintf(" (role %s)", quote(r.DBRole))
+	}
+	return fmt.Sprintf("was %s by %s at %s (dead letter %d, reason %s)", r.How, by, fmtTime(r.At), r.DeadLetterID, quote(r.Reason))
+}
+
+func resolvedOf(r *partitionq.Resolution) *resolvedJSON {
+	if r == nil {
+		return nil
+	}
+	out := &resolvedJSON{How: r.How, Reason: r.Reason, Actor: r.Actor, DBRole: r.DBRole}
+	if !r.At.IsZero() {
+		at := r.At.UTC()
+		out.At = &at
+	}
+	if r.DeadLetterID != 0 {
+		out.DeadLetterID = &r.DeadLetterID
+	}
+	return out
 }

@@ -40,6 +40,7 @@ var matrix = map[string]map[string]string{
 	"function record_action":      {"operator": "X"},
 	"function purge_dead_letters": {},
 	"function slot_count":         {},
+	"function event_fate":         {"operator": "X"},
 	"function engine_events":      {},
 	"function engine_own_event":   {},
 }

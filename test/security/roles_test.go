@@ -2,6 +2,7 @@ package security_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -162,6 +163,17 @@ func TestOperatorActs(t *testing.T) {
 		pgtest.WaitFor(t, 30*time.Second, "k's waiting events handled", func() (bool, error) {
 			return slices.Equal(sc.h.got("k"), []string{"k-1", "k-2"}), nil
 		})
+		// Named again: resolved, by whom (the dead letter); an id the queue
+		// never had is refused. Both read through event_fate.
+		res, err := oc.Skip(e.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k", HeadID: sc.headK, Reason: "again"})
+		if err != nil || res.Outcome != partitionq.OutcomeAlreadyResolved || res.Resolved == nil || res.Resolved.How != partitionq.ResolvedSkipped {
+			t.Fatalf("Skip of the skipped head: %+v, %v", res, err)
+		}
+		_, err = oc.Skip(e.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k", HeadID: 1 << 40, Reason: "wrong"})
+		var nh *partitionq.NotHeadError
+		if !errors.As(err, &nh) || nh.Why != fmt.Sprintf("the queue has no event %d", int64(1)<<40) {
+			t.Fatalf("Skip of an event the queue never had: %v", err)
+		}
 	})
 	t.Run("quarantine", func(t *testing.T) {
 		var res partitionq.ActionResult
