@@ -200,7 +200,7 @@ func TestGroupsAndKeyCommands(t *testing.T) {
 	raw := h.raw("groups")
 	pinKeys(t, "groups", raw, "groups")
 	pinKeys(t, "group", field(t, raw, "groups", 0), "queue", "group", "slot_count", "owned_slots", "workers", "backlog", "lag_seconds",
-		"set_aside", "blocked_keys", "draining_keys", "dead_letters", "broken")
+		"set_aside", "blocked_keys", "draining_keys", "dead_letters", "broken", "dropped")
 	out := h.ok("groups")
 	for _, w := range []string{"QUEUE", "DEAD LETTERS", "billing", "0/3"} {
 		if !strings.Contains(out, w) {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -41,6 +42,12 @@ the group. The queue, its other groups and the group's dead letters stay.`,
 			defer s.close()
 			err = s.client.DropGroup(cmd.Context(), partitionq.DropGroupRequest{Queue: t.queue, Group: t.group, Force: force,
 				Reason: reason, Actor: a.actorOr(actor)})
+			var sa *partitionq.SetAsideError
+			if errors.As(err, &sa) {
+				return explain(err, "group %q has %s set aside (blocked keys and their waiting events): nothing was dropped; resolve them first "+
+					"(partitionq blocked --queue %s --group %s, then skip or quarantine), or add --force to drop them with the group",
+					t.group, plural(sa.Count, "event"), t.queue, t.group)
+			}
 			if err != nil {
 				return err
 			}

@@ -29,6 +29,7 @@ type groupJSON struct {
 	DrainingKeys int      `json:"draining_keys"`
 	DeadLetters  int64    `json:"dead_letters"`
 	Broken       string   `json:"broken"`
+	Dropped      bool     `json:"dropped"`
 }
 
 func toGroupJSON(g partitionq.GroupOverview) groupJSON {
@@ -38,7 +39,7 @@ func toGroupJSON(g partitionq.GroupOverview) groupJSON {
 	}
 	return groupJSON{Queue: g.Queue, Group: g.Group, SlotCount: g.Slots, OwnedSlots: g.Owned, Workers: ws, Backlog: g.Backlog,
 		LagSeconds: seconds(g.Lag), SetAside: g.SetAside, BlockedKeys: g.BlockedKeys, DrainingKeys: g.DrainingKeys,
-		DeadLetters: g.DeadLetters, Broken: g.Broken}
+		DeadLetters: g.DeadLetters, Broken: g.Broken, Dropped: g.Dropped}
 }
 
 func (a *app) groupsCmd() *cobra.Command {
@@ -102,6 +103,12 @@ func printGroups(w io.Writer, gs []partitionq.GroupOverview) error {
 		widths(map[string]int{"WORKERS": 60})
 	var broken []string
 	for _, g := range gs {
+		if g.Dropped {
+			tb.row(g.Queue, g.Group, "dropped", "-", "-", "-", "-", "-", "-", "-", i64(g.DeadLetters))
+			broken = append(broken, fmt.Sprintf("group %s on queue %s was dropped and has %s not yet replayed: partitionq dlq list --queue %s --group %s (then dlq replay or dlq purge)",
+				quote(g.Group), quote(g.Queue), plural(g.DeadLetters, "dead letter"), g.Queue, g.Group))
+			continue
+		}
 		workers := strings.Join(g.Workers, ", ")
 		tb.row(g.Queue, g.Group, strconv.Itoa(g.Slots), fmt.Sprintf("%d/%d", g.Owned, g.Slots), dash(workers), i64(g.Backlog), fmtDur(g.Lag),
 			i64(g.SetAside), strconv.Itoa(g.BlockedKeys), strconv.Itoa(g.DrainingKeys), i64(g.DeadLetters))

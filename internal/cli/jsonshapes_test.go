@@ -193,6 +193,7 @@ type groupsOut struct {
 		DrainingKeys int      `json:"draining_keys"`
 		DeadLetters  int64    `json:"dead_letters"`
 		Broken       string   `json:"broken"`
+		Dropped      bool     `json:"dropped"`
 	} `json:"groups"`
 }
 

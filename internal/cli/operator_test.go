@@ -314,7 +314,18 @@ func TestDroppedGroupDeadLettersStayReachable(t *testing.T) {
 	h := newHarness(t)
 	ids := h.stuckKey(t, "bad")
 	h.ok(with(qg, "skip", "--key", "bad", "--event", strconv.FormatInt(ids[0], 10), "--reason", "corrupt file")...)
+	h.fails(cli.ExitFailed, []string{`partitionq: group "g" has 2 events set aside (blocked keys and their waiting events): nothing was dropped; resolve them first (partitionq blocked --queue q --group g, then skip or quarantine), or add --force to drop them with the group` + "\n"},
+		with(qg, "drop-group", "--reason", "moving to 8 slots")...)
 	h.ok(with(qg, "drop-group", "--force", "--reason", "moving to 8 slots")...)
+	// groups lists it, dropped, with its dead letter.
+	var gs groupsOut
+	h.json(&gs, "groups")
+	if len(gs.Groups) != 1 || gs.Groups[0].Group != "g" || !gs.Groups[0].Dropped || gs.Groups[0].DeadLetters != 1 || gs.Groups[0].SlotCount != 0 {
+		t.Errorf("groups after the drop = %+v, want g dropped with 1 dead letter", gs.Groups)
+	}
+	if out := h.ok("groups"); !strings.Contains(out, `group "g" on queue "q" was dropped and has 1 dead letter not yet replayed: partitionq dlq list --queue q --group g (then dlq replay or dlq purge)`) {
+		t.Errorf("groups table after the drop:\n%s", out)
+	}
 	h.fails(cli.ExitFailed, []string{`no such consumer group "g"`}, with(qg, "status")...)
 
 	var dl dlqListOut
