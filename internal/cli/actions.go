@@ -112,7 +112,7 @@ func (a *app) keyActionCmd(k keyAction) *cobra.Command {
 		Short:   k.short,
 		Long:    k.long,
 		Example: k.example,
-		Args:    cobra.NoArgs,
+		Args: noWords,
 		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err

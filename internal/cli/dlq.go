@@ -89,7 +89,7 @@ as the console's filter prompt takes them:
 dlq replay and dlq purge take the same filters.`,
 		Example: `  partitionq dlq list --queue files --group indexer --pending
   partitionq dlq list --queue files --group indexer --key tenant-42 --error timeout --since 24h`,
-		Args: cobra.NoArgs,
+		Args: noWords,
 		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err

@@ -196,7 +196,7 @@ changes.`,
 		Example: `  partitionq dlq purge --queue files --group indexer --id 17,18
   partitionq dlq purge --queue files --group indexer --all --before 720h
   partitionq dlq purge --queue files --group indexer --key tenant-42 --dry-run`,
-		Args: cobra.NoArgs,
+		Args: noWords,
 		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err

@@ -226,3 +226,24 @@ func exactArgs(n int, names string) cobra.PositionalArgs {
 		return nil
 	}
 }
+
+// noWords is cobra.NoArgs told in the command line's words: the command
+// takes flags, here is how (its first example; for setup, the very
+// command the words seem to mean).
+func noWords(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		quoted[i] = termsafe.Echo(a)
+	}
+	hint := strings.TrimSpace(strings.SplitN(cmd.Example, "\n", 2)[0])
+	if cmd.Name() == "setup" && len(args) == 3 {
+		hint = fmt.Sprintf("partitionq setup --queue %s --group %s --slots %s", termsafe.Echo(args[0]), termsafe.Echo(args[1]), termsafe.Echo(args[2]))
+	}
+	if hint != "" {
+		hint = ", e.g. " + hint
+	}
+	return usagef("%s takes flags, not words (got %s): give them as flags%s", cmd.CommandPath(), strings.Join(quoted, " "), hint)
+}

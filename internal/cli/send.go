@@ -52,7 +52,7 @@ error rolls back everything, so nothing is half-sent. Prints how many
 events were sent.`,
 		Example: `  partitionq send --queue files --key tenant-42 --type FileCreated --payload '{"path":"/a"}'
   jq -c '.[]' events.json | partitionq send --queue files`,
-		Args: cobra.NoArgs,
+		Args: noWords,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			if err := t.needQueue(); err != nil {
 				return err

@@ -33,7 +33,7 @@ func (a *app) setupCmd() *cobra.Command {
 slots on it. Running it again changes nothing. The number of slots of a
 group is fixed: setup with another number fails and names both.`,
 		Example: "  partitionq setup --queue files --group indexer --slots 8",
-		Args:    cobra.NoArgs,
+		Args: noWords,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err

@@ -110,7 +110,7 @@ letters not yet replayed.
 Read-only; one scan of the group's unfinished events counts every slot's
 pending. It waits at most --timeout for the database.`,
 		Example: "  partitionq status --queue files --group indexer --json",
-		Args:    cobra.NoArgs,
+		Args: noWords,
 		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if timeout <= 0 {
 				return usagef("invalid --timeout %s: give a positive duration, such as %s", timeout, tui.RefreshTimeoutDefault)

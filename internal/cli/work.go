@@ -64,7 +64,7 @@ commands get --shutdown-timeout to finish. Per-slot counts are printed to
 standard error at exit.`,
 		Example: `  partitionq work --queue files --group indexer --exec ./index-file.sh
   partitionq work --queue files --group indexer --slots 0-3 --policy skip --exec 'python3 handle.py'`,
-		Args: cobra.NoArgs,
+		Args: noWords,
 		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err
