@@ -60,7 +60,7 @@ func resultFlash(msg actionMsg) flash {
 	case partitionq.OutcomeRetryScheduled:
 		return flash{sev: sevOK, text: fmt.Sprintf("✓ Retry of event #%d (key %s) brought forward: the worker tries it within a second or so", r.EventID, k)}
 	case partitionq.OutcomeQuarantined:
-		return flash{sev: sevOK, text: fmt.Sprintf("✓ Quarantined key %s: %d events moved to the dead letters", k, r.Count)}
+		return flash{sev: sevOK, text: fmt.Sprintf("✓ Quarantined key %s: %s moved to the dead letters", k, plural(r.Count, "event"))}
 	}
 	switch msg.replay.Outcome {
 	case partitionq.OutcomeReplayed:

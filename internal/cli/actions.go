@@ -45,7 +45,9 @@ type keyAction struct {
 	// needReason: the action moves events to the dead letters, so it asks
 	// why, as the console does.
 	needReason bool
-	do         func(c *partitionq.Client, ctx context.Context, a partitionq.Action) (partitionq.ActionResult, error)
+	// reasonUsage is --reason's line in --help: where the reason goes.
+	reasonUsage string
+	do          func(c *partitionq.Client, ctx context.Context, a partitionq.Action) (partitionq.ActionResult, error)
 }
 
 // actionTries is how many times skip, retry and quarantine try a head that
@@ -66,9 +68,10 @@ harmless; any other event is refused (exit 1), naming the head. Without
 --event it refuses a
 draining key (its head never failed): name that event with --event to skip
 it anyway.`,
-		example:    "  partitionq skip --queue files --group indexer --key tenant-42 --event 1234 --reason 'corrupt file'",
-		needReason: true,
-		do:         (*partitionq.Client).Skip,
+		example:     "  partitionq skip --queue files --group indexer --key tenant-42 --event 1234 --reason 'corrupt file'",
+		needReason:  true,
+		reasonUsage: "why (required), recorded in the audit trail and in the dead letter of the head",
+		do:          (*partitionq.Client).Skip,
 	})
 }
 
@@ -79,8 +82,9 @@ func (a *app) retryCmd() *cobra.Command {
 		long: `Bring the next attempt of a blocked key's head event forward to now: a
 running worker tries it again within about a second. Without --event it
 refuses a draining key, whose head is due anyway.`,
-		example: "  partitionq retry --queue files --group indexer --key tenant-42",
-		do:      (*partitionq.Client).RetryNow,
+		example:     "  partitionq retry --queue files --group indexer --key tenant-42",
+		reasonUsage: "why, recorded in the audit trail (optional)",
+		do:          (*partitionq.Client).RetryNow,
 	})
 }
 
@@ -93,9 +97,10 @@ dead letters, in one transaction (for a tenant being deleted, or a key
 known to be broken). Events of the key sent later are handled as usual.
 --reason is required: it is kept in the audit trail and the dead letters.
 Without --event it refuses a draining key (its head never failed).`,
-		example:    "  partitionq quarantine --queue files --group indexer --key tenant-42 --reason 'tenant deleted'",
-		needReason: true,
-		do:         (*partitionq.Client).Quarantine,
+		example:     "  partitionq quarantine --queue files --group indexer --key tenant-42 --reason 'tenant deleted'",
+		needReason:  true,
+		reasonUsage: "why (required), recorded in the audit trail and in the dead letters of the key's events",
+		do:          (*partitionq.Client).Quarantine,
 	})
 }
 
@@ -112,7 +117,7 @@ func (a *app) keyActionCmd(k keyAction) *cobra.Command {
 		Short:   k.short,
 		Long:    k.long,
 		Example: k.example,
-		Args: noWords,
+		Args:    noWords,
 		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err
@@ -180,7 +185,7 @@ func (a *app) keyActionCmd(k keyAction) *cobra.Command {
 	t.bind(f)
 	f.StringVar(&key, "key", "", "the blocked key (required)")
 	f.Int64Var(&headID, "event", 0, "act only if this event is still the key's head (the HEAD shown by blocked)")
-	who.bind(f)
+	who.bind(f, k.reasonUsage)
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
 }
@@ -204,7 +209,7 @@ func printAction(w io.Writer, res partitionq.ActionResult) error {
 	case partitionq.OutcomeRetryScheduled:
 		_, err = fmt.Fprintf(w, "retry scheduled: event %d of key %s (slot %d) will be tried again now by the slot's worker\n", res.EventID, key, res.Slot)
 	case partitionq.OutcomeQuarantined:
-		_, err = fmt.Fprintf(w, "quarantined: %d events of key %s (slot %d) moved to the dead letters\n", res.Count, key, res.Slot)
+		_, err = fmt.Fprintf(w, "quarantined: %s of key %s (slot %d) moved to the dead letters\n", plural(int64(res.Count), "event"), key, res.Slot)
 	default:
 		_, err = fmt.Fprintf(w, "%s: event %d of key %s\n", res.Outcome, res.EventID, key)
 	}

@@ -36,7 +36,7 @@ shown as such, with the setup command, until it does. Without --queue and
 --group it opens on the list of every group of every queue: enter opens
 one, 0 goes back to the list. See docs/console.md.`,
 		Example: "  partitionq console --queue files --group indexer --read-only\n  partitionq console",
-		Args: noWords,
+		Args:    noWords,
 		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			switch {
 			case t.queue == "" && t.group == "": // every group

@@ -33,7 +33,7 @@ the queue's table rotation: for example the old group after a change of N
 --force, while events are set aside (blocked keys): --force drops them with
 the group. The queue, its other groups and the group's dead letters stay.`,
 		Example: "  partitionq drop-group --queue files --group indexer-v1 --reason 'moved to 8 slots'",
-		Args: noWords,
+		Args:    noWords,
 		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			s, err := a.openFor(cmd.Context(), t)
 			if err != nil {

@@ -67,9 +67,11 @@ type actorFlags struct {
 	actor, reason string
 }
 
-func (f *actorFlags) bind(fs *pflag.FlagSet) {
+// bind binds --actor and --reason; reason says where the reason goes
+// (each action records it in its own places).
+func (f *actorFlags) bind(fs *pflag.FlagSet, reason string) {
 	fs.StringVar(&f.actor, "actor", "", "who is acting, recorded in the audit trail (default $USER, else the OS user)")
-	fs.StringVar(&f.reason, "reason", "", "why, recorded in the audit trail and the dead letters")
+	fs.StringVar(&f.reason, "reason", "", reason)
 }
 
 // actorOr is the actor recorded for an action: the one given, else $USER,

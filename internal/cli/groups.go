@@ -57,7 +57,7 @@ it has not read yet), its lag (the oldest slot's), its set-aside events,
 blocked and draining keys, and dead letters not yet replayed. A few
 queries for all groups at once, whatever their number.`,
 		Example: "  partitionq groups\n  partitionq groups --json",
-		Args: noWords,
+		Args:    noWords,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			if queue != "" {
 				if err := partitionq.ValidateQueueName(queue); err != nil {

@@ -64,7 +64,7 @@ events run next); its events set aside in the slot, in the order they will
 run (the head first); and its newest dead letters. Up to ` + strconv.Itoa(partitionq.KeyEventsLimit) + ` of each are
 listed, with the totals.`,
 		Example: "  partitionq key --queue files --group indexer --key tenant-42",
-		Args: noWords,
+		Args:    noWords,
 		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err

@@ -317,6 +317,9 @@ func TestDroppedGroupDeadLettersStayReachable(t *testing.T) {
 	h.fails(cli.ExitFailed, []string{`partitionq: group "g" has 2 events set aside (blocked keys and their waiting events): nothing was dropped; resolve them first (partitionq blocked --queue q --group g, then skip or quarantine), or add --force to drop them with the group` + "\n"},
 		with(qg, "drop-group", "--reason", "moving to 8 slots")...)
 	h.ok(with(qg, "drop-group", "--force", "--reason", "moving to 8 slots")...)
+	if out := h.ok(with(qg, "dlq", "replay", "--all", "--dry-run")...); !strings.HasPrefix(out, "dry run: would replay 1 dead letter in this order; nothing changed\n") {
+		t.Errorf("a dry run of one dead letter says %q", out)
+	}
 	// groups lists it, dropped, with its dead letter.
 	var gs groupsOut
 	h.json(&gs, "groups")

@@ -99,7 +99,7 @@ events were sent.`,
 			case res.Sent == 1:
 				fmt.Fprintf(out, "sent 1 event to queue %q (event id %d)\n", res.Queue, res.FirstEventID)
 			default:
-				fmt.Fprintf(out, "sent %d events to queue %q\n", res.Sent, res.Queue)
+				fmt.Fprintf(out, "sent %s to queue %q\n", plural(int64(res.Sent), "event"), res.Queue)
 			}
 			return nil
 		}),

@@ -33,7 +33,7 @@ func (a *app) setupCmd() *cobra.Command {
 slots on it. Running it again changes nothing. The number of slots of a
 group is fixed: setup with another number fails and names both.`,
 		Example: "  partitionq setup --queue files --group indexer --slots 8",
-		Args: noWords,
+		Args:    noWords,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err
@@ -59,9 +59,9 @@ group is fixed: setup with another number fails and names both.`,
 				fmt.Fprintf(out, "created queue %q\n", res.Queue)
 			}
 			if res.Registered > 0 {
-				fmt.Fprintf(out, "set up group %q on queue %q with %d slots (%d slot consumers registered)\n", res.Group.Group, res.Queue, res.Slots, res.Registered)
+				fmt.Fprintf(out, "set up group %q on queue %q with %s (%s registered)\n", res.Group.Group, res.Queue, plural(int64(res.Slots), "slot"), plural(int64(res.Registered), "slot consumer"))
 			} else {
-				fmt.Fprintf(out, "group %q on queue %q is already set up with %d slots: nothing to do\n", res.Group.Group, res.Queue, res.Slots)
+				fmt.Fprintf(out, "group %q on queue %q is already set up with %s: nothing to do\n", res.Group.Group, res.Queue, plural(int64(res.Slots), "slot"))
 			}
 			if tickMaxLag > 0 {
 				fmt.Fprintf(out, "queue %q: ticker_max_lag set to %s\n", res.Queue, tickMaxLag)

@@ -110,7 +110,7 @@ letters not yet replayed.
 Read-only; one scan of the group's unfinished events counts every slot's
 pending. It waits at most --timeout for the database.`,
 		Example: "  partitionq status --queue files --group indexer --json",
-		Args: noWords,
+		Args:    noWords,
 		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if timeout <= 0 {
 				return usagef("invalid --timeout %s: give a positive duration, such as %s", timeout, tui.RefreshTimeoutDefault)
@@ -139,7 +139,7 @@ pending. It waits at most --timeout for the database.`,
 }
 
 func printStatus(w io.Writer, gs partitionq.GroupStatus) error {
-	fmt.Fprintf(w, "queue %q, group %q: %d slots, engine %s\n\n", gs.Queue, gs.Group, gs.Slots, gs.Engine)
+	fmt.Fprintf(w, "queue %q, group %q: %s, engine %s\n\n", gs.Queue, gs.Group, plural(int64(gs.Slots), "slot"), gs.Engine)
 	tb := newTable(w, "SLOT", "CONSUMER", "OWNER", "LAG", "PENDING", "OLDEST", "FINISHED", "HANDLED/S 10S 1M", "FAILED/S 10S 1M",
 		"BLOCKED KEYS", "DRAINING", "SET ASIDE").
 		widths(map[string]int{"OWNER": 80})

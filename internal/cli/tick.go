@@ -22,7 +22,7 @@ the pgqd daemon, until SIGTERM or SIGINT. Several may run at once: each
 round is done by one of them. With --once, run one ticker round and one
 maintenance round and exit. (Workers can tick themselves: work --ticker.)`,
 		Example: "  partitionq tick --interval 50ms",
-		Args: noWords,
+		Args:    noWords,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			if cfg.Interval <= 0 || cfg.MaintInterval <= 0 {
 				return usagef("invalid --interval %s or --maint-interval %s: give positive durations", cfg.Interval, cfg.MaintInterval)

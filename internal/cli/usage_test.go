@@ -102,3 +102,22 @@ func TestVersion(t *testing.T) {
 	}
 	pinKeys(t, "version", h.raw("version"), "version", "go")
 }
+
+// --reason says where each action records it: retry writes no dead letter.
+func TestReasonHelpSaysWhereItGoes(t *testing.T) {
+	t.Parallel()
+	h := offline(t)
+	for cmd, want := range map[string]string{
+		"retry":      "why, recorded in the audit trail (optional)",
+		"skip":       "why (required), recorded in the audit trail and in the dead letter of the head",
+		"quarantine": "why (required), recorded in the audit trail and in the dead letters of the key's events",
+	} {
+		r := h.run(cmd, "--help")
+		if r.code != cli.ExitOK || !strings.Contains(r.stdout, want) {
+			t.Errorf("partitionq %s --help does not say %q:\n%s", cmd, want, r.stdout)
+		}
+		if cmd == "retry" && strings.Contains(r.stdout, "dead letter") {
+			t.Errorf("partitionq retry --help says its reason goes in a dead letter:\n%s", r.stdout)
+		}
+	}
+}
