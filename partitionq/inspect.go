@@ -104,7 +104,10 @@ type GroupStatus struct {
 	// Head is the queue's event sequence at its newest tick: the change of
 	// Head over time is the rate at which events arrive (all keys).
 	Head int64
-	At   time.Time
+	// Ticks is the queue's newest tick; Ticks.Stalled says that events wait
+	// and nothing makes ticks (no slot reads them until a ticker runs).
+	Ticks TickStatus
+	At    time.Time
 }
 
 // Status reads the status of every slot of a group. It is read-only, and
@@ -146,6 +149,11 @@ func (c *Client) Status(ctx context.Context, queue, group string) (GroupStatus, 
 		s.QueuePending, s.Position = in.PendingEvents, in.Position
 		gs.Head = max(gs.Head, in.Head)
 	}
+	ts, err := c.eng.TickState(ctx, c.pool, queue)
+	if err != nil {
+		return GroupStatus{}, err
+	}
+	gs.Ticks = tickStatus(ts)
 	if err := c.backlog(ctx, g, &gs); err != nil {
 		return GroupStatus{}, err
 	}

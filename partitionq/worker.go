@@ -419,6 +419,11 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.stoppedEarly {
 		return errors.New("partitionq: worker was stopped before it started: make a new one")
 	}
+	if w.cfg.RunTicker { // refuse at once rather than fail every tick (issue 28)
+		if err := ticker.CheckRights(ctx, w.c.eng, w.c.pool); err != nil {
+			return err
+		}
+	}
 	if w.metrics != nil {
 		if err := w.metrics.register(w.cfg.Registerer); err != nil {
 			return err
@@ -469,6 +474,8 @@ func (w *Worker) Start(ctx context.Context) error {
 				Interval: w.cfg.TickInterval, MaintInterval: MaintIntervalDefault})
 		}()
 	}
+	wg.Add(1)
+	go func() { defer wg.Done(); w.watchTicks(soft, pool) }() // warns when no tick comes (tickwatch.go)
 	go func() {
 		<-soft.Done()
 		t := time.AfterFunc(w.cfg.ShutdownTimeout, stopHard)

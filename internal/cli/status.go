@@ -22,8 +22,17 @@ type statusJSON struct {
 	DeadLetters int64            `json:"dead_letters"`
 	Pending     int64            `json:"pending"`
 	Rates       ratesJSON        `json:"rates"`
+	Ticks       ticksJSON        `json:"ticks"`
 	At          time.Time        `json:"at"`
 	Slots       []slotStatusJSON `json:"slots"`
+}
+
+// ticksJSON is the queue's newest tick (docs/cli.md, status).
+type ticksJSON struct {
+	AgeSeconds *float64 `json:"age_seconds"` // null: no tick at all
+	Unticked   int64    `json:"unticked"`
+	Stalled    bool     `json:"stalled"`
+	Warning    string   `json:"warning"`
 }
 
 type slotStatusJSON struct {
@@ -71,7 +80,12 @@ type ownerJSON struct {
 
 func toStatusJSON(gs partitionq.GroupStatus) statusJSON {
 	out := statusJSON{Queue: gs.Queue, Group: gs.Group, Engine: gs.Engine, SlotCount: gs.Slots, DeadLetters: gs.DeadLetters,
-		Pending: gs.Pending, Rates: toRatesJSON(gs.Rates), At: utc(gs.At), Slots: make([]slotStatusJSON, 0, len(gs.SlotStatus))}
+		Pending: gs.Pending, Rates: toRatesJSON(gs.Rates), At: utc(gs.At), Slots: make([]slotStatusJSON, 0, len(gs.SlotStatus)),
+		Ticks: ticksJSON{Unticked: gs.Ticks.Unticked, Stalled: gs.Ticks.Stalled, Warning: tickWarning(gs)}}
+	if gs.Ticks.Age >= 0 {
+		age := seconds(gs.Ticks.Age)
+		out.Ticks.AgeSeconds = &age
+	}
 	for _, s := range gs.SlotStatus {
 		j := slotStatusJSON{Slot: s.Slot, Consumer: s.Consumer, LagSeconds: seconds(s.Lag), LastSeenSeconds: seconds(s.LastSeen),
 			InBatch: s.InBatch, Pending: s.Pending, OldestSeconds: seconds(s.Oldest), Rates: toRatesJSON(s.Rates),
@@ -173,7 +187,25 @@ func printStatus(w io.Writer, gs partitionq.GroupStatus) error {
 	r := gs.Rates
 	_, err := fmt.Fprintf(w, "\npending: %d; handled/s: %s (10s), %s (1m); failed/s: %s (10s), %s (1m)\ndead letters (not replayed): %d\n",
 		gs.Pending, fmtRate(r.Handled10s), fmtRate(r.Handled1m), fmtRate(r.Failed10s), fmtRate(r.Failed1m), gs.DeadLetters)
+	if err == nil && gs.Ticks.Stalled {
+		_, err = fmt.Fprintf(w, "\nwarning: %s\n", tickWarning(gs))
+	}
 	return err
+}
+
+// tickWarning says that events wait and no tick comes, and what to do; ""
+// when ticks come.
+func tickWarning(gs partitionq.GroupStatus) string {
+	t := gs.Ticks
+	if !t.Stalled {
+		return ""
+	}
+	since := "the queue has no tick at all"
+	if t.Age >= 0 {
+		since = "no tick for " + fmtDur(t.Age)
+	}
+	return fmt.Sprintf("%s on queue %q while %s wait after it: no slot reads them until the next tick; %s",
+		since, gs.Queue, plural(t.Unticked, "event"), partitionq.TickerHint)
 }
 
 // fmtRate writes events per second with one decimal below 100, none above.

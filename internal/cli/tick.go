@@ -39,6 +39,9 @@ maintenance round and exit. (Workers can tick themselves: work --ticker.)`,
 				_, err := fmt.Fprintln(cmd.OutOrStdout(), "ran one ticker round and one maintenance round")
 				return err
 			}
+			if err := s.client.CheckTickerRights(cmd.Context()); err != nil {
+				return err
+			}
 			fmt.Fprintf(a.env.Stderr, "partitionq: ticking every %s; stop with SIGTERM or Ctrl-C\n", cfg.Interval)
 			if err := s.client.RunTicker(cmd.Context(), cfg); err != nil {
 				return err

@@ -154,6 +154,11 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 	if err != nil {
 		return err
 	}
+	if w.ticker { // before anything starts: refused at once, said once
+		if err := s.client.CheckTickerRights(ctx); err != nil {
+			return err
+		}
+	}
 	// Up before the first command, so that a worker killed at any moment
 	// takes its commands with it.
 	if err := startGuardian(); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/partitionq/partitionq/partitionq/internal/db"
 	"github.com/partitionq/partitionq/partitionq/internal/engine"
 )
 
@@ -59,22 +60,63 @@ type Config struct {
 	MaintInterval time.Duration // between maintenance rounds
 }
 
+// RightsError: the role may not run the ticker (the engine's ticker and
+// maintenance functions are its admin's, the turns partitionq's owner's).
+type RightsError struct {
+	Missing string // what it lacks
+	Err     error  // the server's refusal, when the ticker found it so
+}
+
+func (e *RightsError) Error() string {
+	s := "this role may not run the engine's ticker (it lacks " + e.Missing + ")"
+	if e.Err != nil {
+		s = fmt.Sprintf("this role may not run the engine's ticker: %v", e.Err)
+	}
+	return s + ": run the ticker as the owner (partitionq tick, or pgqd), and the workers without RunTicker (--ticker)"
+}
+
+func (e *RightsError) Unwrap() error { return e.Err }
+
+// CheckRights fails with a *RightsError when the session's role may not
+// run the ticker: a worker asked to tick refuses to start rather than
+// fail every round.
+func CheckRights(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) error {
+	missing, err := eng.TickRights(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if missing != "" {
+		return &RightsError{Missing: missing}
+	}
+	return nil
+}
+
 // Run ticks, moves due retry events, and (every MaintInterval) runs the
-// engine's maintenance, until ctx is done.
+// engine's maintenance, until ctx is done. A round refused for want of a
+// right (the role's rights were taken away while it ran) stops the ticker,
+// with one error in the log naming the fix, rather than fail every round.
 func Run(ctx context.Context, cfg Config) {
 	tick := time.NewTicker(cfg.Interval)
 	defer tick.Stop()
 	lastMaint := time.Time{}
-	for {
-		if err := Tick(ctx, cfg.Eng, cfg.Pool); err != nil && ctx.Err() == nil {
-			cfg.Log.Warn("partitionq: tick failed", slog.Any("error", err))
+	failed := func(what string, err error) bool {
+		if err == nil || ctx.Err() != nil {
+			return false
 		}
-		if err := MoveRetries(ctx, cfg.Eng, cfg.Pool); err != nil && ctx.Err() == nil {
-			cfg.Log.Warn("partitionq: moving retry events failed", slog.Any("error", err))
+		if db.IsInsufficientPrivilege(err) {
+			cfg.Log.Error("partitionq: the ticker stops", slog.Any("error", &RightsError{Err: err}))
+			return true
+		}
+		cfg.Log.Warn("partitionq: "+what+" failed", slog.Any("error", err))
+		return false
+	}
+	for {
+		if failed("tick", Tick(ctx, cfg.Eng, cfg.Pool)) || failed("moving retry events", MoveRetries(ctx, cfg.Eng, cfg.Pool)) {
+			return
 		}
 		if time.Since(lastMaint) >= cfg.MaintInterval {
-			if err := Maintain(ctx, cfg.Eng, cfg.Pool); err != nil && ctx.Err() == nil {
-				cfg.Log.Warn("partitionq: maintenance failed", slog.Any("error", err))
+			if failed("maintenance", Maintain(ctx, cfg.Eng, cfg.Pool)) {
+				return
 			}
 			lastMaint = time.Now()
 		}

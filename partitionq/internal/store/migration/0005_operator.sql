@@ -60,12 +60,16 @@ begin
     if p_ev_id < 1 or p_ev_id > v_head then
         return 'no_event';
     end if;
-    execute format('select %2$s(tick_snapshot)::text from %1$I.tick where tick_queue = $1 and tick_event_seq < $2
+    -- (The queue's first tick, made by create_queue before any event, has
+    -- the sequence's start as its tick_event_seq: no id was handed out.)
+    execute format('select %2$s(tick_snapshot)::text from %1$I.tick where tick_queue = $1
+           and case when tick_id = 1 then 0 else tick_event_seq end < $2
          order by tick_id desc limit 1', p_engine, v_xmin) into v_lo using v_qid, p_ev_id;
     if v_lo is null then
         return 'unknown';
     end if;
-    execute format('select %2$s(tick_snapshot)::text from %1$I.tick where tick_queue = $1 and tick_event_seq >= $2
+    execute format('select %2$s(tick_snapshot)::text from %1$I.tick where tick_queue = $1
+           and case when tick_id = 1 then 0 else tick_event_seq end >= $2
          order by tick_id limit 1', p_engine, v_xmax) into v_hi using v_qid, p_ev_id;
     execute format('select e.ev_extra1, %3$s(e.ev_txid, t.tick_snapshot)
           from %1$s e, %2$I.tick t
