@@ -58,5 +58,8 @@ func (c *Client) TickOnce(ctx context.Context) error {
 	if err := ticker.Tick(ctx, c.eng, c.pool); err != nil {
 		return err
 	}
+	if _, err := ticker.Census(ctx, c.eng, c.pool); err != nil {
+		return err
+	}
 	return ticker.Maintain(ctx, c.eng, c.pool)
 }

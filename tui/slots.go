@@ -301,7 +301,7 @@ func (v *slotsView) View() string {
 			mark = "▸"
 		}
 		cells := []string{mark, fmt.Sprint(s.Slot), shortOwner(s.Owner), age(s.Lag),
-			v.hist.pendingLine(s.Slot, at, cols[4].width), count(s.Pending),
+			v.hist.pendingLine(s.Slot, at, cols[4].width), pendingCount(s.Pending, s.PendingMax),
 			v.hist.handledLine(s.Slot, at, cols[6].width), rate(s.Rates.Handled10s), rate(s.Rates.Failed10s),
 			fmt.Sprint(s.BlockedKeys), d.state}
 		if len(cols) > 11 {
@@ -384,7 +384,7 @@ func (v *slotsView) summary() string {
 		if i == 2 {
 			parts = parts[1:]
 		}
-		pending, handled := count(st.Pending)+" pending", rate(r.Handled10s)+"/s handled"
+		pending, handled := pendingCount(st.Pending, st.PendingMax)+" pending", rate(r.Handled10s)+"/s handled"
 		if spark > 0 {
 			pending += " " + v.hist.pendingLine(-1, v.snap.at, spark)
 			handled += " " + v.hist.handledLine(-1, v.snap.at, spark)
@@ -463,4 +463,13 @@ func emptyGroupText(err error, sh *shared) []string {
 			"The console keeps looking, and shows the group once it exists."}
 	}
 	return []string{line(err.Error())}
+}
+
+// pendingCount is an exact count, or "≥N" when the count is a range (the
+// queue's census catching up; status gives both ends).
+func pendingCount(lo, hi int64) string {
+	if hi > lo {
+		return "≥" + count(lo)
+	}
+	return count(lo)
 }

@@ -74,10 +74,10 @@ fi
 
 	// status counts the blocked key and the set-aside events of its slot.
 	raw = h.raw(with(qg, "status")...)
-	pinKeys(t, "status", raw, "queue", "group", "engine", "slot_count", "dead_letters", "pending", "rates", "ticks", "at", "slots")
+	pinKeys(t, "status", raw, "queue", "group", "engine", "slot_count", "dead_letters", "pending", "pending_max", "rates", "ticks", "at", "slots")
 	pinKeys(t, "status ticks", field(t, raw, "ticks", -1), "age_seconds", "unticked", "stalled", "warning")
 	pinKeys(t, "status slot", field(t, raw, "slots", bk.Slot), "slot", "consumer", "owner", "lag_seconds", "last_seen_seconds",
-		"in_batch", "pending", "oldest_seconds", "since_finish_seconds", "rates", "queue_pending", "blocked_keys", "draining_keys", "set_aside")
+		"in_batch", "pending", "pending_max", "oldest_seconds", "since_finish_seconds", "rates", "queue_pending", "blocked_keys", "draining_keys", "set_aside")
 	pinKeys(t, "status rates", field(t, field(t, raw, "slots", bk.Slot), "rates", -1), "handled_10s", "failed_10s", "handled_1m", "failed_1m")
 	pinKeys(t, "status owner", field(t, field(t, raw, "slots", bk.Slot), "owner", -1), "name", "host", "pid", "backend_pid", "addr", "since", "epoch", "lease_left_seconds")
 	var st statusOut

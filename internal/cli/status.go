@@ -21,6 +21,7 @@ type statusJSON struct {
 	SlotCount   int              `json:"slot_count"`
 	DeadLetters int64            `json:"dead_letters"`
 	Pending     int64            `json:"pending"`
+	PendingMax  int64            `json:"pending_max"`
 	Rates       ratesJSON        `json:"rates"`
 	Ticks       ticksJSON        `json:"ticks"`
 	At          time.Time        `json:"at"`
@@ -43,6 +44,7 @@ type slotStatusJSON struct {
 	LastSeenSeconds float64    `json:"last_seen_seconds"`
 	InBatch         bool       `json:"in_batch"`
 	Pending         int64      `json:"pending"`
+	PendingMax      int64      `json:"pending_max"`
 	OldestSeconds   float64    `json:"oldest_seconds"`
 	// SinceFinishSeconds is null when the slot never finished a batch.
 	SinceFinishSeconds *float64  `json:"since_finish_seconds"`
@@ -80,7 +82,7 @@ type ownerJSON struct {
 
 func toStatusJSON(gs partitionq.GroupStatus) statusJSON {
 	out := statusJSON{Queue: gs.Queue, Group: gs.Group, Engine: gs.Engine, SlotCount: gs.Slots, DeadLetters: gs.DeadLetters,
-		Pending: gs.Pending, Rates: toRatesJSON(gs.Rates), At: utc(gs.At), Slots: make([]slotStatusJSON, 0, len(gs.SlotStatus)),
+		Pending: gs.Pending, PendingMax: gs.PendingMax, Rates: toRatesJSON(gs.Rates), At: utc(gs.At), Slots: make([]slotStatusJSON, 0, len(gs.SlotStatus)),
 		Ticks: ticksJSON{Unticked: gs.Ticks.Unticked, Stalled: gs.Ticks.Stalled, Warning: tickWarning(gs)}}
 	if gs.Ticks.Age >= 0 {
 		age := seconds(gs.Ticks.Age)
@@ -88,7 +90,7 @@ func toStatusJSON(gs partitionq.GroupStatus) statusJSON {
 	}
 	for _, s := range gs.SlotStatus {
 		j := slotStatusJSON{Slot: s.Slot, Consumer: s.Consumer, LagSeconds: seconds(s.Lag), LastSeenSeconds: seconds(s.LastSeen),
-			InBatch: s.InBatch, Pending: s.Pending, OldestSeconds: seconds(s.Oldest), Rates: toRatesJSON(s.Rates),
+			InBatch: s.InBatch, Pending: s.Pending, PendingMax: s.PendingMax, OldestSeconds: seconds(s.Oldest), Rates: toRatesJSON(s.Rates),
 			QueuePending: s.QueuePending, BlockedKeys: s.BlockedKeys, DrainingKeys: s.DrainingKeys, SetAside: s.SetAside}
 		if s.SinceFinish >= 0 {
 			f := seconds(s.SinceFinish)
@@ -177,7 +179,7 @@ func printStatus(w io.Writer, gs partitionq.GroupStatus) error {
 		if s.SinceFinish >= 0 {
 			finished = fmtDur(s.SinceFinish) + " ago"
 		}
-		tb.row(strconv.Itoa(s.Slot), s.Consumer, owner, lag, i64(s.Pending), oldest, finished,
+		tb.row(strconv.Itoa(s.Slot), s.Consumer, owner, lag, pendingText(s.Pending, s.PendingMax), oldest, finished,
 			fmtRate(s.Rates.Handled10s)+" "+fmtRate(s.Rates.Handled1m), fmtRate(s.Rates.Failed10s)+" "+fmtRate(s.Rates.Failed1m),
 			strconv.Itoa(s.BlockedKeys), strconv.Itoa(s.DrainingKeys), i64(s.SetAside))
 	}
@@ -185,8 +187,11 @@ func printStatus(w io.Writer, gs partitionq.GroupStatus) error {
 		return err
 	}
 	r := gs.Rates
-	_, err := fmt.Fprintf(w, "\npending: %d; handled/s: %s (10s), %s (1m); failed/s: %s (10s), %s (1m)\ndead letters (not replayed): %d\n",
-		gs.Pending, fmtRate(r.Handled10s), fmtRate(r.Handled1m), fmtRate(r.Failed10s), fmtRate(r.Failed1m), gs.DeadLetters)
+	_, err := fmt.Fprintf(w, "\npending: %s; handled/s: %s (10s), %s (1m); failed/s: %s (10s), %s (1m)\ndead letters (not replayed): %d\n",
+		pendingText(gs.Pending, gs.PendingMax), fmtRate(r.Handled10s), fmtRate(r.Handled1m), fmtRate(r.Failed10s), fmtRate(r.Failed1m), gs.DeadLetters)
+	if err == nil && gs.PendingMax != gs.Pending {
+		_, err = fmt.Fprintf(w, "\npending is a range: counted, and at most that plus the events sent since the count stopped (the queue's census is catching up; each call counts more)\n")
+	}
 	if err == nil && gs.Ticks.Stalled {
 		_, err = fmt.Fprintf(w, "\nwarning: %s\n", tickWarning(gs))
 	}
@@ -214,4 +219,13 @@ func fmtRate(r float64) string {
 		return strconv.FormatFloat(r, 'f', 0, 64)
 	}
 	return strconv.FormatFloat(r, 'f', 1, 64)
+}
+
+// pendingText is an exact count, or a range "lo..hi" when the count is not
+// exact (never an estimate).
+func pendingText(lo, hi int64) string {
+	if hi == lo {
+		return i64(lo)
+	}
+	return i64(lo) + ".." + i64(hi)
 }

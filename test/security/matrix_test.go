@@ -41,6 +41,12 @@ var matrix = map[string]map[string]string{
 	"function purge_dead_letters": {},
 	"function slot_count":         {},
 	"function event_fate":         {"operator": "X"},
+	"function census":             {"worker": "X", "operator": "X", "viewer": "X"},
+	"function census_all":         {},
+	"function group_backlog":      {"worker": "X", "operator": "X", "viewer": "X"},
+	"function engine_snap":        {},
+	"table census":                {"operator": "r", "viewer": "r"},
+	"table census_state":          {"operator": "r", "viewer": "r"},
 	"function engine_events":      {},
 	"function engine_own_event":   {},
 }

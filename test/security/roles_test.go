@@ -333,3 +333,35 @@ func TestViewerOnlyLooks(t *testing.T) {
 		}
 	})
 }
+
+// The viewer and the operator count every slot's pending events (Status)
+// without a right on the event tables: on PgQ they cannot read an event's
+// payload there; on PgQue the engine grants its event tables to PUBLIC, so
+// any role reads them (docs/security.md says so), and the test pins that
+// too, so that a change of the engine's grants is seen.
+func TestPendingCountedWithoutReadingPayloads(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.scene() // events handled, blocked, dead: the worker's role did it all
+	var table string
+	if err := e.admin.QueryRow(e.ctx, e.db.SQL(`select queue_data_pfx from pgq.queue where queue_name = 'q'`)).Scan(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, role := range []string{"viewer", "operator"} {
+		c := e.client(role, 4, nil)
+		st, err := c.Status(e.ctx, "q", "g")
+		if err != nil {
+			t.Fatalf("Status as %s: %v", role, err)
+		}
+		if st.PendingMax != st.Pending {
+			t.Errorf("Status as %s: pending %d to %d, want exact", role, st.Pending, st.PendingMax)
+		}
+		var data string
+		err = e.pool(role, 1).QueryRow(e.ctx, `select coalesce(max(ev_data), '') from `+table).Scan(&data)
+		if e.db.Schema == "pgq" {
+			denied(t, role+": select ev_data from the queue's event table", err)
+		} else if err != nil {
+			t.Errorf("%s on PgQue: the event tables are PUBLIC's there, yet: %v", role, err)
+		}
+	}
+}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/partitionq/partitionq/partitionq/internal/db"
 	"github.com/partitionq/partitionq/partitionq/internal/engine"
+	"github.com/partitionq/partitionq/partitionq/internal/store"
 )
 
 // The turns of the ticker's rounds (rows of partitionq.ticker_turn).
@@ -110,9 +111,18 @@ func Run(ctx context.Context, cfg Config) {
 		cfg.Log.Warn("partitionq: "+what+" failed", slog.Any("error", err))
 		return false
 	}
+	behind := true // the census may be behind when the ticker starts
 	for {
-		if failed("tick", Tick(ctx, cfg.Eng, cfg.Pool)) || failed("moving retry events", MoveRetries(ctx, cfg.Eng, cfg.Pool)) {
+		made, err := tickRound(ctx, cfg.Eng, cfg.Pool)
+		if failed("tick", err) || failed("moving retry events", MoveRetries(ctx, cfg.Eng, cfg.Pool)) {
 			return
+		}
+		if made > 0 || behind {
+			n, err := Census(ctx, cfg.Eng, cfg.Pool)
+			if failed("counting the new ticks' events by slot", err) {
+				return
+			}
+			behind = n >= CensusBudget
 		}
 		if time.Since(lastMaint) >= cfg.MaintInterval {
 			if failed("maintenance", Maintain(ctx, cfg.Eng, cfg.Pool)) {
@@ -131,13 +141,39 @@ func Run(ctx context.Context, cfg Config) {
 // Tick runs the engine's ticker once for every queue, unless another
 // ticker is in its round right now.
 func Tick(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) error {
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	_, err := tickRound(ctx, eng, pool)
+	return err
+}
+
+// tickRound is Tick, returning how many ticks it made.
+func tickRound(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) (int64, error) {
+	var made int64
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if got, err := turn(ctx, tx, tickTurn); err != nil || !got {
 			return err
 		}
-		_, err := eng.TickAndAnnounce(ctx, tx)
+		var err error
+		made, err = eng.TickAndAnnounce(ctx, tx)
 		return err
 	})
+	return made, err
+}
+
+// CensusBudget is about how many events one census round counts (the
+// rest in the next rounds): a tick round stays short however large the
+// backlog a new census starts on.
+const CensusBudget = 200_000
+
+// Census brings the census of every queue's groups (partitionq's count of
+// each tick range's events by slot, what status reads) up to the newest
+// ticks, about CensusBudget events at most; it returns the events counted.
+// Nothing without partitionq's schema (of version 5 or later).
+func Census(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) (int64, error) {
+	var ok bool // (a schema older than the census: nothing to keep)
+	if err := pool.QueryRow(ctx, `select to_regprocedure('partitionq.census_all(text,bigint)') is not null`).Scan(&ok); err != nil || !ok {
+		return 0, err
+	}
+	return store.CensusAll(ctx, pool, eng.Schema(), CensusBudget)
 }
 
 // MoveRetries moves the due retry events (timed retries of the skip
