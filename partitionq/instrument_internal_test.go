@@ -53,6 +53,16 @@ func TestMetricsStatusReadCachedAndBounded(t *testing.T) {
 		gs.SlotStatus[5] = SlotStatus{Slot: 5, Owner: &Owner{Name: "x"}, BlockedKeys: 2, SetAside: 7, Pending: 11, Lag: 1500 * time.Millisecond}
 		return gs, fail
 	}
+	hotReads := 0
+	m.readHot = func(ctx context.Context, gs GroupStatus) (HotKeys, error) {
+		hotReads++
+		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > statusTimeout {
+			t.Errorf("busiest keys read without a deadline of at most %s", statusTimeout)
+		}
+		hk := HotKeys{Busiest: make([]KeyPending, gs.Slots)}
+		hk.Busiest[5] = KeyPending{Key: "tenant-9", Slot: 5, Pending: 9}
+		return hk, nil
+	}
 	reg := prometheus.NewPedanticRegistry()
 	if err := m.register(reg); err != nil {
 		t.Fatal(err)
@@ -95,6 +105,9 @@ func TestMetricsStatusReadCachedAndBounded(t *testing.T) {
 	if g[metricBlocked]["5"] != 2 || g[metricParked]["5"] != 7 || g[metricPending]["5"] != 11 || g[metricLag]["5"] != 1.5 {
 		t.Errorf("slot 5: blocked %v parked %v pending %v lag %v, want 2 7 11 1.5",
 			g[metricBlocked]["5"], g[metricParked]["5"], g[metricPending]["5"], g[metricLag]["5"])
+	}
+	if g[metricBusiestKey]["5"] != 9 || g[metricBusiestKey]["0"] != 0 || hotReads != 1 {
+		t.Errorf("busiest key gauge = %v (%d reads), want 9 on slot 5, 0 on slot 0, one read", g[metricBusiestKey], hotReads)
 	}
 	if g[metricHandled]["5"] != 3 {
 		t.Errorf("handled = %v, want 3 on slot 5", g[metricHandled])

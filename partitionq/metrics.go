@@ -24,7 +24,12 @@ const (
 	metricBlocked        = "partitionq_blocked_keys"
 	metricParked         = "partitionq_parked_events"
 	metricLongestBlocked = "partitionq_slot_longest_blocked_seconds"
+	metricBusiestKey     = "partitionq_slot_busiest_key_pending_events"
 )
+
+// hotKeysMaxAge is how long the busiest keys (a count by key, or a sample,
+// of the group's backlog: Client.HotKeys) are kept between two reads.
+const hotKeysMaxAge = 15 * time.Second
 
 // The gauges read from the database come from one Client.Status read of the
 // whole group, kept for statusMaxAge (so scrapes from several Prometheus
@@ -50,6 +55,7 @@ func slotPendingEvents(s SlotStatus) int64 { return s.Pending }
 type slotDescs struct {
 	handled, failed, dead                         *prometheus.Desc
 	owned, pending, lag, blocked, parked, longest *prometheus.Desc
+	busiest                                       *prometheus.Desc
 	duration                                      prometheus.Histogram
 }
 
@@ -63,19 +69,26 @@ type workerMetrics struct {
 	slots     []slotDescs            // by position in w.slots
 	durations []prometheus.Histogram // by slot number (nil for slots the worker does not run)
 
-	// read and now are Client.Status and time.Now (replaced in tests).
-	read func(ctx context.Context) (GroupStatus, error)
-	now  func() time.Time
+	// read, readHot and now are Client.Status, Client.HotKeys (of a status
+	// just read) and time.Now (replaced in tests).
+	read    func(ctx context.Context) (GroupStatus, error)
+	readHot func(ctx context.Context, gs GroupStatus) (HotKeys, error)
+	now     func() time.Time
 
 	mu     sync.Mutex
 	readAt time.Time // when the cached status was read (zero: never)
 	status GroupStatus
 	err    error
+
+	hotAt time.Time // when the busiest keys were read (zero: never)
+	hot   HotKeys
+	hotOK bool
 }
 
 func newWorkerMetrics(w *Worker) *workerMetrics {
 	m := &workerMetrics{w: w, durations: make([]prometheus.Histogram, w.group.Slots), now: time.Now,
-		read: func(ctx context.Context) (GroupStatus, error) { return w.c.Status(ctx, w.cfg.Queue, w.cfg.Group) }}
+		read:    func(ctx context.Context) (GroupStatus, error) { return w.c.Status(ctx, w.cfg.Queue, w.cfg.Group) },
+		readHot: func(ctx context.Context, gs GroupStatus) (HotKeys, error) { return w.c.hotKeys(ctx, gs, 1) }}
 	for _, s := range w.slots {
 		labels := prometheus.Labels{"queue": w.cfg.Queue, "group": w.cfg.Group, "slot": strconv.Itoa(s)}
 		desc := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, labels) }
@@ -89,6 +102,7 @@ func newWorkerMetrics(w *Worker) *workerMetrics {
 			blocked: desc(metricBlocked, "Keys of the slot blocked behind a failed event (pause policy)."),
 			parked:  desc(metricParked, "Events of the slot set aside in the engine's retry queue: blocked heads, the events waiting behind them, and timed retries."),
 			longest: desc(metricLongestBlocked, "How long the slot's longest-blocked key has been blocked (since its head first failed); 0 when none is."),
+			busiest: desc(metricBusiestKey, "Pending events of the slot's busiest key (the key with the most; its name is not a label): exact, or a sampled estimate above 200,000 pending events in the group."),
 			duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: metricDuration, ConstLabels: labels, Buckets: durationBuckets,
 				Help: "Time of one handler call (with a TxHandler, its transaction included)."}),
 		}
@@ -134,7 +148,7 @@ func (m *workerMetrics) observe(slot int, d time.Duration) {
 // Describe implements prometheus.Collector.
 func (m *workerMetrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range m.slots {
-		for _, desc := range []*prometheus.Desc{d.handled, d.failed, d.dead, d.owned, d.pending, d.lag, d.blocked, d.parked, d.longest} {
+		for _, desc := range []*prometheus.Desc{d.handled, d.failed, d.dead, d.owned, d.pending, d.lag, d.blocked, d.parked, d.longest, d.busiest} {
 			ch <- desc
 		}
 		d.duration.Describe(ch)
@@ -175,6 +189,31 @@ func (m *workerMetrics) Collect(ch chan<- prometheus.Metric) {
 		gauge(d.parked, float64(ss.SetAside))
 		gauge(d.longest, ss.LongestBlocked.Seconds())
 	}
+	if hot, ok := m.busiest(gs); ok {
+		for i, s := range m.w.slots {
+			if s < len(hot.Busiest) {
+				gauge(m.slots[i].busiest, float64(hot.Busiest[s].Pending))
+			}
+		}
+	}
+}
+
+// busiest returns the group's busiest keys, read at most once per
+// hotKeysMaxAge (from the status just read) and within statusTimeout.
+func (m *workerMetrics) busiest(gs GroupStatus) (HotKeys, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.hotAt.IsZero() && m.now().Sub(m.hotAt) < hotKeysMaxAge {
+		return m.hot, m.hotOK
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
+	defer cancel()
+	hot, err := m.readHot(ctx, gs)
+	m.hot, m.hotOK, m.hotAt = hot, err == nil, m.now()
+	if err != nil {
+		m.w.log.Warn("partitionq: metrics: reading the busiest keys failed; their gauge is left out for a while", slog.Any("error", err))
+	}
+	return m.hot, m.hotOK
 }
 
 // groupStatus returns the group's status, read at most once per

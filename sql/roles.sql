@@ -117,7 +117,8 @@ grant execute on function partitionq.event_fate(text, text, text, text, bigint) 
 -- slot and the backlog after it (SECURITY DEFINER; docs/security.md).
 grant select on partitionq.census, partitionq.census_state to partitionq_viewer;
 grant execute on function partitionq.census(text, text, int, bigint),
-                          partitionq.group_backlog(text, text, text, int8[], int8[], int4[], int8[], bigint)
+                          partitionq.group_backlog(text, text, text, int8[], int8[], int4[], int8[], bigint),
+                          partitionq.group_keys(text, text, text, int, bigint, bigint, bigint, bigint)
                        to partitionq_viewer, partitionq_worker;
 
 -- Records are append-only for every role here: what an earlier version of

@@ -139,3 +139,47 @@ func TestNoTickerIsNotSilent(t *testing.T) {
 		t.Fatalf("work exited %d:\n%s", code, stderr.String())
 	}
 }
+
+// partitionq keys lists the keys with the most pending events, exact for a
+// small backlog, in a table and in JSON.
+func TestKeysCommand(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setup(2)
+	var in strings.Builder
+	for i := range 30 {
+		key := "hot"
+		if i%3 == 0 {
+			key = "cold"
+		}
+		in.WriteString(`{"key":"` + key + `"}` + "\n")
+	}
+	if r := h.runStdin(in.String(), "send", "--queue", "q"); r.code != cli.ExitOK {
+		t.Fatal(r)
+	}
+	raw := h.raw(with(qg, "keys", "--top", "1")...)
+	pinKeys(t, "keys", raw, "queue", "group", "pending", "exact", "sampled", "top", "busiest", "oldest")
+	pinKeys(t, "keys top", field(t, raw, "top", 0), "key", "slot", "pending", "error")
+	pinKeys(t, "keys oldest", field(t, raw, "oldest", 0), "slot", "key", "oldest_seconds")
+	var out struct {
+		Pending int64 `json:"pending"`
+		Exact   bool  `json:"exact"`
+		Top     []struct {
+			Key     string `json:"key"`
+			Pending int64  `json:"pending"`
+		} `json:"top"`
+		Busiest []struct {
+			Key string `json:"key"`
+		} `json:"busiest"`
+	}
+	h.json(&out, with(qg, "keys", "--top", "1")...)
+	if out.Pending != 30 || !out.Exact || len(out.Top) != 1 || out.Top[0].Key != "hot" || out.Top[0].Pending != 20 || len(out.Busiest) != 2 {
+		t.Errorf("keys --json = %+v", out)
+	}
+	table := h.ok(with(qg, "keys")...)
+	if !strings.Contains(table, `the keys of group "g" on queue "q" with the most pending events (exact: all 30 pending events counted):`) ||
+		!strings.Contains(table, "hot") || !strings.Contains(table, "66.7%") {
+		t.Errorf("keys table:\n%s", table)
+	}
+	h.fails(cli.ExitUsage, []string{"invalid --top 0: give 1 to 10000"}, with(qg, "keys", "--top", "0")...)
+}

@@ -45,6 +45,7 @@ var matrix = map[string]map[string]string{
 	"function census_all":         {},
 	"function group_backlog":      {"worker": "X", "operator": "X", "viewer": "X"},
 	"function engine_snap":        {},
+	"function group_keys":         {"worker": "X", "operator": "X", "viewer": "X"},
 	"table census":                {"operator": "r", "viewer": "r"},
 	"table census_state":          {"operator": "r", "viewer": "r"},
 	"function engine_events":      {},

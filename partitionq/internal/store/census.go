@@ -78,3 +78,32 @@ func GroupBacklog(ctx context.Context, db DB, spec BacklogSpec) ([]SlotBacklog, 
 	}
 	return out, nil
 }
+
+// KeyRow is one row of partitionq.group_keys.
+type KeyRow struct {
+	Kind    string // "key", "oldest", "meta"
+	Slot    int
+	Key     string
+	Pending int64
+	Err     int64
+	Oldest  time.Duration
+}
+
+// GroupKeys reads the keys of a group with the most pending events and
+// the key of each slot's oldest one (partitionq.group_keys, migration 0005).
+func GroupKeys(ctx context.Context, db DB, engine, queue, group string, top int, total, exactMax, sample, window int64) ([]KeyRow, error) {
+	rows, err := db.Query(ctx, `select kind, coalesce(slot, -1), coalesce(key, ''), coalesce(pending, 0), coalesce(err, 0), coalesce(oldest, '0')
+		from partitionq.group_keys($1, $2, $3, $4, $5, $6, $7, $8)`, engine, queue, group, top, total, exactMax, sample, window)
+	if err != nil {
+		return nil, fmt.Errorf("the keys of group %q: %w", group, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (KeyRow, error) {
+		var k KeyRow
+		err := r.Scan(&k.Kind, &k.Slot, &k.Key, &k.Pending, &k.Err, &k.Oldest)
+		return k, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the keys of group %q: %w", group, err)
+	}
+	return out, nil
+}
