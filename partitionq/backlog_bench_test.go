@@ -117,6 +117,17 @@ func BenchmarkStatusAtBacklog(b *testing.B) {
 				}
 			}
 		})
+		b.Run(fmt.Sprintf("pending=%s/hot-keys/slots=4", level.name), func(b *testing.B) {
+			for range b.N {
+				hk, err := c.HotKeys(ctx, "q", "g4", 10)
+				if err != nil || len(hk.Top) == 0 || hk.Top[0].Key != "hot" || hk.Exact != (loaded <= partitionq.HotKeysExactMax) {
+					b.Fatal(hk.Top, hk.Exact, err)
+				}
+				if !hk.Exact && (hk.Top[0].Pending-hk.Top[0].Error > loaded*9/10 || hk.Top[0].Pending+hk.Top[0].Error < loaded*9/10) {
+					b.Logf("hot: %d ± %d, true %d", hk.Top[0].Pending, hk.Top[0].Error, loaded*9/10)
+				}
+			}
+		})
 		b.Run(fmt.Sprintf("pending=%s/console-refresh/slots=64", level.name), func(b *testing.B) {
 			for range b.N {
 				if _, err := c.Status(ctx, "q", "g64"); err != nil {

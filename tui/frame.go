@@ -13,6 +13,7 @@ import (
 // layout sizes the components to the room left by the header, the tabs,
 // the banner, the flash line and the help.
 func (m *Model) layout() {
+	m.blocked.shown = m.focused() == m.blocked
 	m.help.Width = m.w
 	h := m.h - 3 - len(m.banner()) - strings.Count(m.helpView(), "\n") - 1
 	h = max(1, h)

@@ -405,6 +405,9 @@ func (m *Model) onAction(msg tea.Msg) tea.Cmd {
 		if msg.err == nil && msg.req.kind != actRetry && msg.req.kind != actReplay && !msg.req.kind.bulk() && m.detail.key.Key == msg.req.key.Key {
 			m.detailOpen = false // the key is resolved: back to the inbox
 		}
+		if msg.err == nil && (msg.req.kind == actSkip || msg.req.kind == actQuarantine) {
+			m.blocked.resolvedHere = msg.req.key.Key // it leaves the list as the operator meant
+		}
 		return m.refreshNow()
 	}
 	return nil
