@@ -16,8 +16,8 @@ import (
 // the first HotKeysWindow events after the slots' positions.
 const (
 	HotKeysExactMax = 200_000
-	HotKeysSample   = 100_000
-	HotKeysWindow   = 50_000
+	HotKeysSample   = 30_000
+	HotKeysWindow   = 20_000
 )
 
 // KeyPending is a key's pending events: the events of its slot's share
@@ -80,7 +80,14 @@ func (c *Client) HotKeys(ctx context.Context, queue, group string, top int) (Hot
 // hotKeys is HotKeys on the group of a status just read.
 func (c *Client) hotKeys(ctx context.Context, st GroupStatus, top int) (HotKeys, error) {
 	queue, group := st.Queue, st.Group
-	rows, err := store.GroupKeys(ctx, c.pool, c.eng.Schema(), queue, group, top, st.PendingMax, HotKeysExactMax, HotKeysSample, HotKeysWindow)
+	// While the census catches up the group's total is a range: estimates
+	// scale to its middle, and their error takes in its half-width.
+	total, spread := (st.Pending+st.PendingMax)/2, (st.PendingMax-st.Pending+1)/2
+	exactMax := int64(HotKeysExactMax)
+	if st.PendingMax > HotKeysExactMax {
+		exactMax = 0 // sampled, scaled to the total's middle
+	}
+	rows, err := store.GroupKeys(ctx, c.pool, c.eng.Schema(), queue, group, top, total, exactMax, HotKeysSample, HotKeysWindow)
 	if err != nil {
 		return HotKeys{}, c.backlogErr(err)
 	}
@@ -95,6 +102,9 @@ func (c *Client) hotKeys(ctx context.Context, st GroupStatus, top int) (HotKeys,
 			hk.Sampled, hk.Exact = r.Pending, r.Err == 0
 		case "key":
 			kp := KeyPending{Key: r.Key, Slot: r.Slot, Pending: r.Pending, Error: r.Err}
+			if r.Err > 0 && total > 0 && st.PendingMax > st.Pending {
+				kp.Error += int64(float64(r.Pending) / float64(total) * float64(spread))
+			}
 			keys = append(keys, kp)
 			if r.Slot >= 0 && r.Slot < len(hk.Busiest) && kp.Pending > hk.Busiest[r.Slot].Pending {
 				hk.Busiest[r.Slot] = kp

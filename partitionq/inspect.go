@@ -264,8 +264,8 @@ func (c *Client) backlog(ctx context.Context, g Group, gs *GroupStatus) error {
 // BacklogBudget events after the census's newest tick are read; beyond,
 // SlotStatus.PendingMax bounds what was not read.
 const (
-	CensusBudget  = 200_000
-	BacklogBudget = 200_000
+	CensusBudget  = 100_000
+	BacklogBudget = 100_000
 )
 
 func (c *Client) backlogErr(err error) error {

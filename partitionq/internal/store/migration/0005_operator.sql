@@ -507,26 +507,29 @@ begin
               from %1$s join s on s.slot = %4$s
              where e.ev_txid >= (select min(%2$s(snap)) from s)
                and (e.ev_owner is null or e.ev_owner = s.sub) and not %5$s(e.ev_txid, s.snap)),
-        m as (select count(*)::float8 as n, count(distinct page)::float8 as pages from ev),
-        k as (select ev.slot, ev.key, count(*)::float8 as y from ev group by 1, 2),
+        kp as materialized (select slot, key, page, count(*)::float8 as y from ev group by 1, 2, 3),
+        px as materialized (select page, sum(y) as x from kp group by 1),
+        m as (select coalesce(sum(x), 0) as n, count(*)::float8 as pages, coalesce(sum(x * x), 0) as xx from px),
+        k as (select kp.slot, kp.key, sum(kp.y) as y from kp group by 1, 2),
         est as (
             select k.slot, k.key, k.y,
                    case when $3 then k.y else k.y / greatest(m.n, 1) * $4 end as pending
               from k, m),
-        px as (select page, count(*)::float8 as x from ev group by 1),
-        gx as (select coalesce(sum(x * x), 0) as xx from px),
-        kp as (select slot, key, page, count(*)::float8 as y from ev group by 1, 2, 3),
         err as (
-            -- Pages are the clusters sampled: y_b the key's events in page
-            -- b, x_b the page's pending events, R = sum y / sum x; then
-            -- var(R) = sum_b (y_b - R x_b)^2 / (pages (pages - 1) mean(x)^2),
-            -- the sum over every sampled page (those without the key too).
+            -- The larger of two standard errors of the key's share R = sum
+            -- y / sum x: sampled pages as clusters (y_b the key's events in
+            -- page b, x_b the page's: var(R) = sum_b (y_b - R x_b)^2 / (pages
+            -- (pages - 1) mean(x)^2), over every sampled page, those without
+            -- the key too), and the events as if drawn one by one
+            -- (R (1 - R) / n): neither alone is safe on every layout.
             select kp.slot, kp.key,
-                   sqrt(greatest(sum(kp.y * kp.y - 2 * (k.y / m.n) * kp.y * px.x) + (k.y / m.n) ^ 2 * gx.xx, 0)
-                        / greatest(m.pages * (m.pages - 1), 1)) / greatest(m.n / m.pages, 1) as se
-              from kp join px using (page) join k using (slot, key) cross join m cross join gx
+                   greatest(
+                     sqrt(greatest(sum(kp.y * kp.y - 2 * (k.y / m.n) * kp.y * px.x) + (k.y / m.n) ^ 2 * m.xx, 0)
+                          / greatest(m.pages * (m.pages - 1), 1)) / greatest(m.n / m.pages, 1),
+                     sqrt((k.y / m.n) * (1 - k.y / m.n) / m.n)) as se
+              from kp join px using (page) join k using (slot, key) cross join m
              where m.n > 0
-             group by kp.slot, kp.key, k.y, m.n, m.pages, gx.xx),
+             group by kp.slot, kp.key, k.y, m.n, m.pages, m.xx),
         ranked as (
             select est.*, coalesce(err.se, 0) as se,
                    row_number() over (order by est.pending desc, est.key) as overall,
