@@ -131,7 +131,7 @@ func TestDLQFiltersAndBulk(t *testing.T) {
 	b := list("--key", "b").DeadLetters
 	ids := []string{strconv.FormatInt(rp.DeadLetters[0].ID, 10), strconv.FormatInt(b[0].ID, 10)}
 	out = h.ok(with(qg, append([]string{"dlq", "replay"}, ids...)...)...)
-	if !strings.HasPrefix(out, "replayed 1 dead letters (id="+strings.Join(ids, ",")+"), in event order; 1 already replayed, left as they were\naudit entry ") {
+	if !strings.HasPrefix(out, "replayed 1 dead letter (id="+strings.Join(ids, ",")+"), in event order; 1 already replayed, left as they were\naudit entry ") {
 		t.Errorf("dlq replay %v printed:\n%s", ids, out)
 	}
 	raw := h.raw(with(qg, "dlq", "replay", "--key", "b", "--dry-run")...)
