@@ -184,6 +184,9 @@ func TestDocsListEveryMetric(t *testing.T) {
 	m.read = func(context.Context) (GroupStatus, error) {
 		return GroupStatus{SlotStatus: []SlotStatus{{}}}, nil
 	}
+	m.readHot = func(context.Context, GroupStatus) (HotKeys, error) {
+		return HotKeys{Busiest: []KeyPending{{}}}, nil
+	}
 	reg := prometheus.NewRegistry()
 	if err := m.register(reg); err != nil {
 		t.Fatal(err)
@@ -200,8 +203,8 @@ func TestDocsListEveryMetric(t *testing.T) {
 			t.Errorf("docs/operations.md has no row %q", row)
 		}
 	}
-	if len(known) != 10 {
-		t.Errorf("the worker exports %d metrics, want 10", len(known))
+	if len(known) != 11 {
+		t.Errorf("the worker exports %d metrics, want 11", len(known))
 	}
 	for _, name := range regexp.MustCompile(`partitionq_[a-z_]+`).FindAllString(doc, -1) {
 		base := name
