@@ -51,7 +51,9 @@ func (e *Engine) TickRights(ctx context.Context, db DB) (string, error) {
 		    case when not has_function_privilege('pgq.maint_retry_events()', 'execute') then 'execute on pgq.maint_retry_events()' end,
 		    case when not has_function_privilege('pgq.maint_operations()', 'execute') then 'execute on pgq.maint_operations()' end,
 		    case when to_regclass('partitionq.ticker_turn') is not null
-		          and not has_table_privilege('partitionq.ticker_turn', 'update') then 'update on partitionq.ticker_turn' end)`)).Scan(&missing)
+		          and not has_table_privilege('partitionq.ticker_turn', 'update') then 'update on partitionq.ticker_turn' end,
+		    case when to_regprocedure('partitionq.census_all(text,bigint)') is not null
+		          and not has_function_privilege('partitionq.census_all(text,bigint)', 'execute') then 'execute on partitionq.census_all' end)`)).Scan(&missing)
 	if err != nil {
 		return "", fmt.Errorf("check the ticker's rights: %w", err)
 	}
