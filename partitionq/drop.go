@@ -64,7 +64,7 @@ func (c *Client) DropGroup(ctx context.Context, r DropGroupRequest) error {
 			aside += rc.Timed + rc.Parked
 		}
 		if aside > 0 && !r.Force {
-			return fmt.Errorf("group %q has %d events set aside (blocked keys and their waiting events): resolve them (partitionq blocked, skip, quarantine) or force the drop, which drops them too", r.Group, aside)
+			return &SetAsideError{Queue: r.Queue, Group: r.Group, Count: aside}
 		}
 		for _, s := range slots {
 			if err := c.eng.UnregisterConsumer(ctx, tx, r.Queue, s.Consumer); err != nil {
@@ -80,4 +80,17 @@ func (c *Client) DropGroup(ctx context.Context, r DropGroupRequest) error {
 		return store.Audit(ctx, tx, store.AuditEntry{Actor: c.actor(r.Actor), Action: "drop_group", Queue: r.Queue, Group: r.Group,
 			Reason: r.Reason, Outcome: fmt.Sprintf("dropped %d slots, %d events set aside dropped", len(slots), aside)})
 	})
+}
+
+// SetAsideError refuses to drop a group (DropGroupRequest without Force)
+// while events are set aside in its retry queue: blocked keys and the
+// events waiting behind them. Nothing changed.
+type SetAsideError struct {
+	Queue, Group string
+	Count        int64 // the events set aside
+}
+
+func (e *SetAsideError) Error() string {
+	return fmt.Sprintf("group %q has %d events set aside (blocked keys and their waiting events): resolve them (BlockedKeys, Skip, Quarantine) "+
+		"or drop them with the group (DropGroupRequest.Force)", e.Group, e.Count)
 }

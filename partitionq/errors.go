@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/partitionq/partitionq/partitionq/internal/engine"
 	"github.com/partitionq/partitionq/partitionq/internal/parked"
 	"github.com/partitionq/partitionq/partitionq/internal/runner"
 )
@@ -29,6 +30,13 @@ var (
 	// a pooler in statement mode, which refuses the transactions a worker
 	// needs; connect directly, or through session or transaction mode.
 	ErrStatementPooling = runner.ErrStatementPooling
+	// ErrNotHead: an operator action named an event (Action.HeadID) that is
+	// not the key's head and was never resolved; the error is a
+	// *NotHeadError.
+	ErrNotHead = errors.New("the event named is not the key's head")
+	// ErrAmbiguousEngine: NewClient was given no Config.EngineSchema and
+	// the database has both engines (pgq and pgque): name the one to use.
+	ErrAmbiguousEngine = engine.ErrBothInstalled
 )
 
 // ValidationError says which argument is wrong, why, and what to do. It

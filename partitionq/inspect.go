@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/partitionq/partitionq/partitionq/internal/db"
-	"github.com/partitionq/partitionq/partitionq/internal/engine"
 	"github.com/partitionq/partitionq/partitionq/internal/lease"
 	"github.com/partitionq/partitionq/partitionq/internal/parked"
 	"github.com/partitionq/partitionq/partitionq/internal/slotstats"
@@ -59,6 +58,12 @@ type SlotStatus struct {
 	// progress marks resolved. An event parked inside the open batch counts
 	// until the batch finishes; from then on it is in SetAside, not here.
 	Pending int64
+	// PendingMax equals Pending when the count is exact. Otherwise (the
+	// census of the queue is far behind: no tick for long, or it has just
+	// started on a large backlog) Pending is what was counted and
+	// PendingMax bounds the true count from above; it closes in on each
+	// call. Never an estimate: the true count lies between the two.
+	PendingMax int64
 	// Oldest is the age of the oldest of the Pending events (by the time it
 	// was sent); 0 when none.
 	Oldest time.Duration
@@ -124,21 +129,26 @@ type GroupStatus struct {
 	// a resize the old generation's slots not yet handed off.
 	SlotStatus  []SlotStatus
 	DeadLetters int64 // not yet replayed
-	// Pending is the sum of the slots' Pending, Rates the sum of their Rates.
-	Pending int64
-	Rates   Rates
+	// Pending is the sum of the slots' Pending (PendingMax of their
+	// PendingMax), Rates the sum of their Rates.
+	Pending, PendingMax int64
+	Rates               Rates
 	// Head is the queue's event sequence at its newest tick: the change of
 	// Head over time is the rate at which events arrive (all keys).
 	Head int64
-	At   time.Time
+	// Ticks is the queue's newest tick; Ticks.Stalled says that events wait
+	// and nothing makes ticks (no slot reads them until a ticker runs).
+	Ticks TickStatus
+	At    time.Time
 }
 
-// Status reads the status of every slot of a group. It is read-only, and
-// runs a fixed number of queries whatever the number of slots: among them
-// one scan of the group's unfinished events in the queue's event tables
-// (from the position of the slot furthest behind), which counts every
-// slot's Pending exactly; its cost grows with the backlog (0.5 to 1 s per
-// million unfinished events, docs/operations.md). ctx governs the queries.
+// Status reads the status of every slot of a group. It runs a fixed number
+// of queries whatever the number of slots, and whatever the backlog: each
+// slot's Pending comes from the queue's census (partitionq's count of every
+// tick range's events by slot, kept by the ticker and brought up to date
+// here, at most CensusBudget events a call: its only write), the events
+// after the census's newest tick (at most BacklogBudget read), and the open
+// batches' recorded progress (docs/operations.md). ctx governs the queries.
 func (c *Client) Status(ctx context.Context, queue, group string) (GroupStatus, error) {
 	g, err := c.Group(ctx, queue, group)
 	if err != nil {
@@ -215,6 +225,11 @@ func (c *Client) Status(ctx context.Context, queue, group string) (GroupStatus, 
 			gs.SlotStatus[s].Resize = r
 		}
 	}
+	ts, err := c.eng.TickState(ctx, c.pool, queue)
+	if err != nil {
+		return GroupStatus{}, err
+	}
+	gs.Ticks = tickStatus(ts)
 	for _, x := range g.gens {
 		if err := c.backlog(ctx, g, x, at, &gs); err != nil {
 			return GroupStatus{}, err
@@ -273,8 +288,14 @@ func (c *Client) backlog(ctx context.Context, g Group, x generation, at map[leas
 			gs.SlotStatus[i].SinceFinish = -1
 		}
 	}
+	if installed {
+		if _, err := store.Census(ctx, c.pool, c.eng.Schema(), g.Queue, x.n, CensusBudget); err != nil {
+			return c.backlogErr(err)
+		}
+	}
 	return pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		spec := engine.BacklogSpec{Queue: g.Queue, Subs: x.subIDs, Batch: make([]int64, x.n), Below: make([]int64, x.n)}
+		spec := store.BacklogSpec{Engine: c.eng.Schema(), Queue: g.Queue, Grp: g.Group, N: x.n, Budget: BacklogBudget,
+			Batch: make([]int64, x.n), Below: make([]int64, x.n)}
 		if installed {
 			stats, err := slotstats.Read(ctx, tx, g.Queue, g.Group)
 			if code := db.Code(err); code == db.CodeUndefinedTable || code == db.CodeUndefinedColumn {
@@ -298,23 +319,42 @@ func (c *Client) backlog(ctx context.Context, g Group, x generation, at map[leas
 				}
 			}
 		}
-		bl, err := c.eng.Backlog(ctx, tx, spec)
-		if db.IsInsufficientPrivilege(err) {
-			return fmt.Errorf("%w: this role may not read the queue's event tables, which status scans for each slot's pending events: run sql/roles.sql again (it grants them to partitionq_viewer)", err)
+		if !installed { // a group registered by hand: the census is partitionq's
+			return store.ErrSchemaMissing
 		}
+		bl, err := store.GroupBacklog(ctx, tx, spec)
 		if err != nil {
-			return err
+			return c.backlogErr(err)
 		}
 		for s, b := range bl {
 			i, ok := at[lease.SlotKey{N: x.n, Slot: s}]
-			if !ok {
+			if !ok || x.consumers[s] == "" {
 				continue
 			}
-			gs.SlotStatus[i].Pending, gs.SlotStatus[i].Oldest = b.Pending, b.Oldest
+			gs.SlotStatus[i].Pending, gs.SlotStatus[i].PendingMax, gs.SlotStatus[i].Oldest = b.Pending, b.PendingMax, b.Oldest
 			gs.Pending += b.Pending
+			gs.PendingMax += b.PendingMax
 		}
 		return nil
 	})
+}
+
+// Bounds of one Status call's work on the backlog (docs/operations.md):
+// the census of the queue is brought up to date by at most CensusBudget
+// events (the ticker keeps it up to date as it ticks), and at most
+// BacklogBudget events after the census's newest tick are read; beyond,
+// SlotStatus.PendingMax bounds what was not read.
+const (
+	CensusBudget  = 100_000
+	BacklogBudget = 100_000
+)
+
+func (c *Client) backlogErr(err error) error {
+	if db.IsInsufficientPrivilege(err) || db.Code(err) == db.CodeUndefinedFunction {
+		return fmt.Errorf("%w: status counts each slot's pending events through partitionq.census and partitionq.group_backlog: run partitionq setup once as the owner (schema version %d), then sql/roles.sql (it grants them to partitionq_viewer and partitionq_worker)",
+			err, store.Latest())
+	}
+	return err
 }
 
 // owners reads the recorded owner of every slot of a group (none when

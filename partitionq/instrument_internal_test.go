@@ -57,6 +57,16 @@ func TestMetricsStatusReadCachedAndBounded(t *testing.T) {
 		gs.SlotStatus[5] = SlotStatus{Slot: 5, Slots: 64, Owner: &Owner{Name: "x"}, BlockedKeys: 2, SetAside: 7, Pending: 11, Lag: 1500 * time.Millisecond}
 		return gs, fail
 	}
+	hotReads := 0
+	w.status.readHot = func(ctx context.Context, gs GroupStatus) (HotKeys, error) {
+		hotReads++
+		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > statusTimeout {
+			t.Errorf("busiest keys read without a deadline of at most %s", statusTimeout)
+		}
+		hk := HotKeys{Busiest: make([]KeyPending, gs.Slots)}
+		hk.Busiest[5] = KeyPending{Key: "tenant-9", Slot: 5, Pending: 9}
+		return hk, nil
+	}
 	reg := prometheus.NewPedanticRegistry()
 	if err := m.register(reg); err != nil {
 		t.Fatal(err)
@@ -99,6 +109,9 @@ func TestMetricsStatusReadCachedAndBounded(t *testing.T) {
 	if g[metricBlocked]["5"] != 2 || g[metricParked]["5"] != 7 || g[metricPending]["5"] != 11 || g[metricLag]["5"] != 1.5 {
 		t.Errorf("slot 5: blocked %v parked %v pending %v lag %v, want 2 7 11 1.5",
 			g[metricBlocked]["5"], g[metricParked]["5"], g[metricPending]["5"], g[metricLag]["5"])
+	}
+	if g[metricBusiestKey]["5"] != 9 || g[metricBusiestKey]["0"] != 0 || hotReads != 1 {
+		t.Errorf("busiest key gauge = %v (%d reads), want 9 on slot 5, 0 on slot 0, one read", g[metricBusiestKey], hotReads)
 	}
 	if g[metricHandled]["5"] != 3 {
 		t.Errorf("handled = %v, want 3 on slot 5", g[metricHandled])
@@ -175,7 +188,10 @@ func TestDocsListEveryMetric(t *testing.T) {
 	w, gr := testWorker(1, []int{0}, WorkerConfig{})
 	m := newWorkerMetrics(w, gr)
 	w.status.read = func(context.Context) (GroupStatus, error) {
-		return GroupStatus{SlotStatus: []SlotStatus{{Slots: 1}}}, nil
+		return GroupStatus{Slots: 1, SlotStatus: []SlotStatus{{Slots: 1}}}, nil
+	}
+	w.status.readHot = func(context.Context, GroupStatus) (HotKeys, error) {
+		return HotKeys{Busiest: []KeyPending{{}}}, nil
 	}
 	reg := prometheus.NewRegistry()
 	if err := m.register(reg); err != nil {
@@ -198,8 +214,8 @@ func TestDocsListEveryMetric(t *testing.T) {
 			t.Errorf("docs/operations.md has no row %q", row)
 		}
 	}
-	if len(known) != 11 {
-		t.Errorf("the worker and the client export %d metrics, want 11", len(known))
+	if len(known) != 12 {
+		t.Errorf("the worker and the client export %d metrics, want 12", len(known))
 	}
 	for _, name := range regexp.MustCompile(`partitionq_[a-z_]+`).FindAllString(doc, -1) {
 		base := name

@@ -27,6 +27,7 @@ const (
 	metricBlocked        = "partitionq_blocked_keys"
 	metricParked         = "partitionq_parked_events"
 	metricLongestBlocked = "partitionq_slot_longest_blocked_seconds"
+	metricBusiestKey     = "partitionq_slot_busiest_key_pending_events"
 )
 
 // metricDuplicates is the client's counter (Config.Registerer), labelled
@@ -69,6 +70,10 @@ const (
 	statusTimeout = 2 * time.Second
 )
 
+// hotKeysMaxAge is how long the busiest keys (a count by key, or a sample,
+// of the group's backlog: Client.HotKeys) are kept between two reads.
+const hotKeysMaxAge = 15 * time.Second
+
 // durationBuckets are the upper bounds of the handler duration histogram,
 // in seconds: 1ms to a minute (HandlerTimeoutDefault).
 var durationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
@@ -83,6 +88,7 @@ func slotPendingEvents(s SlotStatus) int64 { return s.Pending }
 type slotDescs struct {
 	handled, failed, dead                         *prometheus.Desc
 	owned, pending, lag, blocked, parked, longest *prometheus.Desc
+	busiest                                       *prometheus.Desc
 	duration                                      prometheus.Histogram
 }
 
@@ -101,14 +107,20 @@ type workerMetrics struct {
 // statusCache is the one Client.Status read of a worker's metrics: shared
 // by the collectors of every generation it runs.
 type statusCache struct {
-	// read and now are Client.Status and time.Now (replaced in tests).
-	read func(ctx context.Context) (GroupStatus, error)
-	now  func() time.Time
+	// read, readHot and now are Client.Status, Client.HotKeys (of a status
+	// just read) and time.Now (replaced in tests).
+	read    func(ctx context.Context) (GroupStatus, error)
+	readHot func(ctx context.Context, gs GroupStatus) (HotKeys, error)
+	now     func() time.Time
 
 	mu     sync.Mutex
 	readAt time.Time // when the cached status was read (zero: never)
 	status GroupStatus
 	err    error
+
+	hotAt time.Time // when the busiest keys were read (zero: never)
+	hot   HotKeys
+	hotOK bool
 }
 
 // newWorkerMetrics makes the collector of the slots of one generation run.
@@ -126,6 +138,7 @@ func newWorkerMetrics(w *Worker, gr *genRun) *workerMetrics {
 			lag:     desc(metricLag, "Age of the last tick the slot finished: how far behind its reading is."),
 			blocked: desc(metricBlocked, "Keys of the slot blocked behind a failed event (pause policy)."),
 			parked:  desc(metricParked, "Events of the slot set aside in the engine's retry queue: blocked heads, the events waiting behind them, and timed retries."),
+			busiest: desc(metricBusiestKey, "Pending events of the slot's busiest key (the key with the most; its name is not a label): exact, or a sampled estimate above 200,000 pending events in the group."),
 			longest: desc(metricLongestBlocked, "How long the slot's longest-blocked key has been blocked (since its head first failed); 0 when none is."),
 			duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: metricDuration, ConstLabels: labels, Buckets: durationBuckets,
 				Help: "Time of one handler call (with a TxHandler, its transaction included)."}),
@@ -172,7 +185,7 @@ func (m *workerMetrics) observe(slot int, d time.Duration) {
 // Describe implements prometheus.Collector.
 func (m *workerMetrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range m.slots {
-		for _, desc := range []*prometheus.Desc{d.handled, d.failed, d.dead, d.owned, d.pending, d.lag, d.blocked, d.parked, d.longest} {
+		for _, desc := range []*prometheus.Desc{d.handled, d.failed, d.dead, d.owned, d.pending, d.lag, d.blocked, d.parked, d.longest, d.busiest} {
 			ch <- desc
 		}
 		d.duration.Describe(ch)
@@ -220,6 +233,41 @@ func (m *workerMetrics) Collect(ch chan<- prometheus.Metric) {
 		gauge(d.parked, float64(ss.SetAside))
 		gauge(d.longest, ss.LongestBlocked.Seconds())
 	}
+	if m.gr.n != gs.Slots { // the busiest keys are the current generation's
+		return
+	}
+	if hot, ok := m.w.status.busiest(m.w.log, gs); ok {
+		for i, s := range m.gr.slots {
+			if s < len(hot.Busiest) {
+				gauge(m.slots[i].busiest, float64(hot.Busiest[s].Pending))
+			}
+		}
+	}
+}
+
+// busiest returns the group's busiest keys, read at most once per
+// hotKeysMaxAge (from the status just read) and within statusTimeout.
+func (m *statusCache) busiest(log *slog.Logger, gs GroupStatus) (HotKeys, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now
+	if m.now != nil {
+		now = m.now
+	}
+	if !m.hotAt.IsZero() && now().Sub(m.hotAt) < hotKeysMaxAge {
+		return m.hot, m.hotOK
+	}
+	if m.readHot == nil {
+		return HotKeys{}, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
+	defer cancel()
+	hot, err := m.readHot(ctx, gs)
+	m.hot, m.hotOK, m.hotAt = hot, err == nil, now()
+	if err != nil {
+		log.Warn("partitionq: metrics: reading the busiest keys failed; their gauge is left out for a while", slog.Any("error", err))
+	}
+	return m.hot, m.hotOK
 }
 
 // get returns the group's status, read at most once per statusMaxAge and

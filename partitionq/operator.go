@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -210,8 +211,11 @@ const (
 	// OutcomeSkipped: the head was moved to the dead letters; the key's
 	// waiting events run next, in order.
 	OutcomeSkipped Outcome = "skipped"
-	// OutcomeAlreadyResolved: the head named was no longer blocked (handled
-	// on a retry, skipped, or dead-lettered before this call); nothing changed.
+	// OutcomeAlreadyResolved: the head named (Action.HeadID) was resolved
+	// before this call: handled, skipped, quarantined or dead-lettered, as
+	// ActionResult.Resolved says; nothing changed. An event that was never
+	// resolved (it waits behind the head, has not run yet, is of another
+	// key, or never existed) is a *NotHeadError instead.
 	OutcomeAlreadyResolved Outcome = "already_resolved"
 	// OutcomeRetryScheduled: the head's next attempt was brought forward to now.
 	OutcomeRetryScheduled Outcome = "retry_scheduled"
@@ -248,7 +252,60 @@ type ActionResult struct {
 	EventID int64   // the head acted on (or named)
 	Count   int     // events affected (quarantine: all of the key's)
 	NextIDs []int64 // skip: the key's waiting events, next to run (up to 10)
+	// Resolved says how and by whom the event was resolved, for
+	// OutcomeAlreadyResolved (nil otherwise).
+	Resolved *Resolution
 }
+
+// How an event was resolved (Resolution.How).
+const (
+	ResolvedHandled      = "handled"       // a worker handled it successfully
+	ResolvedSkipped      = "skipped"       // an operator skipped it (a dead letter)
+	ResolvedQuarantined  = "quarantined"   // an operator quarantined its key (a dead letter)
+	ResolvedDeadLettered = "dead-lettered" // the worker gave it up (out of attempts, the handler refused it, blocked too long)
+)
+
+// Resolution is how and by whom an event was resolved.
+type Resolution struct {
+	How string // one of the Resolved values
+	// Reason is the dead letter's reason ("skip: corrupt file",
+	// "max_attempts", ...); "" for a handled event.
+	Reason string
+	// Actor and DBRole are who resolved it: the operator's actor and login
+	// role for a skip or quarantine, "worker" and the worker's role for the
+	// others; "" for a handled event (which worker is not recorded).
+	Actor, DBRole string
+	At            time.Time // when it became a dead letter; zero for a handled event
+	DeadLetterID  int64     // its dead letter; 0 for a handled event
+}
+
+// NotHeadError refuses an operator action whose Action.HeadID is not the
+// key's head and was never resolved: it waits behind the head, has not been
+// handled yet, is an event of another key, or the queue never had it.
+// Nothing changed and nothing was recorded. It matches ErrNotHead.
+type NotHeadError struct {
+	Action  string // "skip", "retry" or "quarantine"
+	Key     string
+	EventID int64 // the event named
+	// Head is the key's head now, and HeadState its state (KeyBlocked or
+	// KeyDraining); 0 and KeyFlowing when nothing of the key is set aside.
+	Head      int64
+	HeadState KeyState
+	// Why says what the event is, in a few words.
+	Why string
+}
+
+func (e *NotHeadError) Error() string {
+	head := fmt.Sprintf("its head is event %d (%s)", e.Head, e.HeadState)
+	if e.Head == 0 {
+		head = "the key is not blocked: nothing of it is set aside"
+	}
+	return fmt.Sprintf("event %d is not the head of key %s and was never resolved: %s; %s: %s changed nothing and recorded nothing",
+		e.EventID, shorten(e.Key), e.Why, head, e.Action)
+}
+
+// Is makes errors.Is(err, ErrNotHead) true.
+func (e *NotHeadError) Is(target error) bool { return target == ErrNotHead }
 
 // Skip moves the blocked head of a key to the dead letters and unblocks the
 // key, whose waiting events then run in order. It is safe while a worker
@@ -303,6 +360,10 @@ func (c *Client) act(ctx context.Context, a Action, kind parked.Kind) (ActionRes
 	if errors.As(err, &nf) {
 		return ActionResult{}, &DrainingError{Action: string(kind), Key: a.Key, EventID: nf.EventID}
 	}
+	var nh *parked.NotHeadError
+	if errors.As(err, &nh) {
+		return c.notHead(ctx, s, a, kind, nh)
+	}
 	if err != nil {
 		return ActionResult{}, err
 	}
@@ -327,4 +388,60 @@ func (c *Client) audit(ctx context.Context, tx pgx.Tx, a Action, action string, 
 	}
 	return store.Audit(ctx, tx, store.AuditEntry{Actor: c.actor(a.Actor), Action: action, Queue: a.Queue, Group: a.Group,
 		Key: &key, EvID: ev, Reason: a.Reason, Outcome: string(outcome)})
+}
+
+// notHead answers an action whose event is not the key's head: resolved
+// before (OutcomeAlreadyResolved, with how and by whom, recorded in the
+// audit trail), or never (a *NotHeadError, nothing recorded).
+func (c *Client) notHead(ctx context.Context, slot parked.Slot, a Action, kind parked.Kind, nh *parked.NotHeadError) (ActionResult, error) {
+	refuse := func(why string) (ActionResult, error) {
+		e := &NotHeadError{Action: string(kind), Key: a.Key, EventID: nh.EventID, Why: why, HeadState: KeyFlowing}
+		if h := nh.Head; h != nil {
+			e.Head, e.HeadState = h.ID, KeyBlocked
+			if h.Draining() {
+				e.HeadState = KeyDraining
+			}
+		}
+		return ActionResult{}, e
+	}
+	var res *Resolution
+	if d, ok, err := store.DeadLetterOfEvent(ctx, c.pool, a.Queue, a.Group, a.Key, nh.EventID); err != nil {
+		return ActionResult{}, err
+	} else if ok {
+		res = &Resolution{How: ResolvedDeadLettered, Reason: d.Reason, Actor: d.Actor, DBRole: d.DBRole, At: d.DeadAt, DeadLetterID: d.ID}
+		switch {
+		case strings.HasPrefix(d.Reason, "skip:"):
+			res.How = ResolvedSkipped
+		case strings.HasPrefix(d.Reason, "quarantine:"):
+			res.How = ResolvedQuarantined
+		}
+	} else {
+		fate, err := store.EventFate(ctx, c.pool, c.eng.Schema(), a.Queue, slot.Consumer, a.Key, nh.EventID)
+		if err != nil {
+			return ActionResult{}, err
+		}
+		switch fate {
+		case store.FateFinished:
+			res = &Resolution{How: ResolvedHandled}
+		case store.FateSetAside:
+			return refuse(fmt.Sprintf("event %d waits behind the head", nh.EventID))
+		case store.FateUnfinished:
+			return refuse(fmt.Sprintf("event %d has not been handled yet (it is in the stream, after its slot's position)", nh.EventID))
+		case store.FateOtherKey:
+			return refuse(fmt.Sprintf("event %d is an event of another key", nh.EventID))
+		case store.FateUnknown:
+			return refuse(fmt.Sprintf("event %d is older than the events the engine keeps, so what became of it cannot be told", nh.EventID))
+		default:
+			return refuse(fmt.Sprintf("the queue has no event %d", nh.EventID))
+		}
+	}
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		return c.audit(ctx, tx, a, string(kind), nh.EventID, OutcomeAlreadyResolved)
+	})
+	if err != nil {
+		return ActionResult{}, err
+	}
+	c.log.InfoContext(ctx, "partitionq: operator action", "action", string(kind), "queue", a.Queue, "group", a.Group,
+		"key", a.Key, "event_id", nh.EventID, "outcome", string(OutcomeAlreadyResolved), "how", res.How, "actor", c.actor(a.Actor))
+	return ActionResult{Outcome: OutcomeAlreadyResolved, Key: a.Key, Slot: slot.Slot, EventID: nh.EventID, Resolved: res}, nil
 }

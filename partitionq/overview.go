@@ -44,10 +44,16 @@ type GroupOverview struct {
 	// whole group (a slot's consumer missing, or consumers for two values of
 	// N); its other counts then cover the consumers found.
 	Broken string
+	// Dropped is set for a group that has no consumers any more (dropped,
+	// DropGroup) but dead letters not yet replayed: they wait for a
+	// decision (replay or purge), which works on a dropped group. Its Slots
+	// and other counts are 0.
+	Dropped bool
 }
 
 // AllGroups lists every consumer group of every queue, sorted by queue and
-// group, with its owners, backlog, blocked keys and dead letters. It reads
+// group, with its owners, backlog, blocked keys and dead letters, and the
+// dropped groups that left dead letters not yet replayed (Dropped). It reads
 // them for all groups at once: five queries (eight when some key is
 // parked), whatever the number of queues, groups and slots. ctx governs the
 // queries.
@@ -120,7 +126,7 @@ func (c *Client) AllGroups(ctx context.Context) ([]GroupOverview, error) {
 	if err != nil {
 		return nil, err
 	}
-	if installed && len(order) > 0 {
+	if installed {
 		owners, err := lease.AllOwners(ctx, c.pool)
 		if err != nil {
 			return nil, err
@@ -149,9 +155,14 @@ func (c *Client) AllGroups(ctx context.Context) ([]GroupOverview, error) {
 			return nil, err
 		}
 		for _, dc := range counts {
-			if ov := byGroup[gk{dc.Queue, dc.Group}]; ov != nil {
-				ov.DeadLetters = dc.Pending
+			k := gk{dc.Queue, dc.Group}
+			ov := byGroup[k]
+			if ov == nil { // a dropped group whose dead letters wait
+				ov = &GroupOverview{Queue: dc.Queue, Group: dc.Group, Dropped: true}
+				byGroup[k] = ov
+				order = append(order, k)
 			}
+			ov.DeadLetters = dc.Pending
 		}
 	}
 	if len(subs) > 0 {

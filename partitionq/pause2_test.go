@@ -100,6 +100,9 @@ func TestSkipDuringHandlerNeverBoth(t *testing.T) {
 			if r.res.Outcome != want || handled != handlerSucceeds {
 				t.Fatalf("skip outcome %s (handled=%v), want %s", r.res.Outcome, handled, want)
 			}
+			if handlerSucceeds && (r.res.Resolved == nil || r.res.Resolved.How != partitionq.ResolvedHandled) {
+				t.Fatalf("skip of a head the worker handled meanwhile: resolved %+v, want handled", r.res.Resolved)
+			}
 			if len(dls) > 1 {
 				t.Fatalf("dead letters = %+v", dls)
 			}

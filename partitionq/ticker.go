@@ -21,7 +21,10 @@ type TickerConfig struct {
 
 // RunTicker makes ticks and runs the engine's maintenance until ctx is
 // cancelled, in place of the pgqd daemon. Several tickers (in several
-// processes) may run at once: each round is done by one of them.
+// processes) may run at once: each round is done by one of them. It fails
+// at once with an error saying so when the client's role may not tick (the
+// engine's ticker is its admin's: run it as the owner); rights lost while
+// it runs stop it, with one error logged.
 func (c *Client) RunTicker(ctx context.Context, cfg TickerConfig) error {
 	if cfg.Interval == 0 {
 		cfg.Interval = TickIntervalDefault
@@ -32,13 +35,30 @@ func (c *Client) RunTicker(ctx context.Context, cfg TickerConfig) error {
 	if cfg.Interval < 0 || cfg.MaintInterval < 0 {
 		return &ValidationError{Field: "TickerConfig", Value: cfg.Interval.String(), Problem: "intervals must be positive", Fix: "use 0 for the defaults"}
 	}
+	if err := ticker.CheckRights(ctx, c.eng, c.pool); err != nil {
+		return err
+	}
 	ticker.Run(ctx, ticker.Config{Eng: c.eng, Pool: c.pool, Log: c.log, Interval: cfg.Interval, MaintInterval: cfg.MaintInterval})
 	return nil
 }
 
+// CheckTickerRights fails, saying what is missing and what to do, when the
+// client's role may not run the ticker (RunTicker, TickOnce, a worker's
+// RunTicker): the engine's ticker and maintenance functions are its
+// admin's, and the ticker's turns partitionq's owner's. ctx governs the query.
+func (c *Client) CheckTickerRights(ctx context.Context) error {
+	return ticker.CheckRights(ctx, c.eng, c.pool)
+}
+
 // TickOnce runs one ticker round and one maintenance round. ctx governs both.
 func (c *Client) TickOnce(ctx context.Context) error {
+	if err := ticker.CheckRights(ctx, c.eng, c.pool); err != nil {
+		return err
+	}
 	if err := ticker.Tick(ctx, c.eng, c.pool); err != nil {
+		return err
+	}
+	if _, err := ticker.Census(ctx, c.eng, c.pool); err != nil {
 		return err
 	}
 	return ticker.Maintain(ctx, c.eng, c.pool)

@@ -398,6 +398,7 @@ func (c *Client) NewWorker(ctx context.Context, cfg WorkerConfig) (*Worker, erro
 		}
 	}
 	w.status.read = func(ctx context.Context) (GroupStatus, error) { return c.Status(ctx, cfg.Queue, cfg.Group) }
+	w.status.readHot = func(ctx context.Context, gs GroupStatus) (HotKeys, error) { return c.hotKeys(ctx, gs, 1) }
 	w.sig.Store("")
 	return w, nil
 }
@@ -473,6 +474,11 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.stoppedEarly {
 		return errors.New("partitionq: worker was stopped before it started: make a new one")
 	}
+	if w.cfg.RunTicker { // refuse at once rather than fail every tick (issue 28)
+		if err := ticker.CheckRights(ctx, w.c.eng, w.c.pool); err != nil {
+			return err
+		}
+	}
 	// The worker's own connections (see PoolConns): none is opened before
 	// it is needed; room for a second generation's lease and readers
 	// during a resize.
@@ -533,6 +539,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	superDone := make(chan struct{})
 	go func() { defer close(superDone); w.supervise() }()
+	wg.Add(1)
+	go func() { defer wg.Done(); w.watchTicks(soft, pool) }() // warns when no tick comes (tickwatch.go)
 	go func() {
 		<-soft.Done()
 		t := time.AfterFunc(w.cfg.ShutdownTimeout, stopHard)

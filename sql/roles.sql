@@ -63,6 +63,8 @@
 --       resize, resize_abort nobody   (the owner) changes a group's number of slots (partitionq resize)
 --       resize_cutover      worker    registers a resize's new slots at its cutover tick
 --       resize_handoff      worker    hands an old slot drained to the cutover off to the new slots
+--       event_fate          operator  what became of an event an action names (its key, whether
+--                                     set aside or finished; no payload)
 --     No role here has INSERT, UPDATE or DELETE on partitionq.dead_letter
 --     or partitionq.audit; the viewer reads them.
 --   * partitionq.dedup: the dedup records of sends with a dedup id
@@ -136,6 +138,16 @@ grant select, delete on partitionq.slot_done to partitionq_operator;
 grant execute on function partitionq.set_aside(text, text, text, int, text, text, bigint[], text, text),
                           partitionq.record_replay(text, text, text, bigint[], bigint[], text, text, text),
                           partitionq.record_action(text, text, text, text, text, bigint, text, text) to partitionq_operator;
+-- What became of an event an action names (no payload; SECURITY DEFINER).
+grant execute on function partitionq.event_fate(text, text, text, text, bigint) to partitionq_operator;
+-- Each slot's pending events (status, the console, a worker's metrics),
+-- counted without reading a payload: the census of the queue's ticks by
+-- slot and the backlog after it (SECURITY DEFINER; docs/security.md).
+grant select on partitionq.census, partitionq.census_state to partitionq_viewer;
+grant execute on function partitionq.census(text, text, int, bigint),
+                          partitionq.group_backlog(text, text, text, int, int8[], int8[], int4[], int8[], bigint),
+                          partitionq.group_keys(text, text, text, int, int, bigint, bigint, bigint, bigint)
+                       to partitionq_viewer, partitionq_worker;
 
 -- Records are append-only for every role here: what an earlier version of
 -- this file (or a DBA) granted on them directly is taken back. The dedup
@@ -150,9 +162,10 @@ revoke select on partitionq.dead_letter from partitionq_worker; -- give_up needs
 -- ------------------------------------------------------------- the engine
 --   producer  insert_event, through the engine's writer role
 --   viewer    the retry queue (blocked keys, their waiting events, set-aside
---             counts; payloads are visible: the console shows them),
---             get_consumer_info (slot lag) and, on PgQ, the event tables
---             (each slot's exact pending events; PgQue grants them to PUBLIC)
+--             counts; payloads are visible: the console shows them) and
+--             get_consumer_info (slot lag); no event table (pending events
+--             are counted by partitionq's functions). PgQue grants select on
+--             its event tables to PUBLIC: there every role reads them anyway
 --   worker    batches through the engine's reader role; park, drain and
 --             resolve a blocked key's events in the retry queue
 --   operator  (viewer's, plus) skip and quarantine delete parked rows;
@@ -166,12 +179,14 @@ begin
 
         grant usage on schema pgq to partitionq_viewer;
         grant select on pgq.retry_queue to partitionq_viewer;
-        -- The event tables (status counts each slot's unfinished events):
-        -- the parent table of every queue (a read of it covers its
-        -- rotating tables), and the template later queues copy grants from.
-        grant select on pgq.event_template to partitionq_viewer;
+        -- No event table: status counts each slot's pending events through
+        -- partitionq.census and group_backlog (above), which read them as
+        -- the owner and return counts only, so a viewer (and an operator)
+        -- cannot read the payloads of events it is not shown. What earlier
+        -- versions of this file granted is taken back.
+        revoke select on pgq.event_template from partitionq_viewer;
         for q in select queue_data_pfx from pgq.queue loop
-            execute format('grant select on %I.%I to partitionq_viewer', split_part(q, '.', 1), split_part(q, '.', 2));
+            execute format('revoke select on %I.%I from partitionq_viewer', split_part(q, '.', 1), split_part(q, '.', 2));
         end loop;
 
         grant pgq_reader to partitionq_worker;

@@ -66,6 +66,17 @@ type blockedView struct {
 	sortBy    blockedSort
 	filter    textinput.Model
 	filtering bool // the filter input has the keyboard
+	// lost is the key that was under the cursor when a refresh found it
+	// resolved (it left the list): the cursor now rests on another key,
+	// and the next action key only says so, so that a keystroke meant for
+	// the resolved key never acts on its neighbour. Moving clears it. Only
+	// while the list shows (shown, set by the root after each update): a
+	// cursor nobody looked at hands no keystroke on.
+	lost  string
+	shown bool
+	// resolvedHere is the key this console last skipped or quarantined: its
+	// leaving the list is no surprise.
+	resolvedHere string
 }
 
 func newBlockedView(sh *shared) *blockedView {
@@ -137,7 +148,7 @@ func (v *blockedView) onFilterKey(msg tea.KeyMsg) tea.Cmd {
 
 func (v *blockedView) onKey(msg tea.KeyMsg) tea.Cmd {
 	if c, ok := v.keys.move(msg, v.cursor, len(v.rows), v.tableHeight()); ok {
-		v.cursor = c
+		v.cursor, v.lost = c, ""
 		return nil
 	}
 	switch {
@@ -159,6 +170,10 @@ func (v *blockedView) onKey(msg tea.KeyMsg) tea.Cmd {
 	}
 	b, ok := v.selected()
 	if !ok {
+		return nil
+	}
+	if v.lost != "" && key.Matches(msg, v.keys.Open, v.keys.Skip, v.keys.Quarantine, v.keys.Retry) {
+		v.lost = "" // said once: the next one acts on the key under the cursor
 		return nil
 	}
 	switch {
@@ -200,10 +215,17 @@ func (v *blockedView) apply(keep string) {
 		sort.SliceStable(v.rows, func(i, j int) bool { return v.rows[i].Waiting > v.rows[j].Waiting })
 	} // else: the library's order, oldest block first
 	v.cursor = max(0, min(v.cursor, len(v.rows)-1))
+	found := false
 	for i, b := range v.rows {
 		if b.Key == keep {
-			v.cursor = i
+			v.cursor, found = i, true
 		}
+	}
+	if keep != "" && !found && len(v.rows) > 0 && v.shown && keep != v.resolvedHere {
+		v.lost = keep
+	}
+	if found || len(v.rows) == 0 {
+		v.lost = ""
 	}
 }
 
@@ -276,6 +298,10 @@ func (v *blockedView) columns() []column {
 func (v *blockedView) View() string {
 	st := v.sh.styles
 	lines := []string{v.summary()}
+	if b, ok := v.selected(); ok && v.lost != "" {
+		lines[0] = st.warn.Render(fit(fmt.Sprintf("Key %s was resolved and left the list; ▸ is on %s now: move, or press the action again to act on it",
+			line(v.lost), line(b.Key)), v.w))
+	}
 	if !v.have {
 		return padLines(append(lines, st.dim.Render("Reading the blocked keys…")), v.w, v.h)
 	}

@@ -23,6 +23,7 @@ type Client interface {
 	Key(ctx context.Context, queue, group, key string) (partitionq.KeyInfo, error)
 	ReplayMatching(ctx context.Context, r partitionq.BulkRequest) (partitionq.BulkResult, error)
 	PurgeMatching(ctx context.Context, r partitionq.BulkRequest) (partitionq.BulkResult, error)
+	HotKeys(ctx context.Context, queue, group string, top int) (partitionq.HotKeys, error)
 }
 
 var _ Client = (*partitionq.Client)(nil)

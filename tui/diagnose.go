@@ -55,6 +55,9 @@ func (d *diagnosis) add(sev severity, state, format string, args ...any) {
 // has passed StallAfter with nothing pending anywhere (events not yet
 // ticked are not counted as pending).
 func noTicks(st partitionq.GroupStatus) bool {
+	if st.Ticks.Stalled { // events wait after the newest tick, and none comes
+		return true
+	}
 	if len(st.SlotStatus) == 0 {
 		return false
 	}
@@ -147,7 +150,7 @@ func diagnose(in slotInput) diagnosis {
 		d.add(sevWarn, "behind", "It is %s events behind the fastest slot of the group.", count(lead))
 	}
 	if ticksMissing {
-		d.add(sevWarn, "no ticks", "No tick for %s on the whole queue: is a ticker running (pgqd, or a worker with the ticker on)?", age(s.Lag))
+		d.add(sevWarn, "no ticks", "No tick for %s on the whole queue: nothing reads its events until one comes; %s.", age(max(s.Lag, st.Ticks.Age)), partitionq.TickerHint)
 	}
 	if s.BlockedKeys > 0 || len(blocked) > 0 {
 		addBlocked(&d, s, blocked, at)

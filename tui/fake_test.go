@@ -100,6 +100,14 @@ func (f *fakeClient) Replay(ctx context.Context, queue, group string, id int64, 
 	return f.replay, f.actErr
 }
 
+func (f *fakeClient) HotKeys(ctx context.Context, queue, group string, top int) (partitionq.HotKeys, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return partitionq.HotKeys{Queue: queue, Group: group, Pending: 1204, Exact: true,
+		Top:    []partitionq.KeyPending{{Key: "tenant-42", Slot: 1, Pending: 1083}, {Key: "tenant-7", Slot: 0, Pending: 40}, {Key: "", Slot: 0, Pending: 3}},
+		Oldest: []partitionq.KeyAge{{Slot: 1, Key: "tenant-42", Age: 9800 * time.Millisecond}, {Slot: 0, Key: "tenant-3", Age: 4200 * time.Millisecond}}}, f.err
+}
+
 func (f *fakeClient) Audit(ctx context.Context, queue, group string, limit int) ([]partitionq.AuditEntry, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

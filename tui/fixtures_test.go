@@ -226,6 +226,9 @@ func snapWith(offset time.Duration, plan fetchPlan, blocked []partitionq.Blocked
 	if plan.audit {
 		msg.audit = incidentAudit()
 	}
+	if plan.hotKeys {
+		msg.hot, _ = newFake().HotKeys(context.Background(), "files", "indexer", HotKeysTop)
+	}
 	if plan.previewKey == "tenant-7" {
 		msg.preview = tenant7Preview()
 	}

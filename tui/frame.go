@@ -13,10 +13,11 @@ import (
 // layout sizes the components to the room left by the header, the tabs,
 // the banner, the flash line and the help.
 func (m *Model) layout() {
+	m.blocked.shown = m.focused() == m.blocked
 	m.help.Width = m.w
 	h := m.h - 3 - len(m.banner()) - strings.Count(m.helpView(), "\n") - 1
 	h = max(1, h)
-	for _, c := range []component{m.slots, m.blocked, m.detail, m.dead, m.audit, m.confirm, m.keyv, m.groups} {
+	for _, c := range []component{m.slots, m.blocked, m.detail, m.dead, m.audit, m.hot, m.confirm, m.keyv, m.groups} {
 		c.SetSize(m.w, h)
 	}
 }
@@ -25,7 +26,7 @@ func (m *Model) layout() {
 // global ones are on the tabs line.
 func (m *Model) helpView() string {
 	k := m.keys
-	full := [][]key.Binding{{k.Slots, k.Blocked, k.Dead, k.Audit, k.NextTab, k.PrevTab, k.Find, k.Groups, k.Refresh, k.Quit}}
+	full := [][]key.Binding{{k.Slots, k.Blocked, k.Dead, k.Audit, k.Hot, k.NextTab, k.PrevTab, k.Find, k.Groups, k.Refresh, k.Quit}}
 	if m.groupsMode {
 		full = [][]key.Binding{{k.Refresh, k.Quit}}
 	}
@@ -116,20 +117,31 @@ func (m *Model) tabsLine() string {
 	}
 	blocked, _ := countStates(m.last.blocked)
 	names := []string{"Slots", fmt.Sprintf("Blocked keys (%d)", blocked),
-		fmt.Sprintf("Dead letters (%d)", m.last.status.DeadLetters), "Audit"}
-	var parts []string
-	for i, n := range names {
-		label := fmt.Sprintf(" %d %s ", i+1, n)
-		if tab(i) == m.active && !m.keyOpen {
-			parts = append(parts, st.activeTab.Render("["+strings.TrimSpace(label)+"]"))
-		} else {
-			parts = append(parts, st.tab.Render(label))
+		fmt.Sprintf("Dead letters (%d)", m.last.status.DeadLetters), "Audit", "Hot keys"}
+	// The tabs, spaced out when the line has room for them and the keys'
+	// help, tight when it has not.
+	var left, right string
+	for _, format := range []string{" %d %s ", "%d %s"} {
+		var parts []string
+		for i, n := range names {
+			if format == "%d %s" && tab(i) == tabHot {
+				n = "Hot"
+			}
+			label := fmt.Sprintf(format, i+1, n)
+			if tab(i) == m.active && !m.keyOpen {
+				parts = append(parts, st.activeTab.Render("["+strings.TrimSpace(label)+"]"))
+			} else {
+				parts = append(parts, st.tab.Render(label))
+			}
+		}
+		if m.keyOpen {
+			parts = append(parts, st.activeTab.Render("[/ "+clip(line(m.keyv.key), 20)+"]"))
+		}
+		left, right = strings.Join(parts, " "), m.globalHelp()
+		if m.w-lipglossWidth(left)-lipglossWidth(right) >= 1 {
+			break
 		}
 	}
-	if m.keyOpen {
-		parts = append(parts, st.activeTab.Render("[/ "+clip(line(m.keyv.key), 20)+"]"))
-	}
-	left, right := strings.Join(parts, " "), m.globalHelp()
 	gap := m.w - lipglossWidth(left) - lipglossWidth(right)
 	if gap < 1 {
 		return fit(left, m.w)

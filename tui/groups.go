@@ -90,6 +90,8 @@ func lagText(d time.Duration) string {
 // groupState is a group's mark and severity: what needs a look first.
 func groupState(g partitionq.GroupOverview) (string, severity) {
 	switch {
+	case g.Dropped:
+		return "• dropped", sevWarn // its dead letters wait: 3 Dead letters of it
 	case g.Broken != "":
 		return "✗ broken", sevCrit
 	case g.Owned < g.Slots:

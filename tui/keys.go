@@ -16,6 +16,7 @@ type globalKeys struct {
 	Blocked   key.Binding
 	Dead      key.Binding
 	Audit     key.Binding
+	Hot       key.Binding
 	Refresh   key.Binding
 	Help      key.Binding
 	Find      key.Binding
@@ -32,6 +33,7 @@ func newGlobalKeys() globalKeys {
 		Blocked:   key.NewBinding(key.WithKeys("2"), key.WithHelp("2", "blocked keys")),
 		Dead:      key.NewBinding(key.WithKeys("3"), key.WithHelp("3", "dead letters")),
 		Audit:     key.NewBinding(key.WithKeys("4"), key.WithHelp("4", "audit")),
+		Hot:       key.NewBinding(key.WithKeys("5"), key.WithHelp("5", "hot keys")),
 		Refresh:   key.NewBinding(key.WithKeys("ctrl+r"), key.WithHelp("ctrl+r", "refresh now")),
 		Help:      key.NewBinding(key.WithKeys("?"), key.WithHelp("?", "keys")),
 		Find:      key.NewBinding(key.WithKeys("/"), key.WithHelp("/", "find a key")),

@@ -28,6 +28,7 @@ type fetchPlan struct {
 	deadAll     bool   // replayed ones too
 	deadFilter  string // the dead-letter filter expression (internal/dlqfilter), if any
 	audit       bool
+	hotKeys     bool   // the hot keys view shows
 	previewKey  string // the key whose waiting events to read, if any
 	findKey     string // the key the key view shows, if any
 	// groups reads the list of every group instead of one group's state:
@@ -58,6 +59,7 @@ type snapshotMsg struct {
 	plan    fetchPlan
 	dead    []partitionq.DeadLetter // when plan.deadLetters
 	audit   []partitionq.AuditEntry // when plan.audit
+	hot     partitionq.HotKeys      // when plan.hotKeys
 	preview []partitionq.PreviewEvent
 	// previewErr is the error of the preview read alone (usually
 	// ErrNotBlocked: the key was resolved meanwhile); it does not fail the
@@ -126,6 +128,11 @@ func read(ctx context.Context, sh *shared, plan fetchPlan) (msg snapshotMsg, err
 	}
 	if plan.audit {
 		if msg.audit, err = sh.client.Audit(ctx, sh.queue, sh.group, auditLimit); err != nil {
+			return snapshotMsg{}, err
+		}
+	}
+	if plan.hotKeys {
+		if msg.hot, err = sh.client.HotKeys(ctx, sh.queue, sh.group, HotKeysTop); err != nil {
 			return snapshotMsg{}, err
 		}
 	}

@@ -33,6 +33,7 @@ const (
 	tabBlocked
 	tabDead
 	tabAudit
+	tabHot
 	tabs
 )
 
@@ -51,6 +52,7 @@ type Model struct {
 	detail  *keyDetail
 	dead    *deadView
 	audit   *auditView
+	hot     *hotKeysView
 	confirm *confirmDialog
 	keyv    *keyView    // "/": find a key
 	groups  *groupsView // every group, when no group is open
@@ -116,6 +118,7 @@ func (m *Model) newGroupViews() {
 	sh := m.sh
 	m.slots, m.blocked, m.detail = newSlotsView(sh), newBlockedView(sh), newKeyDetail(sh)
 	m.dead, m.audit, m.confirm, m.keyv = newDeadView(sh), newAuditView(sh), newConfirmDialog(sh), newKeyView(sh)
+	m.hot = newHotKeysView(sh)
 	m.active, m.detailOpen, m.confirmOpen, m.keyOpen = tabSlots, false, false, false
 	m.last, m.group, m.flash = snapshotMsg{}, nil, flash{}
 }
@@ -191,7 +194,7 @@ func (m *Model) focused() component {
 }
 
 func (m *Model) tab(t tab) component {
-	return [...]component{m.slots, m.blocked, m.dead, m.audit}[t]
+	return [...]component{m.slots, m.blocked, m.dead, m.audit, m.hot}[t]
 }
 
 func (m *Model) onKey(msg tea.KeyMsg) tea.Cmd {
@@ -228,6 +231,8 @@ func (m *Model) onKey(msg tea.KeyMsg) tea.Cmd {
 		return m.switchTo(tabDead)
 	case key.Matches(msg, m.keys.Audit):
 		return m.switchTo(tabAudit)
+	case key.Matches(msg, m.keys.Hot):
+		return m.switchTo(tabHot)
 	default:
 		return f.Update(msg)
 	}
@@ -255,7 +260,7 @@ func (m *Model) switchTo(t tab) tea.Cmd {
 		return nil
 	}
 	m.active, m.keyOpen = t, false
-	if t == tabDead || t == tabAudit {
+	if t == tabDead || t == tabAudit || t == tabHot {
 		return m.refreshNow() // their data is read only while they show
 	}
 	return nil
@@ -282,7 +287,7 @@ func (m *Model) plan() fetchPlan {
 	if m.groupsMode {
 		return fetchPlan{groups: true}
 	}
-	p := fetchPlan{deadLetters: m.active == tabDead, deadAll: m.dead.all, deadFilter: m.dead.filterExpr, audit: m.active == tabAudit}
+	p := fetchPlan{deadLetters: m.active == tabDead, deadAll: m.dead.all, deadFilter: m.dead.filterExpr, audit: m.active == tabAudit, hotKeys: m.active == tabHot}
 	if m.keyOpen {
 		p.findKey = m.keyv.key
 	}
@@ -342,7 +347,7 @@ func (m *Model) onSnapshot(msg snapshotMsg) tea.Cmd {
 		m.sh.log.Warn("refresh failed", slog.Int("attempt", m.ref.failures), slog.Any("err", msg.err))
 	}
 	var cmds []tea.Cmd
-	views := []component{m.slots, m.blocked, m.detail, m.dead, m.audit, m.confirm, m.keyv}
+	views := []component{m.slots, m.blocked, m.detail, m.dead, m.audit, m.hot, m.confirm, m.keyv}
 	if m.groupsMode {
 		views = []component{m.groups}
 	}
@@ -399,6 +404,9 @@ func (m *Model) onAction(msg tea.Msg) tea.Cmd {
 			slog.String("outcome", string(msg.result.Outcome)+string(msg.replay.Outcome)), slog.Int("count", msg.bulk.Count), slog.Any("err", msg.err))
 		if msg.err == nil && msg.req.kind != actRetry && msg.req.kind != actReplay && !msg.req.kind.bulk() && m.detail.key.Key == msg.req.key.Key {
 			m.detailOpen = false // the key is resolved: back to the inbox
+		}
+		if msg.err == nil && (msg.req.kind == actSkip || msg.req.kind == actQuarantine) {
+			m.blocked.resolvedHere = msg.req.key.Key // it leaves the list as the operator meant
 		}
 		return m.refreshNow()
 	}

@@ -164,8 +164,15 @@ func TestActionOutcomes(t *testing.T) {
 		flash  string
 	}{
 		{name: "already resolved", keys: []string{"2", "s", "text:x", "enter"},
-			result: partitionq.ActionResult{Outcome: partitionq.OutcomeAlreadyResolved, EventID: 48211},
-			action: "skip tenant-7 #48211 x", flash: "• Already resolved: event #48211 of key tenant-7 was no longer blocked; nothing changed"},
+			result: partitionq.ActionResult{Outcome: partitionq.OutcomeAlreadyResolved, EventID: 48211, Resolved: &partitionq.Resolution{How: partitionq.ResolvedHandled}},
+			action: "skip tenant-7 #48211 x", flash: "• Already resolved: event #48211 of key tenant-7 was handled by a worker; nothing changed"},
+		{name: "skipped by someone else", keys: []string{"2", "s", "text:x", "enter"},
+			result: partitionq.ActionResult{Outcome: partitionq.OutcomeAlreadyResolved, EventID: 48211, Resolved: &partitionq.Resolution{
+				How: partitionq.ResolvedSkipped, Actor: "bob", Reason: "skip: corrupt", At: time.Date(2024, 5, 1, 10, 5, 0, 0, time.Local)}},
+			action: "skip tenant-7 #48211 x", flash: "• Already resolved: event #48211 of key tenant-7 was skipped by bob at 10:05:00 (skip: corrupt); nothing changed"},
+		{name: "not the head", keys: []string{"2", "s", "text:x", "enter"},
+			err:    &partitionq.NotHeadError{Action: "skip", Key: "tenant-7", EventID: 48211, Head: 48300, HeadState: partitionq.KeyBlocked, Why: "event 48211 waits behind the head"},
+			action: "skip tenant-7 #48211 x", flash: "✗ skip of key tenant-7 failed: event #48211 is not the head and was never resolved (event 48211 waits behind the head); its head is #48300 now (blocked); nothing changed"},
 		{name: "head busy", keys: []string{"2", "s", "text:x", "enter"}, err: fmt.Errorf("wrapped: %w", partitionq.ErrHeadBusy),
 			action: "skip tenant-7 #48211 x", flash: "✗ skip of key tenant-7 failed: a worker is handling the head right now; try again in a moment"},
 		{name: "retry now", keys: []string{"2", "down", "r"}, result: partitionq.ActionResult{Outcome: partitionq.OutcomeRetryScheduled, EventID: 48877},

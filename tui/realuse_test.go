@@ -229,3 +229,36 @@ func TestRunNeedsATerminal(t *testing.T) {
 		t.Fatalf("Run without a terminal: %v", err)
 	}
 }
+
+// Issue 28: the key under the blocked keys' cursor resolves (its retry
+// succeeded) and leaves the list: the cursor rests on its neighbour, and
+// the next s does not open a skip of that other key; it says what
+// happened, and a second s (or a move first) acts on the key now shown.
+func TestBlockedCursorOnAResolvedKeyHandsNoKeystrokeOn(t *testing.T) {
+	t.Parallel()
+	m := incidentModel(t, Options{}, 100, 30)
+	press(t, m, "2")
+	first, ok := m.blocked.selected()
+	if !ok {
+		t.Fatal("no blocked key selected")
+	}
+	var rest []partitionq.BlockedKey
+	for _, b := range incidentBlocked() {
+		if b.Key != first.Key {
+			rest = append(rest, b)
+		}
+	}
+	m.Update(snapWith(time.Second, m.plan(), rest))
+	next, _ := m.blocked.selected()
+	if v := m.View(); !strings.Contains(v, "Key "+first.Key+" was resolved and left the list; ▸ is on "+next.Key+" now") {
+		t.Fatalf("the view does not say the key under the cursor left:\n%s", v)
+	}
+	press(t, m, "s")
+	if m.confirmOpen {
+		t.Fatalf("s after %s resolved opened a confirmation for %s", first.Key, next.Key)
+	}
+	press(t, m, "s")
+	if !m.confirmOpen || m.confirm.req.key.Key != next.Key {
+		t.Fatalf("a second s: confirm open %v for %q, want %s", m.confirmOpen, m.confirm.req.key.Key, next.Key)
+	}
+}

@@ -190,3 +190,26 @@ func TestRefreshTimeoutOption(t *testing.T) {
 		t.Fatalf("a 1ms refresh deadline: %v", err)
 	}
 }
+
+// Issue 28: a refresh in flight (here one whose Status hangs, as on a slow
+// database) never holds the keys: Update hands the read to a command and
+// returns, and the keys pressed meanwhile move, switch views and open
+// dialogs at once.
+func TestKeysAnswerWhileARefreshIsInFlight(t *testing.T) {
+	h := &hangingClient{fakeClient: newFake(), release: make(chan struct{})}
+	m := incidentModel(t, Options{}, 100, 30)
+	m.sh.client = h
+	cmd := m.refreshNow() // the read, not run: Bubble Tea runs it on a goroutine of its own
+	if cmd == nil || !m.ref.inFlight {
+		t.Fatalf("no refresh in flight (cmd %v, in flight %v)", cmd, m.ref.inFlight)
+	}
+	done := make(chan struct{})
+	go func() { cmd(); close(done) }() // hangs until released
+	start := time.Now()
+	press(t, m, "2", "down", "s") // runs what the keys return; a refresh asked meanwhile waits for the one in flight
+	if took := time.Since(start); !m.confirmOpen || m.active != tabBlocked || took > time.Second {
+		t.Fatalf("keys during the refresh: confirm open %v, view %v, after %s", m.confirmOpen, m.active, took)
+	}
+	close(h.release)
+	<-done
+}

@@ -56,11 +56,11 @@ func resultFlash(msg actionMsg) flash {
 		}
 		return flash{sev: sevOK, text: fmt.Sprintf("✓ Skipped event #%d of key %s (now a dead letter); %s", r.EventID, k, next)}
 	case partitionq.OutcomeAlreadyResolved:
-		return flash{sev: sevWarn, text: fmt.Sprintf("• Already resolved: event #%d of key %s was no longer blocked; nothing changed", msg.req.key.Head.ID, k)}
+		return flash{sev: sevWarn, text: fmt.Sprintf("• Already resolved: event #%d of key %s %s; nothing changed", msg.req.key.Head.ID, k, resolvedText(r.Resolved))}
 	case partitionq.OutcomeRetryScheduled:
 		return flash{sev: sevOK, text: fmt.Sprintf("✓ Retry of event #%d (key %s) brought forward: the worker tries it within a second or so", r.EventID, k)}
 	case partitionq.OutcomeQuarantined:
-		return flash{sev: sevOK, text: fmt.Sprintf("✓ Quarantined key %s: %d events moved to the dead letters", k, r.Count)}
+		return flash{sev: sevOK, text: fmt.Sprintf("✓ Quarantined key %s: %s moved to the dead letters", k, plural(r.Count, "event"))}
 	}
 	switch msg.replay.Outcome {
 	case partitionq.OutcomeReplayed:
@@ -89,8 +89,26 @@ func actionTarget(r actionRequest) string {
 	return "key " + line(r.key.Key)
 }
 
-func actionErrText(err error) string {
+// resolvedText says how and by whom an event was resolved.
+func resolvedText(r *partitionq.Resolution) string {
 	switch {
+	case r == nil:
+		return "was resolved"
+	case r.How == partitionq.ResolvedHandled:
+		return "was handled by a worker"
+	}
+	return fmt.Sprintf("was %s by %s at %s (%s)", r.How, line(r.Actor), r.At.Local().Format("15:04:05"), line(r.Reason))
+}
+
+func actionErrText(err error) string {
+	var nh *partitionq.NotHeadError
+	switch {
+	case errors.As(err, &nh):
+		now := fmt.Sprintf("its head is #%d now (%s)", nh.Head, nh.HeadState)
+		if nh.Head == 0 {
+			now = "the key is not blocked any more"
+		}
+		return fmt.Sprintf("event #%d is not the head and was never resolved (%s); %s; nothing changed", nh.EventID, line(nh.Why), now)
 	case errors.Is(err, partitionq.ErrHeadBusy):
 		return "a worker is handling the head right now; try again in a moment"
 	case errors.Is(err, partitionq.ErrNotBlocked):

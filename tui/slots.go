@@ -312,7 +312,7 @@ func (v *slotsView) View() string {
 			}
 		}
 		cells := []string{mark, slot, shortOwner(s.Owner), age(s.Lag),
-			v.hist.pendingLine(s.Slot, at, cols[4].width), count(s.Pending),
+			v.hist.pendingLine(s.Slot, at, cols[4].width), pendingCount(s.Pending, s.PendingMax),
 			v.hist.handledLine(s.Slot, at, cols[6].width), rate(s.Rates.Handled10s), rate(s.Rates.Failed10s),
 			fmt.Sprint(s.BlockedKeys), state}
 		if len(cols) > 11 {
@@ -402,7 +402,7 @@ func (v *slotsView) summary() string {
 		if i == 2 && st.Resize == nil { // the resize says more than the number of slots: it stays
 			parts = parts[1:]
 		}
-		pending, handled := count(st.Pending)+" pending", rate(r.Handled10s)+"/s handled"
+		pending, handled := pendingCount(st.Pending, st.PendingMax)+" pending", rate(r.Handled10s)+"/s handled"
 		if spark > 0 {
 			pending += " " + v.hist.pendingLine(-1, v.snap.at, spark)
 			handled += " " + v.hist.handledLine(-1, v.snap.at, spark)
@@ -515,4 +515,13 @@ func slotsWord(xs []int) string {
 		return "slot " + out[0]
 	}
 	return "slots " + strings.Join(out, ",")
+}
+
+// pendingCount is an exact count, or "≥N" when the count is a range (the
+// queue's census catching up; status gives both ends).
+func pendingCount(lo, hi int64) string {
+	if hi > lo {
+		return "≥" + count(lo)
+	}
+	return count(lo)
 }

@@ -31,6 +31,7 @@ func TestViews(t *testing.T) {
 		{name: "dead_letters", keys: step{keyMsg("3")}},
 		{name: "dead_letter_detail", keys: step{keyMsg("3"), keyMsg("enter")}},
 		{name: "audit", keys: step{keyMsg("4")}},
+		{name: "hot_keys", keys: step{keyMsg("5")}},
 		{name: "read_only_blocked", opts: Options{ReadOnly: true}, keys: step{keyMsg("2")}},
 		{name: "help", keys: step{keyMsg("?")}},
 		{name: "dead_letters_all", keys: step{keyMsg("3"), keyMsg("a")}},

@@ -25,6 +25,18 @@ type actionJSON struct {
 	EventID      int64   `json:"event_id"`
 	Count        int     `json:"count"`
 	NextEventIDs []int64 `json:"next_event_ids"`
+	// Resolved: how and by whom, for already_resolved (else null).
+	Resolved *resolvedJSON `json:"resolved"`
+}
+
+// resolvedJSON is how an event was resolved (docs/cli.md, unblocking).
+type resolvedJSON struct {
+	How          string     `json:"how"`
+	Reason       string     `json:"reason"`
+	Actor        string     `json:"actor"`
+	DBRole       string     `json:"db_role"`
+	At           *time.Time `json:"at"`
+	DeadLetterID *int64     `json:"dead_letter_id"`
 }
 
 // keyAction describes one operator command on a blocked key.
@@ -33,7 +45,9 @@ type keyAction struct {
 	// needReason: the action moves events to the dead letters, so it asks
 	// why, as the console does.
 	needReason bool
-	do         func(c *partitionq.Client, ctx context.Context, a partitionq.Action) (partitionq.ActionResult, error)
+	// reasonUsage is --reason's line in --help: where the reason goes.
+	reasonUsage string
+	do          func(c *partitionq.Client, ctx context.Context, a partitionq.Action) (partitionq.ActionResult, error)
 }
 
 // actionTries is how many times skip, retry and quarantine try a head that
@@ -48,13 +62,16 @@ func (a *app) skipCmd() *cobra.Command {
 it later with dlq replay), and the key's waiting events run next, in order.
 Safe while workers run. --reason is required: it is kept in the audit trail
 and the dead letter. With --event, the skip applies only if that event is
-still the head; otherwise it prints "already resolved" and changes nothing,
-so running the same skip twice is harmless. Without --event it refuses a
+still the head; if it was resolved before, it prints "already resolved"
+(how, by whom) and changes nothing, so running the same skip twice is
+harmless; any other event is refused (exit 1), naming the head. Without
+--event it refuses a
 draining key (its head never failed): name that event with --event to skip
 it anyway.`,
-		example:    "  partitionq skip --queue files --group indexer --key tenant-42 --event 1234 --reason 'corrupt file'",
-		needReason: true,
-		do:         (*partitionq.Client).Skip,
+		example:     "  partitionq skip --queue files --group indexer --key tenant-42 --event 1234 --reason 'corrupt file'",
+		needReason:  true,
+		reasonUsage: "why (required), recorded in the audit trail and in the dead letter of the head",
+		do:          (*partitionq.Client).Skip,
 	})
 }
 
@@ -65,8 +82,9 @@ func (a *app) retryCmd() *cobra.Command {
 		long: `Bring the next attempt of a blocked key's head event forward to now: a
 running worker tries it again within about a second. Without --event it
 refuses a draining key, whose head is due anyway.`,
-		example: "  partitionq retry --queue files --group indexer --key tenant-42",
-		do:      (*partitionq.Client).RetryNow,
+		example:     "  partitionq retry --queue files --group indexer --key tenant-42",
+		reasonUsage: "why, recorded in the audit trail (optional)",
+		do:          (*partitionq.Client).RetryNow,
 	})
 }
 
@@ -79,9 +97,10 @@ dead letters, in one transaction (for a tenant being deleted, or a key
 known to be broken). Events of the key sent later are handled as usual.
 --reason is required: it is kept in the audit trail and the dead letters.
 Without --event it refuses a draining key (its head never failed).`,
-		example:    "  partitionq quarantine --queue files --group indexer --key tenant-42 --reason 'tenant deleted'",
-		needReason: true,
-		do:         (*partitionq.Client).Quarantine,
+		example:     "  partitionq quarantine --queue files --group indexer --key tenant-42 --reason 'tenant deleted'",
+		needReason:  true,
+		reasonUsage: "why (required), recorded in the audit trail and in the dead letters of the key's events",
+		do:          (*partitionq.Client).Quarantine,
 	})
 }
 
@@ -98,8 +117,8 @@ func (a *app) keyActionCmd(k keyAction) *cobra.Command {
 		Short:   k.short,
 		Long:    k.long,
 		Example: k.example,
-		Args:    cobra.NoArgs,
-		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
+		Args:    noWords,
+		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err
 			}
@@ -134,6 +153,20 @@ func (a *app) keyActionCmd(k keyAction) *cobra.Command {
 				return explain(err, "key %s is draining, not blocked: its head, event %d, has never failed (its failed event was resolved, and its waiting events now run in order without help): %s changed nothing; to %s event %d anyway, pass --event %d (partitionq preview shows what runs next)",
 					quote(key), de.EventID, k.name, k.name, de.EventID, de.EventID)
 			}
+			var nh *partitionq.NotHeadError
+			if errors.As(err, &nh) {
+				next := fmt.Sprintf("to %s its head, pass --event %d", k.name, nh.Head)
+				if nh.Head == 0 {
+					next = "nothing needs doing: its events run as they arrive (partitionq key shows its state)"
+				}
+				return explain(err, "event %d is not the head of key %s, and was never resolved: %s; %s changed nothing and recorded nothing; %s",
+					nh.EventID, quote(key), nh.Why, k.name, notHeadState(nh)+"; "+next)
+			}
+			if errors.Is(err, partitionq.ErrNotBlocked) {
+				return explain(err, "key %s is not blocked: nothing of it is set aside, so %s has nothing to act on; its events run as they arrive "+
+					"(partitionq key --queue %s --group %s --key %s shows its state; partitionq blocked lists the blocked keys)",
+					quote(key), k.name, t.queue, t.group, quote(key))
+			}
 			if err != nil {
 				return err
 			}
@@ -143,7 +176,7 @@ func (a *app) keyActionCmd(k keyAction) *cobra.Command {
 					next = []int64{}
 				}
 				return writeJSON(cmd.OutOrStdout(), actionJSON{Action: k.name, Outcome: string(res.Outcome), Queue: t.queue, Group: t.group,
-					Key: res.Key, Slot: res.Slot, EventID: res.EventID, Count: res.Count, NextEventIDs: next})
+					Key: res.Key, Slot: res.Slot, EventID: res.EventID, Count: res.Count, NextEventIDs: next, Resolved: resolvedOf(res.Resolved)})
 			}
 			return printAction(cmd.OutOrStdout(), res)
 		}),
@@ -152,7 +185,7 @@ func (a *app) keyActionCmd(k keyAction) *cobra.Command {
 	t.bind(f)
 	f.StringVar(&key, "key", "", "the blocked key (required)")
 	f.Int64Var(&headID, "event", 0, "act only if this event is still the key's head (the HEAD shown by blocked)")
-	who.bind(f)
+	who.bind(f, k.reasonUsage)
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
 }
@@ -172,13 +205,52 @@ func printAction(w io.Writer, res partitionq.ActionResult) error {
 		}
 		fmt.Fprintln(w)
 	case partitionq.OutcomeAlreadyResolved:
-		_, err = fmt.Fprintf(w, "already resolved: event %d is no longer the blocked head of key %s; nothing changed\n", res.EventID, key)
+		_, err = fmt.Fprintf(w, "already resolved: event %d of key %s %s; nothing changed\n", res.EventID, key, resolvedText(res.Resolved))
 	case partitionq.OutcomeRetryScheduled:
 		_, err = fmt.Fprintf(w, "retry scheduled: event %d of key %s (slot %d) will be tried again now by the slot's worker\n", res.EventID, key, res.Slot)
 	case partitionq.OutcomeQuarantined:
-		_, err = fmt.Fprintf(w, "quarantined: %d events of key %s (slot %d) moved to the dead letters\n", res.Count, key, res.Slot)
+		_, err = fmt.Fprintf(w, "quarantined: %s of key %s (slot %d) moved to the dead letters\n", plural(int64(res.Count), "event"), key, res.Slot)
 	default:
 		_, err = fmt.Fprintf(w, "%s: event %d of key %s\n", res.Outcome, res.EventID, key)
 	}
 	return err
+}
+
+// notHeadState says what the key's head is now, for a *NotHeadError.
+func notHeadState(nh *partitionq.NotHeadError) string {
+	if nh.Head == 0 {
+		return "the key is not blocked (nothing of it is set aside)"
+	}
+	return fmt.Sprintf("the key's head is event %d (%s)", nh.Head, nh.HeadState)
+}
+
+// resolvedText says how and by whom an event was resolved: "was skipped by
+// alice (role ops) at 2024-05-01 10:05:00 (skip: corrupt file)".
+func resolvedText(r *partitionq.Resolution) string {
+	if r == nil {
+		return "was resolved"
+	}
+	if r.How == partitionq.ResolvedHandled {
+		return "was handled by a worker"
+	}
+	by := quote(r.Actor)
+	if r.DBRole != "" {
+		by += fmt.Sprintf(" (role %s)", quote(r.DBRole))
+	}
+	return fmt.Sprintf("was %s by %s at %s (dead letter %d, reason %s)", r.How, by, fmtTime(r.At), r.DeadLetterID, quote(r.Reason))
+}
+
+func resolvedOf(r *partitionq.Resolution) *resolvedJSON {
+	if r == nil {
+		return nil
+	}
+	out := &resolvedJSON{How: r.How, Reason: r.Reason, Actor: r.Actor, DBRole: r.DBRole}
+	if !r.At.IsZero() {
+		at := r.At.UTC()
+		out.At = &at
+	}
+	if r.DeadLetterID != 0 {
+		out.DeadLetterID = &r.DeadLetterID
+	}
+	return out
 }

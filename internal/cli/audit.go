@@ -43,8 +43,8 @@ purge, drop_group), newest first: when, the database role and the actor,
 the key and event, the reason and what came of it. A dropped group's
 trail stays readable.`,
 		Example: "  partitionq audit --queue files --group indexer --limit 20",
-		Args:    cobra.NoArgs,
-		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
+		Args:    noWords,
+		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err
 			}

@@ -62,8 +62,8 @@ skipped, dead-lettered): its waiting events now run in order, and its head
 has never failed. It needs nothing; skip, retry and quarantine refuse it
 unless --event names its head.`,
 		Example: "  partitionq blocked --queue files --group indexer",
-		Args:    cobra.NoArgs,
-		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
+		Args:    noWords,
+		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			s, err := a.openFor(cmd.Context(), t)
 			if err != nil {
 				return err

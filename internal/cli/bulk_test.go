@@ -131,7 +131,7 @@ func TestDLQFiltersAndBulk(t *testing.T) {
 	b := list("--key", "b").DeadLetters
 	ids := []string{strconv.FormatInt(rp.DeadLetters[0].ID, 10), strconv.FormatInt(b[0].ID, 10)}
 	out = h.ok(with(qg, append([]string{"dlq", "replay"}, ids...)...)...)
-	if !strings.HasPrefix(out, "replayed 1 dead letters (id="+strings.Join(ids, ",")+"), in event order; 1 already replayed, left as they were\naudit entry ") {
+	if !strings.HasPrefix(out, "replayed 1 dead letter (id="+strings.Join(ids, ",")+"), in event order; 1 already replayed, left as they were\naudit entry ") {
 		t.Errorf("dlq replay %v printed:\n%s", ids, out)
 	}
 	raw := h.raw(with(qg, "dlq", "replay", "--key", "b", "--dry-run")...)
@@ -200,7 +200,7 @@ func TestGroupsAndKeyCommands(t *testing.T) {
 	raw := h.raw("groups")
 	pinKeys(t, "groups", raw, "groups")
 	pinKeys(t, "group", field(t, raw, "groups", 0), "queue", "group", "slot_count", "generation", "resize", "owned_slots", "workers", "backlog", "lag_seconds",
-		"set_aside", "blocked_keys", "draining_keys", "dead_letters", "broken")
+		"set_aside", "blocked_keys", "draining_keys", "dead_letters", "broken", "dropped")
 	out := h.ok("groups")
 	for _, w := range []string{"QUEUE", "DEAD LETTERS", "billing", "0/3"} {
 		if !strings.Contains(out, w) {

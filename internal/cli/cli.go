@@ -77,7 +77,8 @@ func Main(ctx context.Context, args []string, env Env) int {
 	if err == nil {
 		return ExitOK
 	}
-	fmt.Fprintf(env.Stderr, "partitionq: %s\n", errorText(err))
+	// The library's own errors may start with its name too: said once.
+	fmt.Fprintf(env.Stderr, "partitionq: %s\n", strings.TrimPrefix(errorText(err), "partitionq: "))
 	code := exitCode(err)
 	if code == ExitUsage {
 		path := root.Name()

@@ -18,6 +18,7 @@ import (
 
 // session is an open pool and the client built on it. close closes the pool.
 type session struct {
+	log    *slog.Logger // the library's logger (standard error, --log-level)
 	pool   *pgxpool.Pool
 	client *partitionq.Client
 }
@@ -71,7 +72,7 @@ func (a *app) open(ctx context.Context) (*session, error) {
 		pool.Close()
 		return nil, err
 	}
-	return &session{pool: pool, client: client}, nil
+	return &session{pool: pool, client: client, log: logger}, nil
 }
 
 // connString is --db, else DATABASE_URL.

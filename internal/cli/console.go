@@ -36,8 +36,8 @@ shown as such, with the setup command, until it does. Without --queue and
 --group it opens on the list of every group of every queue: enter opens
 one, 0 goes back to the list. See docs/console.md.`,
 		Example: "  partitionq console --queue files --group indexer --read-only\n  partitionq console",
-		Args:    cobra.NoArgs,
-		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
+		Args:    noWords,
+		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			switch {
 			case t.queue == "" && t.group == "": // every group
 			case t.queue == "" || t.group == "":
@@ -69,7 +69,7 @@ one, 0 goes back to the list. See docs/console.md.`,
 		}),
 	}
 	f := cmd.Flags()
-	t.bind(f)
+	t.bindOptional(f, "the list of every group")
 	f.DurationVar(&opts.refresh, "refresh", tui.RefreshDefault, "how often the console reads the group's state")
 	f.DurationVar(&opts.refreshTimeout, "refresh-timeout", tui.RefreshTimeoutDefault, "the longest a refresh may take: one that has not answered by then counts as failed (DB DOWN)")
 	f.BoolVar(&opts.readOnly, "read-only", false, "only watch: hide every action")

@@ -71,7 +71,7 @@ PostgreSQL server with PgQ first (scripts/devdb.sh).`,
 		Example: `  partitionq demo
   partitionq demo --tenants 20 --rate 50 --slots 2 --fail-rate 0.05
   partitionq demo --no-console --duration 30s`,
-		Args: cobra.NoArgs,
+		Args: noWords,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			if err := f.validate(); err != nil {
 				return err

@@ -89,8 +89,8 @@ as the console's filter prompt takes them:
 dlq replay and dlq purge take the same filters.`,
 		Example: `  partitionq dlq list --queue files --group indexer --pending
   partitionq dlq list --queue files --group indexer --key tenant-42 --error timeout --since 24h`,
-		Args: cobra.NoArgs,
-		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
+		Args: noWords,
+		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err
 			}
@@ -166,7 +166,7 @@ func (a *app) dlqShowCmd() *cobra.Command {
 		Short:   "Show one dead letter in full, payload and last error included",
 		Example: "  partitionq dlq show 17 --queue files --group indexer",
 		Args:    exactArgs(1, "ID"),
-		RunE: runFor(&t, func(cmd *cobra.Command, args []string) error {
+		RunE: a.runFor(&t, func(cmd *cobra.Command, args []string) error {
 			if err := t.need(); err != nil {
 				return err
 			}

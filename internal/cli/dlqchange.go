@@ -98,7 +98,7 @@ than --max matches are refused, and nothing changes.`,
   partitionq dlq replay --queue files --group indexer --key tenant-42 --dry-run
   partitionq dlq replay --queue files --group indexer --filter 'type=FileDeleted error=timeout' --reason 'disk back'
   partitionq dlq replay 17 18 21 --queue files --group indexer`,
-		RunE: runFor(&t, func(cmd *cobra.Command, args []string) error {
+		RunE: a.runFor(&t, func(cmd *cobra.Command, args []string) error {
 			if err := t.need(); err != nil {
 				return err
 			}
@@ -143,7 +143,7 @@ than --max matches are refused, and nothing changes.`,
 	}
 	f := cmd.Flags()
 	t.bind(f)
-	who.bind(f)
+	who.bind(f, "why, recorded in the audit trail")
 	sel.bind(f, "a dead letter to replay (repeatable, or comma-separated; IDs may also be given as arguments)")
 	bulk.bind(f, "replay")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
@@ -196,8 +196,8 @@ changes.`,
 		Example: `  partitionq dlq purge --queue files --group indexer --id 17,18
   partitionq dlq purge --queue files --group indexer --all --before 720h
   partitionq dlq purge --queue files --group indexer --key tenant-42 --dry-run`,
-		Args: cobra.NoArgs,
-		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
+		Args: noWords,
+		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err
 			}
@@ -233,7 +233,7 @@ changes.`,
 	t.bind(f)
 	sel.bind(f, "a dead letter to purge (repeatable, or comma-separated)")
 	bulk.bind(f, "purge")
-	who.bind(f)
+	who.bind(f, "why, recorded in the audit trail")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
 }
@@ -246,21 +246,21 @@ func printBulk(w io.Writer, action string, q partitionq.DeadLetterQuery, res par
 	}
 	switch {
 	case res.DryRun && action == "replay":
-		fmt.Fprintf(w, "dry run: would replay %d dead letters%s in this order", res.Count, what)
+		fmt.Fprintf(w, "dry run: would replay %s%s in this order", plural(int64(res.Count), "dead letter"), what)
 		if res.AlreadyReplayed > 0 {
 			fmt.Fprintf(w, "; %d already replayed would be left as they are", res.AlreadyReplayed)
 		}
 		fmt.Fprintln(w, "; nothing changed")
 	case res.DryRun:
-		fmt.Fprintf(w, "dry run: would purge %d dead letters%s; nothing changed\n", res.Count, what)
+		fmt.Fprintf(w, "dry run: would purge %s%s; nothing changed\n", plural(int64(res.Count), "dead letter"), what)
 	case action == "replay":
-		fmt.Fprintf(w, "replayed %d dead letters%s, in event order", res.Count, what)
+		fmt.Fprintf(w, "replayed %s%s, in event order", plural(int64(res.Count), "dead letter"), what)
 		if res.AlreadyReplayed > 0 {
 			fmt.Fprintf(w, "; %d already replayed, left as they were", res.AlreadyReplayed)
 		}
 		fmt.Fprintln(w)
 	default:
-		fmt.Fprintf(w, "purged %d dead letters\n", res.Count)
+		fmt.Fprintf(w, "purged %s\n", plural(int64(res.Count), "dead letter"))
 	}
 	if len(res.Unmatched) > 0 {
 		ids := make([]string, len(res.Unmatched))

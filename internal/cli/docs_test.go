@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/partitionq/partitionq/partitionq"
 )
 
 // docs/cli.md and --help stay in step: every command and flag is in the
@@ -43,6 +46,70 @@ func TestDocsCoverEveryCommandAndFlag(t *testing.T) {
 	for _, m := range regexp.MustCompile("`--([a-z][a-z-]*)").FindAllStringSubmatch(doc, -1) {
 		if !known[m[1]] {
 			t.Errorf("docs/cli.md names --%s, which no command has", m[1])
+		}
+	}
+}
+
+// The worker's connections are counted the same in docs/cli.md,
+// docs/tuning.md and docs/architecture.md as in the code: the fixed ones
+// (a lease session, two readers, two to open and finish batches, one for
+// the ticker) add up to partitionq.PoolConns less the drains.
+func TestDocsCountTheWorkersConnections(t *testing.T) {
+	fixed := partitionq.PoolConns(1, 1) - partitionq.DrainConcurrencyDefault
+	parts := map[string]int{"lease session": 1, "two readers of": 2, "two to open and finish batches": 2, "one for the ticker": 1}
+	sum := 0
+	for _, n := range parts {
+		sum += n
+	}
+	if sum != fixed {
+		t.Fatalf("the parts listed add up to %d, the code has %d fixed connections: update this test and the docs", sum, fixed)
+	}
+	for file, total := range map[string]string{
+		"cli.md":          fmt.Sprintf("at\nmost *%d + drains*", fixed),
+		"tuning.md":       fmt.Sprintf("(%d + `DrainConcurrency`)", fixed),
+		"architecture.md": fmt.Sprintf("%d + `DrainConcurrency` connections", fixed),
+	} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "docs", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc := strings.Join(strings.Fields(string(b)), " ")
+		if !strings.Contains(doc, strings.Join(strings.Fields(total), " ")) {
+			t.Errorf("docs/%s does not give the worker's connections as %q", file, total)
+		}
+		for p := range parts {
+			if !strings.Contains(doc, p) {
+				t.Errorf("docs/%s does not list %q among the worker's connections", file, p)
+			}
+		}
+	}
+}
+
+// The README's comparison figures are docs/benchmarks.md's (best against
+// best, the targets table): partitionq's and each peer's events per second.
+func TestReadmeFiguresAreTheBenchmarks(t *testing.T) {
+	read := func(p string) string {
+		b, err := os.ReadFile(filepath.Join("..", "..", p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(strings.Fields(string(b)), " ")
+	}
+	readme, bench := read("README.md"), read("docs/benchmarks.md")
+	for _, w := range []struct{ workload, peer, readme string }{
+		{"W2", "pg-boss", `handled (\S+) events/s .*? against pg-boss's (\S+) and`},
+		{"W2", "graphile-worker", `handled (\S+) events/s .*? graphile-worker's (\S+) \(`},
+		{"W3", "pg-boss", `fail\S* under the pause policy, (\S+) against (\S+) and`},
+		{"W3", "graphile-worker", `under the pause policy, (\S+) against \S+ and (\S+)\.`},
+	} {
+		m := regexp.MustCompile(w.readme).FindStringSubmatch(readme)
+		if m == nil {
+			t.Errorf("README.md: no %s figure against %s", w.workload, w.peer)
+			continue
+		}
+		row := fmt.Sprintf("| %s: ahead of %s (best against best) | %s/s vs %s/s", w.workload, w.peer, m[1], strings.TrimSuffix(m[2], ";"))
+		if !strings.Contains(bench, row) {
+			t.Errorf("README.md says %s %s against %s's %s; docs/benchmarks.md has no row %q", w.workload, m[1], w.peer, m[2], row)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -32,8 +33,8 @@ the queue's table rotation: for example the old group after a change of N
 --force, while events are set aside (blocked keys): --force drops them with
 the group. The queue, its other groups and the group's dead letters stay.`,
 		Example: "  partitionq drop-group --queue files --group indexer-v1 --reason 'moved to 8 slots'",
-		Args:    cobra.NoArgs,
-		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
+		Args:    noWords,
+		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			s, err := a.openFor(cmd.Context(), t)
 			if err != nil {
 				return err
@@ -41,6 +42,12 @@ the group. The queue, its other groups and the group's dead letters stay.`,
 			defer s.close()
 			err = s.client.DropGroup(cmd.Context(), partitionq.DropGroupRequest{Queue: t.queue, Group: t.group, Force: force,
 				Reason: reason, Actor: a.actorOr(actor)})
+			var sa *partitionq.SetAsideError
+			if errors.As(err, &sa) {
+				return explain(err, "group %q has %s set aside (blocked keys and their waiting events): nothing was dropped; resolve them first "+
+					"(partitionq blocked --queue %s --group %s, then skip or quarantine), or add --force to drop them with the group",
+					t.group, plural(sa.Count, "event"), t.queue, t.group)
+			}
 			if err != nil {
 				return err
 			}

@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -73,14 +76,17 @@ func runE(fn func(cmd *cobra.Command, args []string) error) func(*cobra.Command,
 		case (errors.Is(err, partitionq.ErrNoSuchQueue) || errors.Is(err, partitionq.ErrNoSuchGroup)) && !errors.As(err, new(*explained)):
 			// A command without runFor: the library's text without its Go name.
 			return &opError{err: explain(err, "%s", strings.Replace(err.Error(), " (Client.Setup)", "", 1))}
+		case errors.Is(err, partitionq.ErrAmbiguousEngine):
+			return &opError{err: explain(err, "both pgq and pgque are installed in this database: pass --engine pgq or --engine pgque (the one whose queues partitionq uses)")}
 		}
 		return &opError{err: err}
 	}
 }
 
 // runFor is runE for a command on the group t names: a missing queue or
-// group is told with the command that creates it.
-func runFor(t *target, fn func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+// group is told with the groups there are (the nearest name first, when
+// one is near: a typo) and the command that creates it.
+func (a *app) runFor(t *target, fn func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
 	return runE(func(cmd *cobra.Command, args []string) error {
 		err := fn(cmd, args)
 		setup := fmt.Sprintf("partitionq setup --queue %s --group %s --slots N", t.queue, t.group)
@@ -88,10 +94,76 @@ func runFor(t *target, fn func(cmd *cobra.Command, args []string) error) func(*c
 		case errors.Is(err, partitionq.ErrNoSuchQueue):
 			return explain(err, "no such queue %q: create it and the group with %s", t.queue, setup)
 		case errors.Is(err, partitionq.ErrNoSuchGroup):
-			return explain(err, "no such consumer group %q on queue %q: create it with %s", t.group, t.queue, setup)
+			groups := a.groupNames(context.WithoutCancel(cmd.Context()), t.queue)
+			if len(groups) == 0 {
+				return explain(err, "no such consumer group %q on queue %q, which has no groups yet: create it with %s", t.group, t.queue, setup)
+			}
+			hint := ""
+			if near := nearest(t.group, groups); near != "" {
+				hint = fmt.Sprintf("did you mean %q? ", near)
+			}
+			return explain(err, "no such consumer group %q on queue %q: %sthe groups of queue %q are %s (partitionq groups lists every group); to create %q, run %s",
+				t.group, t.queue, hint, t.queue, strings.Join(groups, ", "), t.group, setup)
 		}
 		return err
 	})
+}
+
+// groupNames lists the consumer groups of queue, sorted, or none when they
+// cannot be read within a couple of seconds (an error message is being
+// written: it must not hang on it).
+func (a *app) groupNames(ctx context.Context, queue string) []string {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	s, err := a.open(ctx)
+	if err != nil {
+		return nil
+	}
+	defer s.close()
+	gs, err := s.client.Groups(ctx, queue)
+	if err != nil {
+		return nil
+	}
+	names := make([]string, len(gs))
+	for i, g := range gs {
+		names[i] = g.Group
+	}
+	sort.Strings(names)
+	return names
+}
+
+// nearest returns the name of names closest to name by edit distance, when
+// it is close enough to be a typo (at most a third of its length, and 2
+// at least), else "".
+func nearest(name string, names []string) string {
+	best, bestD := "", max(2, len(name)/3)+1
+	for _, n := range names {
+		if d := editDistance(name, n); d < bestD {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, by bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 // flagOf names the flag of each library field a command sets from one,

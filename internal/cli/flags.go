@@ -30,6 +30,13 @@ func (t *target) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&t.group, "group", "", "consumer group name (required)")
 }
 
+// bindOptional binds --queue and --group for a command that takes both or
+// neither (the console: neither is the list of every group).
+func (t *target) bindOptional(fs *pflag.FlagSet, neither string) {
+	fs.StringVar(&t.queue, "queue", "", "queue name (with --group; without both: "+neither+")")
+	fs.StringVar(&t.group, "group", "", "consumer group name (with --queue; without both: "+neither+")")
+}
+
 func (t target) needQueue() error {
 	if err := need("queue", t.queue, "name the queue, e.g. --queue files"); err != nil {
 		return err
@@ -60,9 +67,11 @@ type actorFlags struct {
 	actor, reason string
 }
 
-func (f *actorFlags) bind(fs *pflag.FlagSet) {
+// bind binds --actor and --reason; reason says where the reason goes
+// (each action records it in its own places).
+func (f *actorFlags) bind(fs *pflag.FlagSet, reason string) {
 	fs.StringVar(&f.actor, "actor", "", "who is acting, recorded in the audit trail (default $USER, else the OS user)")
-	fs.StringVar(&f.reason, "reason", "", "why, recorded in the audit trail and the dead letters")
+	fs.StringVar(&f.reason, "reason", "", reason)
 }
 
 // actorOr is the actor recorded for an action: the one given, else $USER,
@@ -218,4 +227,25 @@ func exactArgs(n int, names string) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// noWords is cobra.NoArgs told in the command line's words: the command
+// takes flags, here is how (its first example; for setup, the very
+// command the words seem to mean).
+func noWords(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		quoted[i] = termsafe.Echo(a)
+	}
+	hint := strings.TrimSpace(strings.SplitN(cmd.Example, "\n", 2)[0])
+	if cmd.Name() == "setup" && len(args) == 3 {
+		hint = fmt.Sprintf("partitionq setup --queue %s --group %s --slots %s", termsafe.Echo(args[0]), termsafe.Echo(args[1]), termsafe.Echo(args[2]))
+	}
+	if hint != "" {
+		hint = ", e.g. " + hint
+	}
+	return usagef("%s takes flags, not words (got %s): give them as flags%s", cmd.CommandPath(), strings.Join(quoted, " "), hint)
 }

@@ -31,6 +31,7 @@ type groupJSON struct {
 	DrainingKeys int              `json:"draining_keys"`
 	DeadLetters  int64            `json:"dead_letters"`
 	Broken       string           `json:"broken"`
+	Dropped      bool             `json:"dropped"`
 }
 
 func toGroupJSON(g partitionq.GroupOverview) groupJSON {
@@ -40,7 +41,7 @@ func toGroupJSON(g partitionq.GroupOverview) groupJSON {
 	}
 	return groupJSON{Queue: g.Queue, Group: g.Group, SlotCount: g.Slots, Generation: g.Generation, Resize: toResizeJSON(g.Resize), OwnedSlots: g.Owned, Workers: ws, Backlog: g.Backlog,
 		LagSeconds: seconds(g.Lag), SetAside: g.SetAside, BlockedKeys: g.BlockedKeys, DrainingKeys: g.DrainingKeys,
-		DeadLetters: g.DeadLetters, Broken: g.Broken}
+		DeadLetters: g.DeadLetters, Broken: g.Broken, Dropped: g.Dropped}
 }
 
 func (a *app) groupsCmd() *cobra.Command {
@@ -58,7 +59,7 @@ it has not read yet), its lag (the oldest slot's), its set-aside events,
 blocked and draining keys, and dead letters not yet replayed. A few
 queries for all groups at once, whatever their number.`,
 		Example: "  partitionq groups\n  partitionq groups --json",
-		Args:    cobra.NoArgs,
+		Args:    noWords,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			if queue != "" {
 				if err := partitionq.ValidateQueueName(queue); err != nil {
@@ -104,6 +105,12 @@ func printGroups(w io.Writer, gs []partitionq.GroupOverview) error {
 		widths(map[string]int{"WORKERS": 60})
 	var broken, resizing []string
 	for _, g := range gs {
+		if g.Dropped {
+			tb.row(g.Queue, g.Group, "dropped", "-", "-", "-", "-", "-", "-", "-", i64(g.DeadLetters))
+			broken = append(broken, fmt.Sprintf("group %s on queue %s was dropped and has %s not yet replayed: partitionq dlq list --queue %s --group %s (then dlq replay or dlq purge)",
+				quote(g.Group), quote(g.Queue), plural(g.DeadLetters, "dead letter"), g.Queue, g.Group))
+			continue
+		}
 		workers := strings.Join(g.Workers, ", ")
 		slots := strconv.Itoa(g.Slots)
 		if r := g.Resize; r != nil {

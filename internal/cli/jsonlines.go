@@ -109,12 +109,26 @@ func checkEncoding(line []byte) error {
 	return nil
 }
 
+// lineShape says what a line of send's standard input must be.
+const lineShape = `each line must be one JSON object, such as {"key": "tenant-42", "type": "FileCreated", "payload": {"path": "/a"}}`
+
+// malformedLine tells a JSON syntax error of a line with what a line must
+// be: encoding/json says only "EOF" or "invalid character 'e' in literal
+// true".
+func malformedLine(err error) error {
+	what := err.Error()
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		what = "the line ends before its object does (a missing closing brace or quote?)"
+	}
+	return fmt.Errorf("malformed JSON: %s: %s", what, lineShape)
+}
+
 // decodeObject reads the one JSON object of a line, field by field.
 func decodeObject(line []byte) (inputLine, error) {
 	var in inputLine
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.UseNumber() // a number's error would repeat it whole ("cannot unmarshal number 1000...")
-	malformed := func(err error) (inputLine, error) { return inputLine{}, fmt.Errorf("malformed JSON: %w", err) }
+	malformed := func(err error) (inputLine, error) { return inputLine{}, malformedLine(err) }
 	if t, err := dec.Token(); err != nil {
 		return malformed(err)
 	} else if t != json.Delim('{') {

@@ -38,6 +38,7 @@ type statusOut struct {
 	Engine      string    `json:"engine"`
 	SlotCount   int       `json:"slot_count"`
 	DeadLetters int64     `json:"dead_letters"`
+	Pending     int64     `json:"pending"`
 	At          time.Time `json:"at"`
 	Slots       []struct {
 		Slot     int    `json:"slot"`
@@ -106,6 +107,14 @@ type actionOut struct {
 	EventID      int64   `json:"event_id"`
 	Count        int     `json:"count"`
 	NextEventIDs []int64 `json:"next_event_ids"`
+	Resolved     *struct {
+		How          string     `json:"how"`
+		Reason       string     `json:"reason"`
+		Actor        string     `json:"actor"`
+		DBRole       string     `json:"db_role"`
+		At           *time.Time `json:"at"`
+		DeadLetterID *int64     `json:"dead_letter_id"`
+	} `json:"resolved"`
 }
 
 type previewOut struct {
@@ -195,6 +204,7 @@ type groupsOut struct {
 		DrainingKeys int      `json:"draining_keys"`
 		DeadLetters  int64    `json:"dead_letters"`
 		Broken       string   `json:"broken"`
+		Dropped      bool     `json:"dropped"`
 	} `json:"groups"`
 }
 

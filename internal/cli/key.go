@@ -84,8 +84,8 @@ run (the head first); its newest dead letters; and its recent dedup hits:
 the dedup ids of its events that refused duplicates (send --dedup-id), with
 how many each refused. Up to ` + strconv.Itoa(partitionq.KeyEventsLimit) + ` of each are listed, with the totals.`,
 		Example: "  partitionq key --queue files --group indexer --key tenant-42",
-		Args:    cobra.NoArgs,
-		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
+		Args:    noWords,
+		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err
 			}

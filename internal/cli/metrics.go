@@ -4,14 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/exporter-toolkit/web"
+	"go.yaml.in/yaml/v2"
 
 	"github.com/partitionq/partitionq/internal/termsafe"
 )
@@ -32,18 +36,54 @@ func checkMetricsAddr(addr string) error {
 	return nil
 }
 
+// checkWebConfig reads a --metrics-web-config file (the web configuration
+// file of Prometheus's exporters: TLS and basic auth, read by
+// prometheus/exporter-toolkit) and checks it, its certificates and its
+// password hashes included, before the worker starts. It reports whether the
+// file turns TLS on.
+func checkWebConfig(path string) (tls bool, err error) {
+	bad := func(err error) error {
+		return fmt.Errorf("invalid --metrics-web-config %s: %w: give a web configuration file as Prometheus's exporters take it "+
+			"(tls_server_config, basic_auth_users; docs/cli.md, partitionq work)", termsafe.Echo(path), err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false, bad(err)
+	}
+	if err := web.Validate(path); err != nil {
+		return false, bad(err)
+	}
+	var c web.Config
+	if err := yaml.Unmarshal(b, &c); err != nil {
+		return false, bad(err)
+	}
+	return c.TLSConfig.IsEnabled(), nil
+}
+
 // metricsServer serves /metrics (the worker's metrics, and the Go
 // runtime's and process's) beside a worker.
 type metricsServer struct {
-	reg  *prometheus.Registry
-	ln   net.Listener
-	srv  *http.Server
-	done chan error
+	reg       *prometheus.Registry
+	ln        net.Listener
+	srv       *http.Server
+	webConfig string // --metrics-web-config: TLS and basic auth ("" none)
+	tls       bool
+	log       *slog.Logger
+	done      chan error
 }
 
 // listenMetrics opens addr (checked by checkMetricsAddr) for the metrics,
-// before the worker starts, so that a port in use fails the command at once.
-func listenMetrics(addr string) (*metricsServer, error) {
+// before the worker starts, so that a port in use or a bad web configuration
+// fails the command at once. webConfig, when not "", is a web configuration
+// file (TLS, basic auth) served through prometheus/exporter-toolkit.
+func listenMetrics(addr, webConfig string, log *slog.Logger) (*metricsServer, error) {
+	useTLS := false
+	if webConfig != "" {
+		var err error
+		if useTLS, err = checkWebConfig(webConfig); err != nil {
+			return nil, err
+		}
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("cannot serve metrics on --metrics-addr %s: %w: give a free port, or another address", termsafe.Echo(addr), err)
@@ -52,16 +92,30 @@ func listenMetrics(addr string) (*metricsServer, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	return &metricsServer{reg: reg, ln: ln, srv: srv, done: make(chan error, 1)}, nil
+	// The server's own complaints (a client that speaks HTTP to the TLS
+	// port, a refused handshake) are the library's debug logs.
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+	return &metricsServer{reg: reg, ln: ln, srv: srv, webConfig: webConfig, tls: useTLS, log: log, done: make(chan error, 1)}, nil
 }
 
 // URL is where the metrics are served.
-func (m *metricsServer) URL() string { return "http://" + m.ln.Addr().String() + "/metrics" }
+func (m *metricsServer) URL() string {
+	scheme := "http"
+	if m.tls {
+		scheme = "https"
+	}
+	return scheme + "://" + m.ln.Addr().String() + "/metrics"
+}
 
-// serve serves the metrics until shutdown.
+// serve serves the metrics until shutdown: through exporter-toolkit (TLS,
+// basic auth) with a web configuration, else plain HTTP.
 func (m *metricsServer) serve() {
-	go func() { m.done <- m.srv.Serve(m.ln) }()
+	if m.webConfig == "" {
+		go func() { m.done <- m.srv.Serve(m.ln) }()
+		return
+	}
+	cfg := m.webConfig
+	go func() { m.done <- web.Serve(m.ln, m.srv, &web.FlagConfig{WebConfigFile: &cfg}, m.log) }()
 }
 
 // shutdown stops serving: it lets a scrape under way finish, within a few

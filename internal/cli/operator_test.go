@@ -74,9 +74,10 @@ fi
 
 	// status counts the blocked key and the set-aside events of its slot.
 	raw = h.raw(with(qg, "status")...)
-	pinKeys(t, "status", raw, "queue", "group", "engine", "slot_count", "generation", "resize", "dead_letters", "pending", "rates", "at", "slots")
+	pinKeys(t, "status", raw, "queue", "group", "engine", "slot_count", "generation", "resize", "dead_letters", "pending", "pending_max", "rates", "ticks", "at", "slots")
+	pinKeys(t, "status ticks", field(t, raw, "ticks", -1), "age_seconds", "unticked", "stalled", "warning")
 	pinKeys(t, "status slot", field(t, raw, "slots", bk.Slot), "slot", "slots", "resize", "consumer", "owner", "lag_seconds", "last_seen_seconds",
-		"in_batch", "pending", "oldest_seconds", "since_finish_seconds", "rates", "queue_pending", "blocked_keys", "draining_keys", "set_aside")
+		"in_batch", "pending", "pending_max", "oldest_seconds", "since_finish_seconds", "rates", "queue_pending", "blocked_keys", "draining_keys", "set_aside")
 	pinKeys(t, "status rates", field(t, field(t, raw, "slots", bk.Slot), "rates", -1), "handled_10s", "failed_10s", "handled_1m", "failed_1m")
 	pinKeys(t, "status owner", field(t, field(t, raw, "slots", bk.Slot), "owner", -1), "name", "host", "pid", "backend_pid", "addr", "since", "epoch", "lease_left_seconds")
 	var st statusOut
@@ -114,11 +115,14 @@ fi
 		t.Errorf("skip printed %q", out)
 	}
 	raw = h.raw(with(qg, "skip", "--key", "bad", "--event", head1, "--reason", "again")...)
-	pinKeys(t, "skip", raw, "action", "outcome", "queue", "group", "key", "slot", "event_id", "count", "next_event_ids")
+	pinKeys(t, "skip", raw, "action", "outcome", "queue", "group", "key", "slot", "event_id", "count", "next_event_ids", "resolved")
+	pinKeys(t, "skip resolved", field(t, raw, "resolved", -1), "how", "reason", "actor", "db_role", "at", "dead_letter_id")
 	if err := jsonUnmarshal(raw, &act); err != nil || act.Outcome != "already_resolved" || act.Action != "skip" {
 		t.Errorf("second skip = %+v (%v)", act, err)
 	}
-	if out := h.ok(with(qg, "skip", "--key", "bad", "--event", head1, "--reason", "again")...); !strings.Contains(out, "already resolved") {
+	if out := h.ok(with(qg, "skip", "--key", "bad", "--event", head1, "--reason", "again")...); !strings.Contains(out,
+		fmt.Sprintf(`already resolved: event %s of key "bad" was skipped by "alice" (role "postgres") at `, head1)) ||
+		!strings.Contains(out, `reason "skip: corrupt"); nothing changed`) {
 		t.Errorf("third skip printed %q", out)
 	}
 
@@ -134,7 +138,8 @@ fi
 	if _, ok := h.blockedKey("bad"); ok {
 		t.Error("key bad is still blocked after quarantine")
 	}
-	h.fails(cli.ExitFailed, []string{"key is not blocked"}, with(qg, "skip", "--key", "bad", "--reason", "late")...)
+	h.fails(cli.ExitFailed, []string{`partitionq: key "bad" is not blocked: nothing of it is set aside, so skip has nothing to act on; its events run as they arrive (partitionq key --queue q --group g --key "bad" shows its state; partitionq blocked lists the blocked keys)`},
+		with(qg, "skip", "--key", "bad", "--reason", "late")...)
 	h.fails(cli.ExitFailed, []string{"key is not blocked"}, with(qg, "preview", "--key", "bad")...)
 
 	// dlq: list, show, replay (once), purge.
@@ -310,7 +315,21 @@ func TestDroppedGroupDeadLettersStayReachable(t *testing.T) {
 	h := newHarness(t)
 	ids := h.stuckKey(t, "bad")
 	h.ok(with(qg, "skip", "--key", "bad", "--event", strconv.FormatInt(ids[0], 10), "--reason", "corrupt file")...)
+	h.fails(cli.ExitFailed, []string{`partitionq: group "g" has 2 events set aside (blocked keys and their waiting events): nothing was dropped; resolve them first (partitionq blocked --queue q --group g, then skip or quarantine), or add --force to drop them with the group` + "\n"},
+		with(qg, "drop-group", "--reason", "moving to 8 slots")...)
 	h.ok(with(qg, "drop-group", "--force", "--reason", "moving to 8 slots")...)
+	if out := h.ok(with(qg, "dlq", "replay", "--all", "--dry-run")...); !strings.HasPrefix(out, "dry run: would replay 1 dead letter in this order; nothing changed\n") {
+		t.Errorf("a dry run of one dead letter says %q", out)
+	}
+	// groups lists it, dropped, with its dead letter.
+	var gs groupsOut
+	h.json(&gs, "groups")
+	if len(gs.Groups) != 1 || gs.Groups[0].Group != "g" || !gs.Groups[0].Dropped || gs.Groups[0].DeadLetters != 1 || gs.Groups[0].SlotCount != 0 {
+		t.Errorf("groups after the drop = %+v, want g dropped with 1 dead letter", gs.Groups)
+	}
+	if out := h.ok("groups"); !strings.Contains(out, `group "g" on queue "q" was dropped and has 1 dead letter not yet replayed: partitionq dlq list --queue q --group g (then dlq replay or dlq purge)`) {
+		t.Errorf("groups table after the drop:\n%s", out)
+	}
 	h.fails(cli.ExitFailed, []string{`no such consumer group "g"`}, with(qg, "status")...)
 
 	var dl dlqListOut
@@ -434,5 +453,81 @@ func TestLibraryErrorsNameTheFlag(t *testing.T) {
 				t.Errorf("partitionq %s names a Go field (%s): %s", strings.Join(c.args, " "), gofield, r.stderr)
 			}
 		}
+	}
+}
+
+// Issue 28: an action whose --event is not the key's head fails (1),
+// names the real head, and records nothing, whatever the event is (one
+// waiting behind the head, one of another key, one not handled yet, one
+// that never existed); "already resolved" is said only of an event that
+// was, with how and by whom.
+func TestActionsTellTheTruth(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ids := h.stuckKey(t, "bad")
+	head, waiting := strconv.FormatInt(ids[0], 10), strconv.FormatInt(ids[1], 10)
+	h.ok("send", "--queue", "q", "--key", "good", "--payload", "x")
+	good := strconv.FormatInt(h.events("q")[3].ID, 10)
+	w := h.startWork("--exec", "true", "--backoff-min", "1h")
+	waitFor(t, 60*time.Second, "the good key's event handled", func() bool {
+		var st statusOut
+		h.json(&st, with(qg, "status")...)
+		return st.Pending == 0
+	})
+	if r := w.stop(t); r.code != cli.ExitOK {
+		t.Fatal(r)
+	}
+	h.ok("send", "--queue", "q", "--key", "fresh", "--payload", "y") // no worker runs: not handled yet
+	fresh := strconv.FormatInt(h.events("q")[4].ID, 10)
+
+	blockedHead := "the key's head is event " + head + " (blocked); to skip its head, pass --event " + head
+	for _, c := range []struct {
+		key, event, why, next string
+	}{
+		{"bad", waiting, "event " + waiting + " waits behind the head", blockedHead},
+		{"bad", "99999", "the queue has no event 99999", blockedHead},
+		{"bad", good, "event " + good + " is an event of another key", blockedHead},
+		{"fresh", fresh, "event " + fresh + " has not been handled yet (it is in the stream, after its slot's position)",
+			"the key is not blocked (nothing of it is set aside); nothing needs doing: its events run as they arrive (partitionq key shows its state)"},
+	} {
+		h.fails(cli.ExitFailed, []string{fmt.Sprintf(`partitionq: event %s is not the head of key %q, and was never resolved: %s; skip changed nothing and recorded nothing; %s`+"\n",
+			c.event, c.key, c.why, c.next)}, with(qg, "skip", "--key", c.key, "--event", c.event, "--reason", "wrong")...)
+	}
+	h.fails(cli.ExitFailed, []string{"event " + waiting + " is not the head", "retry changed nothing"}, with(qg, "retry", "--key", "bad", "--event", waiting)...)
+	h.fails(cli.ExitFailed, []string{"event " + waiting + " is not the head", "quarantine changed nothing"},
+		with(qg, "quarantine", "--key", "bad", "--event", waiting, "--reason", "wrong")...)
+	var au auditOut
+	h.json(&au, with(qg, "audit")...)
+	if len(au.Entries) != 0 {
+		t.Fatalf("refused actions were recorded: %+v", au.Entries)
+	}
+	if bk, ok := h.blockedKey("bad"); !ok || bk.Head.EventID != ids[0] || bk.Waiting != 2 {
+		t.Fatalf("the key changed: %+v %v", bk, ok)
+	}
+
+	// The good key's event was handled: already resolved, said so, recorded.
+	out := h.ok(with(qg, "skip", "--key", "good", "--event", good, "--reason", "late")...)
+	if want := "already resolved: event " + good + ` of key "good" was handled by a worker; nothing changed`; !strings.Contains(out, want) {
+		t.Errorf("skip of a handled event printed %q, want %q", out, want)
+	}
+	var act actionOut
+	h.json(&act, with(qg, "skip", "--key", "good", "--event", good, "--reason", "late")...)
+	if act.Outcome != "already_resolved" || act.Resolved == nil || act.Resolved.How != "handled" || act.Resolved.At != nil {
+		t.Errorf("skip --json of a handled event = %+v", act)
+	}
+	// The head, skipped by alice, then named again.
+	h.ok(with(qg, "skip", "--key", "bad", "--event", head, "--reason", "corrupt", "--actor", "alice")...)
+	h.json(&act, with(qg, "skip", "--key", "bad", "--event", head, "--reason", "again")...)
+	if r := act.Resolved; act.Outcome != "already_resolved" || r == nil || r.How != "skipped" || r.Actor != "alice" ||
+		r.Reason != "skip: corrupt" || r.At == nil || r.DeadLetterID == nil {
+		t.Errorf("skip of a skipped head = %+v (resolved %+v)", act, act.Resolved)
+	}
+	h.json(&au, with(qg, "audit")...)
+	var got []string
+	for _, e := range au.Entries {
+		got = append(got, e.Action+":"+e.Outcome+":"+e.Key)
+	}
+	if want := []string{"skip:already_resolved:bad", "skip:skipped:bad", "skip:already_resolved:good", "skip:already_resolved:good"}; !slices.Equal(got, want) {
+		t.Errorf("audit trail %v, want %v", got, want)
 	}
 }

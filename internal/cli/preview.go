@@ -42,8 +42,8 @@ func (a *app) previewCmd() *cobra.Command {
 order they will run: after a skip of the head, the waiting events run in
 this order, then the key's events still in the stream.`,
 		Example: "  partitionq preview --queue files --group indexer --key tenant-42",
-		Args:    cobra.NoArgs,
-		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
+		Args:    noWords,
+		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err
 			}

@@ -52,8 +52,11 @@ handed off, and says so. Needs the right to run partitionq.resize (the
 schema's owner; docs/security.md). Recorded in the audit trail.`,
 		Example: `  partitionq resize --queue files --group indexer --slots 16 --wait
   partitionq resize --queue files --group indexer --abort --reason 'wrong number'`,
-		Args: cobra.NoArgs,
-		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
+		Args: noWords,
+		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
+			if err := t.need(); err != nil {
+				return err
+			}
 			given := cmd.Flags().Changed("slots")
 			switch {
 			case abort && given:
@@ -129,7 +132,7 @@ schema's owner; docs/security.md). Recorded in the audit trail.`,
 	f.BoolVar(&wait, "wait", false, "wait until the resize is complete (every old slot handed off)")
 	f.DurationVar(&timeout, "timeout", 0, "with --wait, give up waiting after this long (the resize goes on); 0: no limit")
 	f.BoolVar(&abort, "abort", false, "abort the resize in flight, while its cutover has not begun")
-	actor.bind(f)
+	actor.bind(f, "why, recorded in the audit trail")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
 }

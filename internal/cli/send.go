@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/charmbracelet/x/term"
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
@@ -87,7 +88,7 @@ events were sent, and each duplicate.`,
 		Example: `  partitionq send --queue files --key tenant-42 --type FileCreated --payload '{"path":"/a"}'
   partitionq send --queue files --key tenant-42 --payload '{"path":"/a"}' --dedup-id req-7f3a
   jq -c '.[]' events.json | partitionq send --queue files`,
-		Args: cobra.NoArgs,
+		Args: noWords,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			if err := t.needQueue(); err != nil {
 				return err
@@ -144,7 +145,7 @@ events were sent, and each duplicate.`,
 			case res.Duplicates == nil && res.Sent == 1:
 				fmt.Fprintf(out, "sent 1 event to queue %q (event id %d)\n", res.Queue, res.FirstEventID)
 			default:
-				fmt.Fprintf(out, "sent %d events to queue %q\n", res.Sent, res.Queue)
+				fmt.Fprintf(out, "sent %s to queue %q\n", plural(int64(res.Sent), "event"), res.Queue)
 			}
 			if res.Duplicates != nil && len(*res.Duplicates) > 0 {
 				fmt.Fprintf(out, "%d not sent again, duplicates of events sent within their dedup window:\n", len(*res.Duplicates))
@@ -233,11 +234,8 @@ func sendLines(ctx context.Context, s *session, queue string, in io.Reader) (sen
 }
 
 // isTerminal reports whether r is a terminal (so a person may be typing).
+// A character device is not enough: /dev/null is one too.
 func isTerminal(r io.Reader) bool {
 	f, ok := r.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return ok && term.IsTerminal(f.Fd())
 }

@@ -1,8 +1,11 @@
 package cli_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -365,5 +368,46 @@ func TestSendOnceFromLines(t *testing.T) {
 	}
 	if n := len(h.events("q")); n != before {
 		t.Fatalf("refused inputs stored %d events", n-before)
+	}
+}
+
+// send < /dev/null reads an empty input without telling a person to end it
+// with Ctrl-D: /dev/null is a character device, not a terminal.
+func TestSendFromDevNullSaysNoPrompt(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setup(1)
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	var out, errb bytes.Buffer
+	code := cli.Main(t.Context(), []string{"send", "--queue", "q"}, cli.Env{Stdin: null, Stdout: &out, Stderr: &errb,
+		Getenv: func(k string) string { return h.env[k] }})
+	if code != cli.ExitOK || strings.Contains(errb.String(), "Ctrl-D") || !strings.Contains(out.String(), "sent 0 events") {
+		t.Fatalf("send < /dev/null: exit %d\nstdout: %s\nstderr: %s", code, out.String(), errb.String())
+	}
+}
+
+// docs/cli.md shows the error of a lone surrogate escape exactly as the
+// command prints it (one way: \u{d800}, the rule of untrusted text).
+func TestDocsShowTheSurrogateErrorAsPrinted(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setup(1)
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "cli.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "partitionq: standard input, line 2: invalid key ") {
+			doc = l
+		}
+	}
+	r := h.runStdin(`{"key":"a"}`+"\n"+`{"key":"\ud800"}`+"\n", "send", "--queue", "q")
+	if got := strings.TrimSuffix(r.stderr, "\n"); r.code != cli.ExitFailed || doc == "" || got != doc {
+		t.Fatalf("docs/cli.md shows\n%s\nthe command prints (exit %d)\n%s", doc, r.code, got)
 	}
 }

@@ -38,7 +38,7 @@ group is fixed: setup with another number fails and names both.
 --dedup-window sets the queue's dedup window: how long a dedup id sent to
 it (send --dedup-id) is remembered.`,
 		Example: "  partitionq setup --queue files --group indexer --slots 8\n  partitionq setup --queue files --group indexer --slots 8 --dedup-window 2h",
-		Args:    cobra.NoArgs,
+		Args:    noWords,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err
@@ -68,9 +68,9 @@ it (send --dedup-id) is remembered.`,
 				fmt.Fprintf(out, "created queue %q\n", res.Queue)
 			}
 			if res.Registered > 0 {
-				fmt.Fprintf(out, "set up group %q on queue %q with %d slots (%d slot consumers registered)\n", res.Group.Group, res.Queue, res.Slots, res.Registered)
+				fmt.Fprintf(out, "set up group %q on queue %q with %s (%s registered)\n", res.Group.Group, res.Queue, plural(int64(res.Slots), "slot"), plural(int64(res.Registered), "slot consumer"))
 			} else {
-				fmt.Fprintf(out, "group %q on queue %q is already set up with %d slots: nothing to do\n", res.Group.Group, res.Queue, res.Slots)
+				fmt.Fprintf(out, "group %q on queue %q is already set up with %s: nothing to do\n", res.Group.Group, res.Queue, plural(int64(res.Slots), "slot"))
 			}
 			if tickMaxLag > 0 {
 				fmt.Fprintf(out, "queue %q: ticker_max_lag set to %s\n", res.Queue, tickMaxLag)

@@ -66,8 +66,17 @@ func TestUnknownQueueAndGroup(t *testing.T) {
 	h.expect(r, cli.ExitFailed, []string{`no such queue "q"`}, []string{"send"})
 
 	h.setup(2)
-	h.fails(cli.ExitFailed, []string{`no such consumer group "nope" on queue "q": create it with partitionq setup --queue q --group nope --slots N`}, "status", "--queue", "q", "--group", "nope")
+	h.fails(cli.ExitFailed, []string{`no such consumer group "nope" on queue "q": the groups of queue "q" are g (partitionq groups lists every group); to create "nope", run partitionq setup --queue q --group nope --slots N`}, "status", "--queue", "q", "--group", "nope")
 	h.fails(cli.ExitFailed, []string{`no such consumer group "nope"`}, "work", "--queue", "q", "--group", "nope", "--exec", "true")
+	// A typo: the nearest group's name first.
+	h.ok("setup", "--queue", "q", "--group", "indexer", "--slots", "1")
+	h.fails(cli.ExitFailed, []string{`no such consumer group "indexr" on queue "q": did you mean "indexer"? the groups of queue "q" are g, indexer (partitionq groups lists every group); to create "indexr", run partitionq setup --queue q --group indexr --slots N`},
+		"status", "--queue", "q", "--group", "indexr")
+	// A queue without groups says so.
+	h.ok("setup", "--queue", "q2", "--group", "x", "--slots", "1")
+	h.ok("drop-group", "--queue", "q2", "--group", "x")
+	h.fails(cli.ExitFailed, []string{`no such consumer group "x" on queue "q2", which has no groups yet: create it with partitionq setup --queue q2 --group x --slots N`},
+		"status", "--queue", "q2", "--group", "x")
 }
 
 // The console's flags are checked in the command line's words, and without

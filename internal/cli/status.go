@@ -23,9 +23,19 @@ type statusJSON struct {
 	Resize      *resizeStateJSON `json:"resize"` // null when no resize is in flight
 	DeadLetters int64            `json:"dead_letters"`
 	Pending     int64            `json:"pending"`
+	PendingMax  int64            `json:"pending_max"`
 	Rates       ratesJSON        `json:"rates"`
+	Ticks       ticksJSON        `json:"ticks"`
 	At          time.Time        `json:"at"`
 	Slots       []slotStatusJSON `json:"slots"`
+}
+
+// ticksJSON is the queue's newest tick (docs/cli.md, status).
+type ticksJSON struct {
+	AgeSeconds *float64 `json:"age_seconds"` // null: no tick at all
+	Unticked   int64    `json:"unticked"`
+	Stalled    bool     `json:"stalled"`
+	Warning    string   `json:"warning"`
 }
 
 // resizeStateJSON is a resize in flight (partitionq.ResizeState).
@@ -77,6 +87,7 @@ type slotStatusJSON struct {
 	LastSeenSeconds float64         `json:"last_seen_seconds"`
 	InBatch         bool            `json:"in_batch"`
 	Pending         int64           `json:"pending"`
+	PendingMax      int64           `json:"pending_max"`
 	OldestSeconds   float64         `json:"oldest_seconds"`
 	// SinceFinishSeconds is null when the slot never finished a batch.
 	SinceFinishSeconds *float64  `json:"since_finish_seconds"`
@@ -115,10 +126,15 @@ type ownerJSON struct {
 func toStatusJSON(gs partitionq.GroupStatus) statusJSON {
 	out := statusJSON{Queue: gs.Queue, Group: gs.Group, Engine: gs.Engine, SlotCount: gs.Slots, Generation: gs.Generation,
 		Resize: toResizeJSON(gs.Resize), DeadLetters: gs.DeadLetters,
-		Pending: gs.Pending, Rates: toRatesJSON(gs.Rates), At: utc(gs.At), Slots: make([]slotStatusJSON, 0, len(gs.SlotStatus))}
+		Pending: gs.Pending, PendingMax: gs.PendingMax, Rates: toRatesJSON(gs.Rates), At: utc(gs.At), Slots: make([]slotStatusJSON, 0, len(gs.SlotStatus)),
+		Ticks: ticksJSON{Unticked: gs.Ticks.Unticked, Stalled: gs.Ticks.Stalled, Warning: tickWarning(gs)}}
+	if gs.Ticks.Age >= 0 {
+		age := seconds(gs.Ticks.Age)
+		out.Ticks.AgeSeconds = &age
+	}
 	for _, s := range gs.SlotStatus {
 		j := slotStatusJSON{Slot: s.Slot, Slots: s.Slots, Consumer: s.Consumer, LagSeconds: seconds(s.Lag), LastSeenSeconds: seconds(s.LastSeen),
-			InBatch: s.InBatch, Pending: s.Pending, OldestSeconds: seconds(s.Oldest), Rates: toRatesJSON(s.Rates),
+			InBatch: s.InBatch, Pending: s.Pending, PendingMax: s.PendingMax, OldestSeconds: seconds(s.Oldest), Rates: toRatesJSON(s.Rates),
 			QueuePending: s.QueuePending, BlockedKeys: s.BlockedKeys, DrainingKeys: s.DrainingKeys, SetAside: s.SetAside}
 		if s.SinceFinish >= 0 {
 			f := seconds(s.SinceFinish)
@@ -157,8 +173,8 @@ letters not yet replayed.
 Read-only; one scan of the group's unfinished events counts every slot's
 pending. It waits at most --timeout for the database.`,
 		Example: "  partitionq status --queue files --group indexer --json",
-		Args:    cobra.NoArgs,
-		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
+		Args:    noWords,
+		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if timeout <= 0 {
 				return usagef("invalid --timeout %s: give a positive duration, such as %s", timeout, tui.RefreshTimeoutDefault)
 			}
@@ -186,7 +202,7 @@ pending. It waits at most --timeout for the database.`,
 }
 
 func printStatus(w io.Writer, gs partitionq.GroupStatus) error {
-	fmt.Fprintf(w, "queue %q, group %q: %d slots (generation %d), engine %s\n", gs.Queue, gs.Group, gs.Slots, gs.Generation, gs.Engine)
+	fmt.Fprintf(w, "queue %q, group %q: %s (generation %d), engine %s\n", gs.Queue, gs.Group, plural(int64(gs.Slots), "slot"), gs.Generation, gs.Engine)
 	if r := gs.Resize; r != nil {
 		fmt.Fprintf(w, "resize: %s\n", resizeLine(r))
 	}
@@ -214,7 +230,7 @@ func printStatus(w io.Writer, gs partitionq.GroupStatus) error {
 		if s.SinceFinish >= 0 {
 			finished = fmtDur(s.SinceFinish) + " ago"
 		}
-		tb.row(slotLabel(gs, s), s.Consumer, owner, lag, i64(s.Pending), oldest, finished,
+		tb.row(slotLabel(gs, s), s.Consumer, owner, lag, pendingText(s.Pending, s.PendingMax), oldest, finished,
 			fmtRate(s.Rates.Handled10s)+" "+fmtRate(s.Rates.Handled1m), fmtRate(s.Rates.Failed10s)+" "+fmtRate(s.Rates.Failed1m),
 			strconv.Itoa(s.BlockedKeys), strconv.Itoa(s.DrainingKeys), i64(s.SetAside))
 	}
@@ -222,9 +238,30 @@ func printStatus(w io.Writer, gs partitionq.GroupStatus) error {
 		return err
 	}
 	r := gs.Rates
-	_, err := fmt.Fprintf(w, "\npending: %d; handled/s: %s (10s), %s (1m); failed/s: %s (10s), %s (1m)\ndead letters (not replayed): %d\n",
-		gs.Pending, fmtRate(r.Handled10s), fmtRate(r.Handled1m), fmtRate(r.Failed10s), fmtRate(r.Failed1m), gs.DeadLetters)
+	_, err := fmt.Fprintf(w, "\npending: %s; handled/s: %s (10s), %s (1m); failed/s: %s (10s), %s (1m)\ndead letters (not replayed): %d\n",
+		pendingText(gs.Pending, gs.PendingMax), fmtRate(r.Handled10s), fmtRate(r.Handled1m), fmtRate(r.Failed10s), fmtRate(r.Failed1m), gs.DeadLetters)
+	if err == nil && gs.PendingMax != gs.Pending {
+		_, err = fmt.Fprintf(w, "\npending is a range: counted, and at most that plus the events sent since the count stopped (the queue's census is catching up; each call counts more)\n")
+	}
+	if err == nil && gs.Ticks.Stalled {
+		_, err = fmt.Fprintf(w, "\nwarning: %s\n", tickWarning(gs))
+	}
 	return err
+}
+
+// tickWarning says that events wait and no tick comes, and what to do; ""
+// when ticks come.
+func tickWarning(gs partitionq.GroupStatus) string {
+	t := gs.Ticks
+	if !t.Stalled {
+		return ""
+	}
+	since := "the queue has no tick at all"
+	if t.Age >= 0 {
+		since = "no tick for " + fmtDur(t.Age)
+	}
+	return fmt.Sprintf("%s on queue %q while %s wait after it: no slot reads them until the next tick; %s",
+		since, gs.Queue, plural(t.Unticked, "event"), partitionq.TickerHint)
 }
 
 // fmtRate writes events per second with one decimal below 100, none above.
@@ -264,4 +301,13 @@ func slotLabel(gs partitionq.GroupStatus, s partitionq.SlotStatus) string {
 		return fmt.Sprintf("%d waits for %s", s.Slot, joinInts(r.Waiting))
 	}
 	return strconv.Itoa(s.Slot)
+}
+
+// pendingText is an exact count, or a range "lo..hi" when the count is not
+// exact (never an estimate).
+func pendingText(lo, hi int64) string {
+	if hi == lo {
+		return i64(lo)
+	}
+	return i64(lo) + ".." + i64(hi)
 }

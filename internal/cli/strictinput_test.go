@@ -61,7 +61,7 @@ func TestEngineNotInstalled(t *testing.T) {
 	if pgtest.Engine(t).Name == "pgque" {
 		have, other = "pgque", "pgq"
 	}
-	r := h.fails(cli.ExitFailed, []string{"the engine " + other + " (--engine", "is not installed in this database", "docs/engines.md", "or use " + have + ", which is installed here"},
+	r := h.fails(cli.ExitFailed, []string{"the engine " + other + " is not installed in this database", "docs/engines.md", "or use " + have + ", which is installed here"},
 		with(qg, "--engine", other, "status")...)
 	if strings.Contains(r.stderr, "SQLSTATE") {
 		t.Errorf("a raw SQL error: %s", r.stderr)

@@ -23,7 +23,7 @@ bounded batches, until SIGTERM or SIGINT. Several may run at once: each
 round is done by one of them. With --once, run one ticker round and one
 maintenance round and exit. (Workers can tick themselves: work --ticker.)`,
 		Example: "  partitionq tick --interval 50ms",
-		Args:    cobra.NoArgs,
+		Args:    noWords,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			if cfg.Interval <= 0 || cfg.MaintInterval <= 0 {
 				return usagef("invalid --interval %s or --maint-interval %s: give positive durations", cfg.Interval, cfg.MaintInterval)
@@ -38,6 +38,9 @@ maintenance round and exit. (Workers can tick themselves: work --ticker.)`,
 					return err
 				}
 				_, err := fmt.Fprintln(cmd.OutOrStdout(), "ran one ticker round and one maintenance round")
+				return err
+			}
+			if err := s.client.CheckTickerRights(cmd.Context()); err != nil {
 				return err
 			}
 			fmt.Fprintf(a.env.Stderr, "partitionq: ticking every %s; stop with SIGTERM or Ctrl-C\n", cfg.Interval)

@@ -150,3 +150,20 @@ func TestExitCode(t *testing.T) {
 		}
 	}
 }
+
+// A line that is not JSON says what is wrong and what a line must be, not
+// only encoding/json's "EOF" or "invalid character".
+func TestMalformedLineSaysWhatALineIs(t *testing.T) {
+	shape := `: each line must be one JSON object, such as {"key": "tenant-42", "type": "FileCreated", "payload": {"path": "/a"}}`
+	for in, want := range map[string]string{
+		`{"key":"k"`:                 "malformed JSON: the line ends before its object does (a missing closing brace or quote?)" + shape,
+		`{"key":"k","payload":`:      "malformed JSON: the line ends before its object does (a missing closing brace or quote?)" + shape,
+		`{"key":"k","payload":tree}`: "malformed JSON: invalid character 'e' in literal true (expecting 'u')" + shape,
+		`key=k`:                      "malformed JSON: invalid character 'k' looking for beginning of value" + shape,
+	} {
+		_, err := decodeLine([]byte(in))
+		if err == nil || err.Error() != want {
+			t.Errorf("decodeLine(%s):\n got %v\nwant %s", in, err, want)
+		}
+	}
+}

@@ -50,7 +50,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"work", "--queue", "q", "--group", "g", "--exec", "true", "--poll-interval", "0"}, "invalid --poll-interval 0s"},
 		{[]string{"work", "--queue", "q", "--group", "g", "--exec", "true", "--tick-interval", "0"}, "invalid --tick-interval 0s"},
 		{[]string{"work", "--queue", "q", "--group", "g", "--exec", "true", "--shutdown-timeout", "0"}, "invalid --shutdown-timeout 0s"},
-		{[]string{"version", "extra"}, "unknown command"},
+		{[]string{"version", "extra"}, `partitionq version takes flags, not words (got "extra"): give them as flags`},
+		{[]string{"setup", "files", "indexer", "8"}, `partitionq setup takes flags, not words (got "files" "indexer" "8"): give them as flags, e.g. partitionq setup --queue "files" --group "indexer" --slots "8"`},
+		{[]string{"status", "files"}, `partitionq status takes flags, not words (got "files"): give them as flags, e.g. partitionq status --queue files --group indexer`},
 	}
 	h := offline(t)
 	for _, c := range cases {
@@ -99,4 +101,23 @@ func TestVersion(t *testing.T) {
 		t.Errorf("version --json = %+v", v)
 	}
 	pinKeys(t, "version", h.raw("version"), "version", "go")
+}
+
+// --reason says where each action records it: retry writes no dead letter.
+func TestReasonHelpSaysWhereItGoes(t *testing.T) {
+	t.Parallel()
+	h := offline(t)
+	for cmd, want := range map[string]string{
+		"retry":      "why, recorded in the audit trail (optional)",
+		"skip":       "why (required), recorded in the audit trail and in the dead letter of the head",
+		"quarantine": "why (required), recorded in the audit trail and in the dead letters of the key's events",
+	} {
+		r := h.run(cmd, "--help")
+		if r.code != cli.ExitOK || !strings.Contains(r.stdout, want) {
+			t.Errorf("partitionq %s --help does not say %q:\n%s", cmd, want, r.stdout)
+		}
+		if cmd == "retry" && strings.Contains(r.stdout, "dead letter") {
+			t.Errorf("partitionq retry --help says its reason goes in a dead letter:\n%s", r.stdout)
+		}
+	}
 }

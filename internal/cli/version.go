@@ -20,7 +20,7 @@ func (a *app) versionCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the version of partitionq",
-		Args:  cobra.NoArgs,
+		Args:  noWords,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			if asJSON {
 				return writeJSON(cmd.OutOrStdout(), versionJSON{Version: partitionq.Version, Go: runtime.Version()})

@@ -34,6 +34,7 @@ type workFlags struct {
 	lease           time.Duration
 	noProgress      bool
 	metricsAddr     string
+	webConfig       string
 }
 
 func (a *app) workCmd() *cobra.Command {
@@ -63,8 +64,8 @@ commands get --shutdown-timeout to finish. Per-slot counts are printed to
 standard error at exit.`,
 		Example: `  partitionq work --queue files --group indexer --exec ./index-file.sh
   partitionq work --queue files --group indexer --slots 0-3 --policy skip --exec 'python3 handle.py'`,
-		Args: cobra.NoArgs,
-		RunE: runFor(&t, func(cmd *cobra.Command, _ []string) error {
+		Args: noWords,
+		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err
 			}
@@ -81,6 +82,9 @@ standard error at exit.`,
 				if err := checkMetricsAddr(w.metricsAddr); err != nil {
 					return err
 				}
+			}
+			if w.webConfig != "" && w.metricsAddr == "" {
+				return usagef("--metrics-web-config needs --metrics-addr: give the address to serve the metrics at, e.g. --metrics-addr 127.0.0.1:9464")
 			}
 			return a.work(cmd, t, w)
 		}),
@@ -104,6 +108,7 @@ standard error at exit.`,
 	f.DurationVar(&w.tickInterval, "tick-interval", partitionq.TickIntervalDefault, "how often the in-process ticker runs (with --ticker)")
 	f.StringVar(&w.identity, "identity", "", "name of this worker in status (default partitionq:<host>:<pid>)")
 	f.StringVar(&w.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics while the worker runs (e.g. 127.0.0.1:9464)")
+	f.StringVar(&w.webConfig, "metrics-web-config", "", "serve the metrics with TLS and/or basic auth, as this web configuration file says (the format of Prometheus's exporters)")
 	return cmd
 }
 
@@ -154,6 +159,11 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 			return err
 		}
 	}
+	if w.ticker { // before anything starts: refused at once, said once
+		if err := s.client.CheckTickerRights(ctx); err != nil {
+			return err
+		}
+	}
 	// Up before the first command, so that a worker killed at any moment
 	// takes its commands with it.
 	if err := startGuardian(); err != nil {
@@ -175,7 +185,7 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 	}
 	var metrics *metricsServer
 	if w.metricsAddr != "" {
-		if metrics, err = listenMetrics(w.metricsAddr); err != nil {
+		if metrics, err = listenMetrics(w.metricsAddr, w.webConfig, s.log); err != nil {
 			return err
 		}
 		cfg.Registerer = metrics.reg

@@ -191,12 +191,17 @@ func (e *env) client(role string, maxConns int, log *logBuffer) *partitionq.Clie
 
 // cli runs one partitionq command line as role ("": the owner).
 func (e *env) cli(role, stdin string, args ...string) (int, string, string) {
+	return e.cliCtx(e.ctx, role, stdin, args...)
+}
+
+// cliCtx is cli until ctx ends.
+func (e *env) cliCtx(ctx context.Context, role, stdin string, args ...string) (int, string, string) {
 	var out, errb bytes.Buffer
 	url := e.db.URL
 	if role != "" {
 		url = e.url(role)
 	}
-	code := cli.Main(e.ctx, args, cli.Env{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb,
+	code := cli.Main(ctx, args, cli.Env{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb,
 		Getenv: func(k string) string {
 			switch k {
 			case "DATABASE_URL":

@@ -32,6 +32,10 @@ const (
 
 var schemaRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
+// ErrBothInstalled reports that both engines are installed in the
+// database, so that detection cannot choose.
+var ErrBothInstalled = errors.New("both pgq and pgque are installed in this database: set Config.EngineSchema to the one partitionq uses")
+
 // ErrNotInstalled reports that no engine schema was found in the database.
 var ErrNotInstalled = errors.New("no PgQ engine found in this database (neither schema pgq nor pgque has next_batch): install it with `create extension pgq` (Debian package postgresql-<major>-pgq3) or load PgQue")
 
@@ -64,7 +68,7 @@ func Detect(ctx context.Context, db DB) (string, error) {
 	}
 	switch {
 	case pgq && pgque:
-		return "", errors.New("both pgq and pgque are installed in this database: set the engine schema explicitly (Config.EngineSchema or --engine)")
+		return "", ErrBothInstalled
 	case pgq:
 		return SchemaPgQ, nil
 	case pgque:

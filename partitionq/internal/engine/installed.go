@@ -38,6 +38,6 @@ func (e *Engine) CheckInstalled(ctx context.Context, db DB) error {
 	case pgque && e.schema != SchemaPgQue:
 		other = "; or use pgque, which is installed here (leave the engine out to detect it)"
 	}
-	return fmt.Errorf("the engine %s (--engine, Config.EngineSchema) is not installed in this database (no %s.next_batch): %s%s",
+	return fmt.Errorf("the engine %s is not installed in this database (no %s.next_batch): %s%s",
 		e.schema, e.schema, install, other)
 }

@@ -40,6 +40,19 @@ func (e *NeverFailedError) Error() string {
 // Is makes errors.Is(err, ErrNeverFailed) true.
 func (e *NeverFailedError) Is(target error) bool { return target == ErrNeverFailed }
 
+// NotHeadError: the event an action named is not (or no longer) the key's
+// head; nothing was done and nothing recorded. Head is the key's head now
+// (nil: nothing of the key is set aside, or not read again).
+type NotHeadError struct {
+	Key     string
+	EventID int64
+	Head    *Head
+}
+
+func (e *NotHeadError) Error() string {
+	return fmt.Sprintf("event %d is not the head of key %s", e.EventID, termsafe.Echo(e.Key))
+}
+
 // Kind is an operator action on a key's head.
 type Kind string
 
@@ -106,8 +119,13 @@ func Act(ctx context.Context, pool db.TxStarter, eng *engine.Engine, s Slot, a A
 			return fmt.Errorf("%w: key %s has no unresolved head in its slot", ErrNotBlocked, termsafe.Echo(a.Key))
 		}
 		if len(heads) == 0 || (a.HeadID != 0 && heads[0].ID != a.HeadID) {
-			res.Outcome = OutcomeAlreadyResolved
-			return audit(ctx, tx, res)
+			// Not the head: the caller tells whether that event was
+			// resolved (and records it) or never was the head.
+			nh := &NotHeadError{Key: a.Key, EventID: a.HeadID}
+			if len(heads) > 0 {
+				nh.Head = &heads[0]
+			}
+			return nh
 		}
 		head := heads[0]
 		res.EventID = head.ID
@@ -122,8 +140,7 @@ func Act(ctx context.Context, pool db.TxStarter, eng *engine.Engine, s Slot, a A
 				return err
 			}
 			if !ok { // resolved while we waited: never act on the next event
-				res.Outcome = OutcomeAlreadyResolved
-				return audit(ctx, tx, res)
+				return &NotHeadError{Key: a.Key, EventID: head.ID}
 			}
 			// The head as the worker left it: its ev_retry, and its failure
 			// record, read after the worker committed.

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/partitionq/partitionq/partitionq/internal/db"
 	"github.com/partitionq/partitionq/partitionq/internal/engine"
 	"github.com/partitionq/partitionq/partitionq/internal/store"
 )
@@ -60,35 +61,85 @@ type Config struct {
 	MaintInterval time.Duration // between maintenance rounds
 }
 
+// RightsError: the role may not run the ticker (the engine's ticker and
+// maintenance functions are its admin's, the turns partitionq's owner's).
+type RightsError struct {
+	Missing string // what it lacks
+	Err     error  // the server's refusal, when the ticker found it so
+}
+
+func (e *RightsError) Error() string {
+	s := "this role may not run the engine's ticker (it lacks " + e.Missing + ")"
+	if e.Err != nil {
+		s = fmt.Sprintf("this role may not run the engine's ticker: %v", e.Err)
+	}
+	return s + ": run the ticker as the owner (partitionq tick, or pgqd), and the workers without RunTicker (--ticker)"
+}
+
+func (e *RightsError) Unwrap() error { return e.Err }
+
+// CheckRights fails with a *RightsError when the session's role may not
+// run the ticker: a worker asked to tick refuses to start rather than
+// fail every round.
+func CheckRights(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) error {
+	missing, err := eng.TickRights(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if missing != "" {
+		return &RightsError{Missing: missing}
+	}
+	return nil
+}
+
 // Run ticks, moves due retry events, and (every MaintInterval) runs the
 // engine's maintenance and removes expired dedup records, until ctx is
 // done. While a removal finds a full batch of expired records, the next
 // round removes another (one bounded batch per Interval, so ticks are not
-// held up).
+// held up). A round refused for want of a right (the role's rights were
+// taken away while it ran) stops the ticker, with one error in the log
+// naming the fix, rather than fail every round.
 func Run(ctx context.Context, cfg Config) {
 	tick := time.NewTicker(cfg.Interval)
 	defer tick.Stop()
 	lastMaint := time.Time{}
+	failed := func(what string, err error) bool {
+		if err == nil || ctx.Err() != nil {
+			return false
+		}
+		if db.IsInsufficientPrivilege(err) {
+			cfg.Log.Error("partitionq: the ticker stops", slog.Any("error", &RightsError{Err: err}))
+			return true
+		}
+		cfg.Log.Warn("partitionq: "+what+" failed", slog.Any("error", err))
+		return false
+	}
+	behind := true // the census may be behind when the ticker starts
 	dedupBehind := false
 	for {
-		if err := Tick(ctx, cfg.Eng, cfg.Pool); err != nil && ctx.Err() == nil {
-			cfg.Log.Warn("partitionq: tick failed", slog.Any("error", err))
+		made, err := tickRound(ctx, cfg.Eng, cfg.Pool)
+		if failed("tick", err) || failed("moving retry events", MoveRetries(ctx, cfg.Eng, cfg.Pool)) {
+			return
 		}
-		if err := MoveRetries(ctx, cfg.Eng, cfg.Pool); err != nil && ctx.Err() == nil {
-			cfg.Log.Warn("partitionq: moving retry events failed", slog.Any("error", err))
+		if made > 0 || behind {
+			n, err := Census(ctx, cfg.Eng, cfg.Pool)
+			if failed("counting the new ticks' events by slot", err) {
+				return
+			}
+			behind = n >= CensusBudget
 		}
 		switch {
 		case time.Since(lastMaint) >= cfg.MaintInterval:
 			expired, err := maintain(ctx, cfg.Eng, cfg.Pool)
-			if err != nil && ctx.Err() == nil {
-				cfg.Log.Warn("partitionq: maintenance failed", slog.Any("error", err))
+			if failed("maintenance", err) {
+				return
 			}
 			lastMaint = time.Now()
 			dedupBehind = expired == store.ExpireDedupBatch
 		case dedupBehind:
 			n, err := ExpireDedup(ctx, cfg.Pool)
-			if err != nil && ctx.Err() == nil {
-				cfg.Log.Warn("partitionq: removing expired dedup records failed", slog.Any("error", err))
+			if failed("removing expired dedup records", err) {
+				return
 			}
 			dedupBehind = n == store.ExpireDedupBatch
 		}
@@ -103,13 +154,39 @@ func Run(ctx context.Context, cfg Config) {
 // Tick runs the engine's ticker once for every queue, unless another
 // ticker is in its round right now.
 func Tick(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) error {
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	_, err := tickRound(ctx, eng, pool)
+	return err
+}
+
+// tickRound is Tick, returning how many ticks it made.
+func tickRound(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) (int64, error) {
+	var made int64
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if got, err := turn(ctx, tx, tickTurn); err != nil || !got {
 			return err
 		}
-		_, err := eng.TickAndAnnounce(ctx, tx)
+		var err error
+		made, err = eng.TickAndAnnounce(ctx, tx)
 		return err
 	})
+	return made, err
+}
+
+// CensusBudget is about how many events one census round counts (the
+// rest in the next rounds): a tick round stays short however large the
+// backlog a new census starts on.
+const CensusBudget = 200_000
+
+// Census brings the census of every queue's groups (partitionq's count of
+// each tick range's events by slot, what status reads) up to the newest
+// ticks, about CensusBudget events at most; it returns the events counted.
+// Nothing without partitionq's schema (of version 7 or later).
+func Census(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) (int64, error) {
+	var ok bool // (a schema older than the census: nothing to keep)
+	if err := pool.QueryRow(ctx, `select to_regprocedure('partitionq.census_all(text,bigint)') is not null`).Scan(&ok); err != nil || !ok {
+		return 0, err
+	}
+	return store.CensusAll(ctx, pool, eng.Schema(), CensusBudget)
 }
 
 // MoveRetries moves the due retry events (timed retries of the skip

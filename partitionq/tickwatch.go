@@ -1,0 +1,84 @@
+package partitionq
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/partitionq/partitionq/partitionq/internal/engine"
+)
+
+// TickStatus is a queue's newest tick, and whether events wait for one.
+type TickStatus struct {
+	// Age is how old the queue's newest tick is; -1 when it has none.
+	Age time.Duration
+	// Unticked counts the events sent after the newest tick (from the
+	// queue's event sequence: those not committed yet, or rolled back,
+	// count too): no slot can read them before the next tick.
+	Unticked int64
+	// Stalled is set when events wait (Unticked > 0) and no tick has come
+	// for TickStallAfter: nothing makes ticks. Run a ticker: partitionq tick
+	// (Client.RunTicker) as the owner, workers with RunTicker (--ticker),
+	// or pgqd.
+	Stalled bool
+	// StallAfter is the bound Stalled uses for this queue: TickStallAfter
+	// of its ticker_max_lag.
+	StallAfter time.Duration
+}
+
+// TickerHint is what to do about a Stalled queue, in the command line's words.
+const TickerHint = "run a ticker: partitionq tick (as the owner), the workers with --ticker, or pgqd"
+
+// TickStallAfter is how long a queue may go without a tick while events
+// wait before it counts as getting none: three times its ticker_max_lag
+// (the longest a running ticker lets a waiting event go without a tick),
+// and at least 2 seconds.
+func TickStallAfter(maxLag time.Duration) time.Duration { return max(2*time.Second, 3*maxLag) }
+
+func tickStatus(ts engine.TickState) TickStatus {
+	st := TickStatus{Age: ts.Age, Unticked: ts.Unticked, StallAfter: TickStallAfter(ts.MaxLag)}
+	if !ts.HasTick {
+		st.Age = -1
+	}
+	st.Stalled = st.Unticked > 0 && (!ts.HasTick || ts.Age > st.StallAfter)
+	return st
+}
+
+// watchTicks warns in the worker's log, once each time it happens, when
+// events wait in the queue and no tick has come for TickStallAfter: a
+// worker with nothing making ticks handles nothing, and would say nothing.
+// One cheap query (the queue's newest tick) every few seconds.
+func (w *Worker) watchTicks(ctx context.Context, pool *pgxpool.Pool) {
+	every := min(max(time.Second, 10*w.cfg.PollInterval), 5*time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	stalled := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		qctx, cancel := context.WithTimeout(ctx, every)
+		ts, err := w.c.eng.TickState(qctx, pool, w.cfg.Queue)
+		cancel()
+		if err != nil {
+			continue // the worker's other loops say what is wrong with the database
+		}
+		st := tickStatus(ts)
+		switch {
+		case st.Stalled && !stalled:
+			age := "ever"
+			if st.Age >= 0 {
+				age = st.Age.Round(time.Second).String()
+			}
+			w.log.Warn("partitionq: no tick for "+age+" while events wait in the queue: no slot can read them; "+TickerHint,
+				slog.Int64("events_waiting", st.Unticked), slog.Duration("stall_after", st.StallAfter))
+		case !st.Stalled && stalled:
+			w.log.Info("partitionq: ticks arrive again")
+		}
+		stalled = st.Stalled
+	}
+}
