@@ -276,17 +276,18 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// The exec handler: it logs its run's start (S) and, after holding the
-// event a random time, its success (O) and end (E) to the shared run log.
-// A handler killed by its worker logs no end: a watcher it starts first, in
-// a session of its own (so that the worker's kill of the handler's process
-// group spares it), waits for the handler's shell to end, however it ends,
-// and logs an end then (test/cmd/runwatch; a second end after a normal exit
-// is ignored). The run's worker field is <worker pid>/<shell pid>, so each run
-// pairs with its own end.
+// The exec handler: a watcher it starts first, in a session of its own (so
+// that the worker's kill of the handler's process group spares it), logs
+// the run's start (S) and, when the handler's shell ends, however it ends,
+// its end (E) to the shared run log (test/cmd/runwatch). The handler waits
+// for the watcher's start line (the end of its output: `setsid -f` forks, so
+// the command substitution ends with the watcher's output, not with the
+// watcher), holds the event a random time and logs its success (O) and end
+// (a second end after a normal exit is ignored). The run's worker field is
+// <worker pid>/<shell pid>, so each run pairs with its own end.
 const execHandler = `s=$(sed -n 's/.*"s":\([0-9]*\).*/\1/p'); w="$PPID/$$"
-setsid '{runwatch}' "$$" '{log}' "$PARTITIONQ_KEY" "$s" "$w" </dev/null >/dev/null 2>&1 &
-printf 'S "%s" %s %s %s\n' "$PARTITIONQ_KEY" "$s" "$w" "$(date +%s%N)" >> '{log}'
+ready=$(setsid -f '{runwatch}' "$$" '{log}' "$PARTITIONQ_KEY" "$s" "$w" </dev/null 2>/dev/null; echo x)
+[ "$ready" = x ] || exit 1
 sleep "$(awk -v seed="$$$(date +%N)" 'BEGIN { srand(seed % 100000); printf "%.3f", rand() * {hold} }')"
 now=$(date +%s%N)
 printf 'O "%s" %s %s %s\nE "%s" %s %s %s\n' "$PARTITIONQ_KEY" "$s" "$w" "$now" "$PARTITIONQ_KEY" "$s" "$w" "$now" >> '{log}'`
