@@ -231,6 +231,7 @@ func testResize(t *testing.T, from, to int) {
 	t.Logf("%d to %d: %s", from, to, r)
 	if !r.OK() {
 		t.Errorf("%s; examples: %s", r, strings.Join(r.Examples, "; "))
+		dumpEngine(t, b)
 	}
 	if r.Dead != 1 {
 		t.Errorf("%d dead letters, want the stuck key's head", r.Dead)
@@ -255,5 +256,38 @@ func testResize(t *testing.T, from, to int) {
 	}
 	if !started || !completed {
 		t.Errorf("audit trail misses the resize's start or end: %+v", audit)
+	}
+}
+
+// dumpEngine logs the engine's view of queue q (its consumers' positions and
+// batches, the newest tick, the retry queue by owner) and partitionq's
+// generations and ownership rows: what a failed resize test needs to say
+// where its events went.
+func dumpEngine(t *testing.T, b *bundle) {
+	t.Helper()
+	for _, q := range []string{
+		`select c.co_name, s.sub_id, s.sub_last_tick, s.sub_batch, s.sub_next_tick from pgq.subscription s join pgq.consumer c on c.co_id = s.sub_consumer order by 1`,
+		`select max(tick_id), max(tick_event_seq) from pgq.tick`,
+		`select ev_owner, count(*), min(ev_id), max(ev_id), min(ev_retry_after) from pgq.retry_queue group by 1 order by 1`,
+		`select slots, number, parent_slots, resize_txid, cutover_tick from partitionq.generation order by number`,
+		`select n, slot, worker_id, epoch from partitionq.slot order by n, slot`,
+		`select ev_extra1, min(ev_id), max(ev_id), count(*) from pgq.event_template group by 1 order by 1`,
+	} {
+		rows, err := b.pool.Query(b.ctx, b.db.SQL(q))
+		if err != nil {
+			t.Logf("%s: %v", q, err)
+			continue
+		}
+		var out []string
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				t.Logf("%s: %v", q, err)
+				break
+			}
+			out = append(out, fmt.Sprint(vals...))
+		}
+		rows.Close()
+		t.Logf("%s:\n\t%s", q, strings.Join(out, "\n\t"))
 	}
 }

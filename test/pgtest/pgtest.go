@@ -87,6 +87,10 @@ func New(t testing.TB) DB {
 	_, _ = rand.Read(b)
 	name := "pqtest_" + hex.EncodeToString(b)
 	t.Cleanup(func() {
+		if t.Failed() && os.Getenv("PQ_TEST_KEEP_FAILED") != "" { // debug aid: keep a failed test's database
+			t.Logf("kept the failed test's database %s (PQ_TEST_KEEP_FAILED)", name)
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := freshdb.Drop(ctx, admin, name); err != nil {

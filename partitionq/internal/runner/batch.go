@@ -609,6 +609,7 @@ func (r *Runner) finished(b *batchRun) {
 	s.lastTick, s.pos = b.info.CurTick, b.info.CurTick
 	s.cold = b.events.Load() == 0
 	s.mu.Unlock()
+	r.trace("batch finished", "slot", s.slot, "batch", b.info.ID, "cur", b.info.CurTick, "events", b.events.Load())
 	b.lanes.Wait()
 	if r.cfg.Policy == Pause && retry > 0 {
 		signal(r.headWake) // new parked events: failed heads to schedule, or waiting events due now

@@ -198,6 +198,7 @@ func (r *Runner) openBatches() bool {
 	}
 	r.cutover.Store(cutover)
 	for i, s := range move {
+		r.trace("slot moved ahead", "slot", s.slot, "to", movedTo[i], "ok", moved[i])
 		s.mu.Lock()
 		if moved[i] {
 			s.pos = movedTo[i]
@@ -226,6 +227,7 @@ func (r *Runner) openBatches() bool {
 			s.mu.Unlock()
 			return
 		}
+		r.trace("batch opened", "slot", s.slot, "batch", info.ID, "prev", info.PrevTick, "cur", info.CurTick)
 		opened = append(opened, r.newBatch(s, info))
 	}
 	for i, info := range infos {
@@ -267,6 +269,9 @@ func (r *Runner) openBatches() bool {
 	}
 	for _, k := range order {
 		g, c := groups[k], cands[k]
+		if len(c) > 0 {
+			r.trace("cohort read", "probe", g[0].s.slot, "prev", k.prev, "cur", k.cur, "cands", consumersOf(c))
+		}
 		r.wg.Add(1)
 		go func() { defer r.wg.Done(); r.read(g, c, 0) }()
 	}
@@ -319,6 +324,7 @@ func (r *Runner) probed(cands []*slotRun, seen map[int]bool, prev, cur int64) {
 		case s.lastTick >= prev && s.lastTick < cur && s.batch == nil:
 			s.lastTick = cur // (prev, cur] has nothing of its own, nor had (its consumer, prev]
 		}
+		r.trace("probed", "slot", s.slot, "prev", prev, "cur", cur, "seen", seen[s.slot], "last", s.lastTick, "pos", s.pos)
 		s.mu.Unlock()
 	}
 	if warm {

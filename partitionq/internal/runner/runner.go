@@ -407,6 +407,14 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
+// trace logs a step of the batch machinery at debug level (for a test's
+// PQ_TEST_LOG, or a user's debug log), at no cost when debug is off.
+func (r *Runner) trace(msg string, args ...any) {
+	if r.log.Enabled(context.Background(), slog.LevelDebug) {
+		r.log.Debug("partitionq: "+msg, args...)
+	}
+}
+
 func errText(err error) string {
 	if err == nil {
 		return ""
