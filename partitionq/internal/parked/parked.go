@@ -292,15 +292,32 @@ type DrainResult struct {
 	Empty bool
 }
 
+// DrainHooks are the caller's parts of a drain.
+type DrainHooks struct {
+	// Handle runs the handler on one parked event.
+	Handle func(ev engine.Event, attempt int) Handled
+	// Settle is called with the events the run resolved, before the
+	// transaction that resolves them deletes their records: the caller
+	// records handled events as done as it goes (partitionq.slot_done,
+	// batch 0, in transactions of its own), so that a drain cut short by a
+	// fault runs again only what was in flight; Settle must return only
+	// once none of those records can be written any more. May be nil.
+	Settle func(done []int64)
+	// Fence is the ownership check, in the drain's transaction before it
+	// commits; if it fails nothing is written.
+	Fence func(context.Context, pgx.Tx) error
+}
+
 // Drain runs one drain transaction for key of slot s from its head headID:
 // it takes the row locks of a run of parked events (without waiting: an
 // operator action holding one makes it return at once), hands them to
-// handle in ev_id order, and stops at the first failure (which records the
-// failure and leaves the event the key's head), at an event whose next
-// attempt is not due, or at the limits. Before it commits it calls fence
-// (the ownership check); if fence fails nothing is written.
+// h.Handle in ev_id order, and stops at the first failure (which records
+// the failure and leaves the event the key's head), at an event whose next
+// attempt is not due, or at the limits. Events an earlier drain handled and
+// recorded as done (partitionq.slot_done, batch 0: see DrainHooks.Settle)
+// are not handled again, only resolved.
 func Drain(ctx context.Context, pool db.TxStarter, eng *engine.Engine, s Slot, key string, headID int64, lim Limits,
-	fence func(context.Context, pgx.Tx) error, handle func(ev engine.Event, attempt int) Handled) (DrainResult, error) {
+	h DrainHooks) (DrainResult, error) {
 	var res DrainResult
 	tx, err := pool.Begin(ctx)
 	if err != nil {
@@ -348,40 +365,45 @@ func Drain(ctx context.Context, pool db.TxStarter, eng *engine.Engine, s Slot, k
 		if ctx.Err() != nil || (i > 0 && time.Since(start) > lim.Time) {
 			break
 		}
-		if already[ev.ID] { // its exactly-once handler committed before a crash
+		if already[ev.ID] { // handled by a drain cut short (or its exactly-once handler committed)
 			done = append(done, ev.ID)
 			continue
 		}
 		attempt := int(ev.Retry) + 1
-		h := handle(ev, attempt)
-		if h.Abort {
-			return DrainResult{}, nil // the rollback leaves every event as it was
+		out := h.Handle(ev, attempt)
+		if out.Abort {
+			// The rollback leaves every event as it was; those handled stay
+			// recorded as done (the worker's last flush), for the next owner.
+			return DrainResult{}, nil
 		}
-		if h.OK {
+		if out.OK {
 			done = append(done, ev.ID)
 			continue
 		}
-		if h.Dead {
+		if out.Dead {
 			// Committed before the key's next event runs: were this
 			// transaction lost, the event would be tried again after its
 			// successor.
 			done = append(done, ev.ID)
-			dead = append(dead, DeadLetter(s, ev, attempt, h.Err, h.Reason, "worker"))
+			dead = append(dead, DeadLetter(s, ev, attempt, out.Err, out.Reason, "worker"))
 			break
 		}
 		if err := eng.SetRetryCount(ctx, tx, s.SubID, ev.ID, int32(attempt)); err != nil {
 			return res, err
 		}
-		if err := putFailure(ctx, tx, s, ev.ID, attempt, h.Err, h.Delay); err != nil {
+		if err := putFailure(ctx, tx, s, ev.ID, attempt, out.Err, out.Delay); err != nil {
 			return res, err
 		}
 		stopped = true
 		break
 	}
+	if h.Settle != nil {
+		h.Settle(done)
+	}
 	if err := resolve(ctx, tx, eng, s, done, dead); err != nil {
 		return res, err
 	}
-	if err := fence(ctx, tx); err != nil {
+	if err := h.Fence(ctx, tx); err != nil {
 		return DrainResult{}, err
 	}
 	if err := tx.Commit(ctx); err != nil {

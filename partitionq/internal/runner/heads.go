@@ -176,8 +176,12 @@ func (r *Runner) startDrain(s *slotRun, key string, headID int64, expire bool) {
 			}
 		}
 		for id != 0 && ctx.Err() == nil && s.active() {
-			res, err := parked.Drain(ctx, r.cfg.Pool, r.cfg.Eng, s.info, key, id, parked.Limits{Events: drainRun, Time: drainRunTime}, s.fence,
-				func(ev engine.Event, attempt int) parked.Handled { return r.drainCall(s, ev, attempt) })
+			res, err := parked.Drain(ctx, r.cfg.Pool, r.cfg.Eng, s.info, key, id, parked.Limits{Events: drainRun, Time: drainRunTime},
+				parked.DrainHooks{
+					Handle: func(ev engine.Event, attempt int) parked.Handled { return r.drainCall(s, ev, attempt) },
+					Settle: func(done []int64) { r.settleDrained(s, done) },
+					Fence:  s.fence,
+				})
 			if err != nil {
 				r.drainFailed(s, key, err, "draining a blocked key failed")
 				rescan = true
@@ -200,6 +204,7 @@ func (r *Runner) drainCall(s *slotRun, ev engine.Event, attempt int) parked.Hand
 	}
 	if res.Err == nil {
 		s.handled.Add(1)
+		r.drained(s, ev.ID)
 		return parked.Handled{OK: true}
 	}
 	s.failed.Add(1)

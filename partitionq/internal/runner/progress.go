@@ -19,6 +19,62 @@ import (
 // commit), which first checks that each slot is still owned at its epoch;
 // it commits without waiting for the WAL to reach disk (a server crash may
 // lose the last flushes: those events run again, nothing is lost).
+//
+// Drains of blocked keys resume the same way: a drain handles a run of
+// parked events in one transaction, which resolves them when it commits;
+// the same flushes record each handled event as done as it goes
+// (partitionq.slot_done, batch 0), so that a drain cut short by a fault
+// repeats only what was in flight and what the last flush had not written:
+// the next drain resolves the recorded events without running them
+// (parked.Drain). Before a drain's transaction resolves its events (and
+// deletes their records), it settles (settleDrained): a flush records what
+// it handled, so that even a drain whose own transaction was lost in a
+// fault unnoticed, and went on handling, leaves every event it handled
+// recorded; and from then on no flush writes a record of those events, so
+// that no record outlives its event.
+
+// drained records that a drain of slot s handled parked event id: the next
+// flush records it as done.
+func (r *Runner) drained(s *slotRun, id int64) {
+	if !r.cfg.Progress {
+		return
+	}
+	s.mu.Lock()
+	s.drainedIDs = append(s.drainedIDs, id)
+	s.mu.Unlock()
+	signal(r.flushWake)
+}
+
+// settleDrained is a drain's parked.DrainHooks.Settle: the events done are
+// recorded (one flush), and as they are about to be resolved, no flush may
+// record them from now on.
+func (r *Runner) settleDrained(s *slotRun, done []int64) {
+	if len(done) == 0 || !r.cfg.Progress {
+		return
+	}
+	r.flushMu.Lock() // a flush under way ends first
+	defer r.flushMu.Unlock()
+	// A fault that cut the drain short may have left the pool's idle
+	// sessions dead too: each try drops one.
+	for try := 0; try < 3; try++ {
+		if r.flushLocked(r.stop) == nil || r.stop.Err() != nil {
+			break
+		}
+	}
+	gone := make(map[int64]bool, len(done))
+	for _, id := range done {
+		gone[id] = true
+	}
+	s.mu.Lock()
+	kept := s.drainedIDs[:0]
+	for _, id := range s.drainedIDs {
+		if !gone[id] {
+			kept = append(kept, id)
+		}
+	}
+	s.drainedIDs = kept
+	s.mu.Unlock()
+}
 
 func (r *Runner) leaseOwned(ctx context.Context, tx db.DB, slots []int, epochs []int64) (map[int]bool, error) {
 	return lease.Owned(ctx, tx, r.cfg.Queue, r.cfg.Group, r.cfg.N, slots, epochs)
@@ -124,8 +180,17 @@ func (r *Runner) flushLoop() {
 }
 
 // flush records the progress of every owned slot's open batch that changed,
-// and the slots' new counts, in one transaction.
+// the slots' new counts and the events their drains handled, in one
+// transaction.
 func (r *Runner) flush(ctx context.Context) {
+	r.flushMu.Lock()
+	defer r.flushMu.Unlock()
+	r.flushLocked(ctx)
+}
+
+// flushLocked is flush, with r.flushMu held; it returns the error of a
+// flush that failed (it is logged, and retried at the next flush).
+func (r *Runner) flushLocked(ctx context.Context) error {
 	type row struct {
 		s     *slotRun
 		b     *batchRun
@@ -133,10 +198,19 @@ func (r *Runner) flush(ctx context.Context) {
 		batch int64
 		c     counts
 	}
+	type drainedRow struct {
+		s   *slotRun
+		ids []int64
+	}
 	var rows []row
+	var drained []drainedRow
 	for _, s := range r.ownedSlots() {
 		s.mu.Lock()
 		b := s.batch
+		if len(s.drainedIDs) > 0 {
+			drained = append(drained, drainedRow{s: s, ids: s.drainedIDs})
+			s.drainedIDs = nil
+		}
 		s.mu.Unlock()
 		if b == nil || b.track == nil {
 			continue
@@ -147,8 +221,8 @@ func (r *Runner) flush(ctx context.Context) {
 		}
 		rows = append(rows, row{s: s, b: b, set: set, batch: b.info.ID, c: s.takeCounts()})
 	}
-	if len(rows) == 0 {
-		return
+	if len(rows) == 0 && len(drained) == 0 {
+		return nil
 	}
 	n := len(rows)
 	slots, epochs := make([]int, n), make([]int64, n)
@@ -159,6 +233,9 @@ func (r *Runner) flush(ctx context.Context) {
 		slots[i], epochs[i] = x.s.slot, x.s.epoch
 		ps[i], batches[i], belows[i], dones[i] = int32(x.s.slot), x.batch, x.set.Below, x.set.Encode()
 		hs[i], fs[i] = x.c.handled, x.c.failed
+	}
+	for _, d := range drained { // their slots' ownership is checked too
+		slots, epochs = append(slots, d.s.slot), append(epochs, d.s.epoch)
 	}
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
@@ -172,7 +249,7 @@ func (r *Runner) flush(ctx context.Context) {
 			return err
 		}
 		keep := make([]bool, n)
-		for i, s := range slots {
+		for i, s := range slots[:n] {
 			keep[i] = owned[s]
 		}
 		// The progress and the slots' rate buckets, in one round trip.
@@ -194,6 +271,20 @@ func (r *Runner) flush(ctx context.Context) {
 			}
 		}
 		slotstats.QueueRecord(batch, r.cfg.Queue, r.cfg.Group, r.cfg.N, kps, khs, kfs)
+		var dslots []int32
+		var dids []int64
+		for _, d := range drained {
+			if owned[d.s.slot] {
+				for _, id := range d.ids {
+					dslots, dids = append(dslots, int32(d.s.slot)), append(dids, id)
+				}
+			}
+		}
+		if len(dids) > 0 {
+			batch.Queue(`insert into partitionq.slot_done (queue, grp, n, slot, batch_id, ev_id)
+				select $1, $2, $3, u.slot, 0, u.id from unnest($4::int4[], $5::int8[]) u(slot, id)
+				on conflict do nothing`, r.cfg.Queue, r.cfg.Group, r.cfg.N, dslots, dids)
+		}
 		return tx.SendBatch(tctx, batch).Close()
 	})
 	if err != nil {
@@ -201,15 +292,26 @@ func (r *Runner) flush(ctx context.Context) {
 			x.s.putCounts(x.c)
 			x.b.track.Touch()
 		}
+		for _, d := range drained { // the next flush tries again
+			d.s.mu.Lock()
+			d.s.drainedIDs = append(d.ids, d.s.drainedIDs...)
+			d.s.mu.Unlock()
+		}
 		if ctx.Err() == nil {
 			r.log.Warn("partitionq: recording progress failed", slog.Any("error", err))
 		}
 		signal(r.flushWake) // try again
-		return
+		return err
 	}
 	for _, x := range rows {
 		if !owned[x.s.slot] {
 			r.loseRun(x.s, "another worker took the slot over")
 		}
 	}
+	for _, d := range drained {
+		if !owned[d.s.slot] {
+			r.loseRun(d.s, "another worker took the slot over")
+		}
+	}
+	return nil
 }

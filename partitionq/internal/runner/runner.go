@@ -155,6 +155,8 @@ type Runner struct {
 	gaining []*slotRun       // slots of the claim in progress (gain), published by gained
 	wg      sync.WaitGroup   // every goroutine but Run's own
 
+	flushMu sync.Mutex // held by a flush; a drain settles its handled events under it (progress.go)
+
 	readSeq  atomic.Int64 // numbers the reads
 	seenTick atomic.Int64 // the queue's newest tick at the last look (0: not looked)
 	cutover  atomic.Int64 // the cutover tick of a resize of this (old) generation, once known (0: none)
