@@ -130,7 +130,7 @@ grant execute on function partitionq.check_owner(text, text, int, int, bigint),
 grant select on partitionq.generation to partitionq_worker;
 grant execute on function partitionq.resize_cutover(text, text, text),
                           partitionq.resize_handoff(text, text, text, int, bigint) to partitionq_worker;
-grant execute on function partitionq.give_up(text, text, text, int, text, bigint[], int[], text[], text[]) to partitionq_worker;
+grant execute on function partitionq.give_up(text, text, text, int, bigint, text, bigint[], int[], text[], text[]) to partitionq_worker;
 
 grant partitionq_viewer to partitionq_operator;
 grant update (next_attempt_at), delete on partitionq.failure to partitionq_operator;

@@ -44,6 +44,21 @@ func consumerOf(slot int) string { return fmt.Sprintf("g#%d/2", slot) }
 // openBatchWith opens, as the worker pool wp, the batch of key's slot that
 // holds event evID (the batches before it are finished), the way a worker
 // would, and returns its id.
+// own makes a worker (a row of partitionq.worker whose lease does not run
+// out) the owner of slot at a new epoch, as a takeover does, and returns
+// the epoch.
+func (e *env) own(slot int) int64 {
+	e.t.Helper()
+	var epoch int64
+	if err := e.admin.QueryRow(e.ctx, `with w as (insert into partitionq.worker (identity, lease_until, schema_version)
+		values ('owner of slot ' || $1, 'infinity', (select max(version) from partitionq.schema_version)) returning id)
+		update partitionq.slot s set worker_id = w.id, epoch = s.epoch + 1 from w
+		 where s.queue = 'q' and s.grp = 'g' and s.slot = $1 returning s.epoch`, slot).Scan(&epoch); err != nil {
+		e.t.Fatal(err)
+	}
+	return epoch
+}
+
 func (e *env) openBatchWith(wp *pgxpool.Pool, key string, evID int64) int64 {
 	e.t.Helper()
 	consumer := consumerOf(e.slotOf(key))
@@ -159,10 +174,16 @@ func TestDeadLettersCannotBeForged(t *testing.T) {
 		t.Fatal(err)
 	}
 	otherID := otherIDSent.ID
-	giveUp := func(p *pgxpool.Pool, slot int, id int64, reason string) error {
-		_, err := p.Exec(e.ctx, `select partitionq.give_up($1, 'q', 'g', $2, $3, array[$4::int8], array[3], array['boom'], array[$5])`,
-			e.db.Schema, slot, consumerOf(slot), id, reason)
+	// The worker owns the slot at an epoch (as a worker that took it does),
+	// and gives events up at it.
+	epoch := e.own(slot)
+	giveUpAt := func(p *pgxpool.Pool, slot int, epoch, id int64, reason string) error {
+		_, err := p.Exec(e.ctx, `select partitionq.give_up($1, 'q', 'g', $2, $3, $4, array[$5::int8], array[3], array['boom'], array[$6])`,
+			e.db.Schema, slot, epoch, consumerOf(slot), id, reason)
 		return err
+	}
+	giveUp := func(p *pgxpool.Pool, slot int, id int64, reason string) error {
+		return giveUpAt(p, slot, epoch, id, reason)
 	}
 	deadLetters := func() int {
 		var n int
@@ -194,9 +215,13 @@ func TestDeadLettersCannotBeForged(t *testing.T) {
 		refused(t, "give_up of another slot's event", giveUp(wk, slot, otherID, "handler"), "PQ002")
 		refused(t, "give_up of no event", giveUp(wk, slot, evID+1000, "handler"), "PQ002")
 		// The consumer must be the slot's.
-		_, err := wk.Exec(e.ctx, `select partitionq.give_up($1, 'q', 'g', $2, 'other#0/2', array[$3::int8], array[1], array[''], array['handler'])`,
-			e.db.Schema, slot, evID)
+		_, err := wk.Exec(e.ctx, `select partitionq.give_up($1, 'q', 'g', $2, $3, 'other#0/2', array[$4::int8], array[1], array[''], array['handler'])`,
+			e.db.Schema, slot, epoch, evID)
 		refused(t, "give_up naming another consumer", err, "22023")
+		// A zombie: the slot was taken over (a new epoch) while its old owner
+		// still ran; its dead letter is refused like its finish.
+		refused(t, "give_up at an old epoch", giveUpAt(wk, slot, epoch-1, evID, "handler"), "PQ001")
+		refused(t, "give_up of a slot of nobody's", giveUpAt(wk, (slot+1)%2, 1, otherID, "handler"), "PQ001")
 		// An operator's reason.
 		refused(t, "give_up with reason skip", giveUp(wk, slot, evID, "skip: forged by alice"), "22023")
 		// The operator gives up only parked events.

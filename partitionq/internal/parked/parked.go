@@ -47,6 +47,9 @@ type Slot struct {
 	N            int // the slot's generation has N slots
 	Slot         int
 	SubID        int32
+	// Epoch is the slot's ownership epoch, for a worker's writes (a dead
+	// letter is fenced by it); 0 in an operator's.
+	Epoch int64
 }
 
 // Failure is what partitionq remembers of a failed, parked head.
@@ -159,7 +162,7 @@ func (o *Outcome) Write(ctx context.Context, tx db.DB, eng *engine.Engine) error
 			return err
 		}
 	}
-	return store.GiveUp(ctx, tx, eng.Schema(), o.s.Queue, o.s.Group, o.s.Slot, o.s.Consumer, o.dead)
+	return store.GiveUp(ctx, tx, eng.Schema(), o.s.Queue, o.s.Group, o.s.Slot, o.s.Epoch, o.s.Consumer, o.dead)
 }
 
 // DeadLetter builds the dead letter of event ev of slot s, whatever gave it
@@ -487,7 +490,7 @@ func Flag(ctx context.Context, q db.DB, s Slot, headID int64) (bool, error) {
 // their failure records; in tx, where the caller holds the events' row
 // locks.
 func resolve(ctx context.Context, tx pgx.Tx, eng *engine.Engine, s Slot, ids []int64, dead []store.DeadLetter) error {
-	if err := store.GiveUp(ctx, tx, eng.Schema(), s.Queue, s.Group, s.Slot, s.Consumer, dead); err != nil {
+	if err := store.GiveUp(ctx, tx, eng.Schema(), s.Queue, s.Group, s.Slot, s.Epoch, s.Consumer, dead); err != nil {
 		return err
 	}
 	if len(ids) > 0 {

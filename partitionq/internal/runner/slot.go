@@ -68,7 +68,9 @@ func (s *slotRun) putCounts(c counts) {
 
 func newSlotRun(r *Runner, n int, epoch int64) *slotRun {
 	ctx, cancel := context.WithCancelCause(r.hard)
-	return &slotRun{r: r, slot: n, epoch: epoch, info: r.slotInfo(n), stats: r.cfg.Stats[n], ctx: ctx, cancel: cancel,
+	info := r.slotInfo(n)
+	info.Epoch = epoch
+	return &slotRun{r: r, slot: n, epoch: epoch, info: info, stats: r.cfg.Stats[n], ctx: ctx, cancel: cancel,
 		sem: make(chan struct{}, r.cfg.Concurrency), blocked: map[string]uint64{}, draining: map[string]bool{}}
 }
 

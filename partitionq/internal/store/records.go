@@ -48,13 +48,14 @@ const (
 
 // GiveUp stores the dead letters of a worker (reasons handler,
 // max_attempts, max_blocked) of events of one slot, through
-// partitionq.give_up: each event must be in the slot's open batch or in
+// partitionq.give_up: the slot must be owned at epoch (else PQ001, as a
+// zombie's finish), and each event must be in the slot's open batch or in
 // its retry queue (engine schema engineSchema, slot consumer consumer);
 // their content is the engine's. An event that is already a dead letter
 // of the group is left as it is (a batch replayed after a crash gives the
 // same events up again). Only EvID, Attempts, LastError and Reason of dls
 // are sent.
-func GiveUp(ctx context.Context, db DB, engineSchema, queue, group string, slot int, consumer string, dls []DeadLetter) error {
+func GiveUp(ctx context.Context, db DB, engineSchema, queue, group string, slot int, epoch int64, consumer string, dls []DeadLetter) error {
 	if len(dls) == 0 {
 		return nil
 	}
@@ -64,8 +65,8 @@ func GiveUp(ctx context.Context, db DB, engineSchema, queue, group string, slot 
 	for i, d := range dls {
 		ids[i], attempts[i], errs[i], reasons[i] = d.EvID, int32(d.Attempts), d.LastError, d.Reason
 	}
-	_, err := db.Exec(ctx, `select partitionq.give_up($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		engineSchema, queue, group, slot, consumer, ids, attempts, errs, reasons)
+	_, err := db.Exec(ctx, `select partitionq.give_up($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+		engineSchema, queue, group, slot, epoch, consumer, ids, attempts, errs, reasons)
 	if err != nil {
 		return fmt.Errorf("store %d dead letters: %w", n, err)
 	}
