@@ -40,15 +40,18 @@ const (
 
 // Defaults of WorkerConfig.
 const (
-	ConcurrencyDefault      = 16
-	BackoffMinDefault       = time.Second
-	BackoffMaxDefault       = 5 * time.Minute
-	MaxAttemptsSkipDefault  = 10
-	HandlerTimeoutDefault   = time.Minute
-	ShutdownTimeoutDefault  = 30 * time.Second
-	PollIntervalDefault     = 500 * time.Millisecond
-	StandbyPollDefault      = time.Second
-	LeaseDurationDefault    = 5 * time.Second
+	ConcurrencyDefault     = 16
+	BackoffMinDefault      = time.Second
+	BackoffMaxDefault      = 5 * time.Minute
+	MaxAttemptsSkipDefault = 10
+	HandlerTimeoutDefault  = time.Minute
+	ShutdownTimeoutDefault = 30 * time.Second
+	PollIntervalDefault    = 500 * time.Millisecond
+	StandbyPollDefault     = time.Second
+	LeaseDurationDefault   = 5 * time.Second
+	// DeadHostMarginDefault is how much longer than the lease the server
+	// keeps a dead host's sessions by default (WorkerConfig.DeadHostTimeout).
+	DeadHostMarginDefault   = 10 * time.Second
 	DrainConcurrencyDefault = 8
 	BatchMinEventsDefault   = 5000
 	HeadScanIntervalDefault = time.Second
@@ -129,6 +132,20 @@ type WorkerConfig struct {
 	// a standby takes the slots of a worker that died within about
 	// LeaseDuration + StandbyPoll. Defaults to 5s.
 	LeaseDuration time.Duration
+
+	// DeadHostTimeout bounds how long the server keeps the sessions of a
+	// worker whose host vanished (power loss, a network partition the
+	// server does not see): the worker sets its own sessions' TCP
+	// keepalives and user timeout (settings any role may set for its own
+	// session), so the server ends a dead host's sessions, its lease
+	// session among them, within about this long of its last traffic, and
+	// its slots move to a standby within about the larger of this and
+	// LeaseDuration (plus StandbyPoll), with no server configuration.
+	// Behind a pooler the worker sets nothing (the pooler's own timeouts
+	// apply; the lease, which has no session there, expires by time alone).
+	// Defaults to LeaseDuration + 10s; a negative value leaves the server's
+	// settings.
+	DeadHostTimeout time.Duration
 
 	// DisableProgress turns off the recording of progress inside open
 	// batches: after a fault, the slot's whole open batch runs again rather
@@ -236,6 +253,9 @@ func (cfg WorkerConfig) withDefaults() WorkerConfig {
 	if cfg.LeaseDuration == 0 {
 		cfg.LeaseDuration = LeaseDurationDefault
 	}
+	if cfg.DeadHostTimeout == 0 {
+		cfg.DeadHostTimeout = cfg.LeaseDuration + DeadHostMarginDefault
+	}
 	if cfg.BatchMinEvents == 0 {
 		cfg.BatchMinEvents = BatchMinEventsDefault
 	}
@@ -276,6 +296,8 @@ func (cfg WorkerConfig) validate() error {
 		return bad("DrainConcurrency", strconv.Itoa(cfg.DrainConcurrency), "it must be between 1 and 256", "use 0 for the default (8)")
 	case cfg.LeaseDuration < 500*time.Millisecond:
 		return bad("LeaseDuration", cfg.LeaseDuration.String(), "it must be at least 500ms", "use 0 for the default (5s)")
+	case cfg.DeadHostTimeout >= 0 && cfg.DeadHostTimeout < 2*time.Second:
+		return bad("DeadHostTimeout", cfg.DeadHostTimeout.String(), "it must be at least 2s", "use 0 for the default (the lease + 10s), a negative value to leave the server's TCP settings")
 	case cfg.BatchMinEvents < -1:
 		return bad("BatchMinEvents", strconv.Itoa(cfg.BatchMinEvents), "it is negative", "use 0 for the default (5000), -1 for one tick per batch")
 	case cfg.HandlerTimeout < -1:
@@ -489,6 +511,9 @@ func (w *Worker) Start(ctx context.Context) error {
 		pcfg.ConnConfig.RuntimeParams = map[string]string{}
 	}
 	pcfg.ConnConfig.RuntimeParams["application_name"] = w.cfg.Identity
+	if w.cfg.DeadHostTimeout > 0 {
+		pcfg.AfterConnect = deadHostTimeouts(w.cfg.DeadHostTimeout, pcfg.AfterConnect)
+	}
 	if pcfg.ConnConfig.ConnectTimeout == 0 {
 		pcfg.ConnConfig.ConnectTimeout = connstr.ConnectTimeoutDefault
 	}

@@ -176,6 +176,7 @@ var flagOf = map[string]struct{ flag, fix string }{
 	"WorkerConfig.BackoffMin/BackoffMax": {"--backoff-min/--backoff-max", "give positive durations, --backoff-min at most --backoff-max"},
 	"WorkerConfig.DrainConcurrency":      {"--drain-concurrency", "give 1 to 256, or leave it out for 8"},
 	"WorkerConfig.LeaseDuration":         {"--lease-duration", "give at least 500ms, or leave it out for 5s"},
+	"WorkerConfig.DeadHostTimeout":       {"--dead-host-timeout", "give at least 2s, a negative value (-1s) to leave the server's TCP settings, or leave it out for the lease duration + 10s"},
 	"WorkerConfig.HandlerTimeout":        {"--handler-timeout", "give a positive duration, or 0 for no timeout"},
 	"WorkerConfig.ShutdownTimeout":       {"--shutdown-timeout", "give a positive duration"},
 	"WorkerConfig.PollInterval":          {"--poll-interval", "give a positive duration"},

@@ -22,6 +22,7 @@ type workFlags struct {
 	concurrency     int
 	policy          string
 	maxAttempts     int
+	deadHost        time.Duration
 	backoffMin      time.Duration
 	backoffMax      time.Duration
 	handlerTimeout  time.Duration
@@ -96,6 +97,7 @@ standard error at exit.`,
 	f.IntVar(&w.concurrency, "concurrency", partitionq.ConcurrencyDefault, "events of different keys handled at once per slot")
 	f.IntVar(&w.drains, "drain-concurrency", 0, fmt.Sprintf("pause policy: blocked keys retried and drained at once, across all the worker's slots, each on a connection of its own (default %d)", partitionq.DrainConcurrencyDefault))
 	f.DurationVar(&w.lease, "lease-duration", partitionq.LeaseDurationDefault, "how long the worker's slots stay its own without a renewal of its lease; a standby takes the slots of a worker that died about this long after")
+	f.DurationVar(&w.deadHost, "dead-host-timeout", 0, "how long the server keeps the sessions of a worker whose host vanished (the worker sets its sessions' TCP keepalives); 0: the lease duration + 10s; negative (-1s): the server's settings")
 	f.BoolVar(&w.noProgress, "no-progress", false, "do not record progress inside open batches (after a fault the whole open batch runs again)")
 	f.StringVar(&w.policy, "policy", string(partitionq.PolicyPause), `on failure: "pause" blocks the key until resolved, "skip" retries later and lets the key go on`)
 	f.IntVar(&w.maxAttempts, "max-attempts", 0, fmt.Sprintf("tries before an event becomes a dead letter; 0: unlimited under pause, %d under skip; -1: unlimited", partitionq.MaxAttemptsSkipDefault))
@@ -175,7 +177,7 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 		Concurrency: w.concurrency, Policy: partitionq.Policy(w.policy), MaxAttempts: w.maxAttempts,
 		BackoffMin: w.backoffMin, HandlerTimeout: w.handlerTimeout, ShutdownTimeout: w.shutdownTimeout,
 		PollInterval: w.pollInterval, RunTicker: w.ticker, TickInterval: w.tickInterval, Identity: w.identity,
-		DrainConcurrency: w.drains, LeaseDuration: w.lease, DisableProgress: w.noProgress,
+		DrainConcurrency: w.drains, LeaseDuration: w.lease, DeadHostTimeout: w.deadHost, DisableProgress: w.noProgress,
 	}
 	if cmd.Flags().Changed("backoff-max") {
 		cfg.BackoffMax = w.backoffMax // else the library's default, raised to BackoffMin
