@@ -80,6 +80,12 @@ type FaultConfig struct {
 	Lease time.Duration
 	// Concurrency is the in-slot concurrency. Defaults to 4.
 	Concurrency int
+	// FailEvery makes every FailEvery-th event of a key fail its first two
+	// attempts, so that keys are blocked and draining when faults hit; and
+	// each key's event 2 of every fourth key is a poison event that fails
+	// until an operator skips it, which the run does as each fault hits.
+	// Defaults to 4; -1 sends no failing events.
+	FailEvery int
 	// WorkerBin (test/cmd/testworker) and ExecBin (cmd/partitionq), and
 	// RunWatchBin (test/cmd/runwatch) for the exec handlers.
 	WorkerBin, ExecBin, RunWatchBin string
@@ -105,6 +111,7 @@ func (c FaultConfig) withDefaults() FaultConfig {
 	def(&c.EventsPerKey, 8)
 	def(&c.Rounds, 3)
 	def(&c.Concurrency, 4)
+	def(&c.FailEvery, 4)
 	if c.Hold == 0 {
 		c.Hold = 1200 * time.Millisecond
 	}
@@ -139,8 +146,12 @@ type FaultReport struct {
 	// (perhaps at a new epoch, taken again after its lease lapsed).
 	Kept int
 	// InFlight is the most handler runs that can be in flight at once
-	// (slots x concurrency): what a fault may cut short and so repeat.
+	// (slots x concurrency, plus the drains of blocked keys): what a fault
+	// may cut short and so repeat.
 	InFlight int
+	// Skipped counts the poison heads an operator skipped, Blocked the
+	// keys seen blocked at a fault.
+	Skipped, Blocked int
 }
 
 func (r FaultReport) String() string {
@@ -152,8 +163,8 @@ func (r FaultReport) String() string {
 	if r.Faults > 0 {
 		per = float64(r.Repeats) / float64(r.Faults)
 	}
-	return fmt.Sprintf("%s/%s: %d faults (seed %d): %s; repeats per fault %.1f (in flight at most %d); takeovers %v; slots kept %d times",
-		r.Fault, mode, r.Faults, r.Seed, r.Report, per, r.InFlight, r.Takeovers, r.Kept)
+	return fmt.Sprintf("%s/%s: %d faults (seed %d): %s; repeats per fault %.1f (in flight at most %d); takeovers %v; slots kept %d times; keys blocked at the faults %d, poison heads skipped %d",
+		r.Fault, mode, r.Faults, r.Seed, r.Report, per, r.InFlight, r.Takeovers, r.Kept, r.Blocked, r.Skipped)
 }
 
 // OK reports a clean run: nothing lost, no order violation, no overlap.
@@ -173,6 +184,9 @@ type faultRun struct {
 	procs   []*faultProc
 	died    map[string]time.Time // worker -> when it died (killed)
 	runLogs []string
+	poison  map[int64]bool   // the poison events' ids: skipped by the operator
+	dead    map[string][]int // the poison events skipped, by key (their seqs)
+	seqOf   map[int64]int    // every event's seq
 }
 
 // faultProc is one worker process (and its proxy, in the partition runs).
@@ -201,7 +215,8 @@ func RunFault(ctx context.Context, cl *Cluster, cfg FaultConfig) (FaultReport, e
 		return FaultReport{}, errors.New("chaos.FaultConfig needs Dir and the worker binary of its mode")
 	}
 	r := &faultRun{cfg: cfg, cl: cl, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x51)), died: map[string]time.Time{},
-		rep: &FaultReport{Fault: cfg.Fault, Exec: cfg.Exec, Seed: cfg.Seed, InFlight: cfg.Slots * cfg.Concurrency}}
+		poison: map[int64]bool{}, dead: map[string][]int{}, seqOf: map[int64]int{},
+		rep: &FaultReport{Fault: cfg.Fault, Exec: cfg.Exec, Seed: cfg.Seed, InFlight: cfg.Slots*cfg.Concurrency + partitionq.DrainConcurrencyDefault}}
 	var err error
 	if r.url, err = NewDatabase(ctx, cl, cfg.Engine); err != nil {
 		return *r.rep, err
@@ -241,14 +256,26 @@ func RunFault(ctx context.Context, cl *Cluster, cfg FaultConfig) (FaultReport, e
 		if err := sleepCtx(ctx, time.Duration(300+r.rng.IntN(700))*time.Millisecond); err != nil {
 			return *r.rep, err
 		}
+		// An operator skips the poison heads as the fault hits.
+		skipped := make(chan error, 1)
+		go func() { skipped <- r.skipPoison(ctx, true) }()
 		if err := r.fault(ctx); err != nil {
 			return *r.rep, fmt.Errorf("fault %s: %w", cfg.Fault, err)
 		}
+		if err := <-skipped; err != nil {
+			return *r.rep, err
+		}
 		r.rep.Faults++
 	}
-	if err := poll(ctx, 2*time.Minute, fmt.Sprintf("all %d events handled", total), func(ctx context.Context) (bool, error) {
+	if err := poll(ctx, 2*time.Minute, fmt.Sprintf("all %d events handled or skipped", total), func(ctx context.Context) (bool, error) {
+		if err := r.skipPoison(ctx, false); err != nil {
+			return false, err
+		}
 		n, err := r.handled(ctx)
-		return n >= total, err
+		r.mu.Lock()
+		skipped := r.rep.Skipped
+		r.mu.Unlock()
+		return n+skipped >= total, err
 	}); err != nil {
 		return *r.rep, fmt.Errorf("%w\nthe database:%s", err, diagnose(ctx, r.pool, r.client.EngineSchema()))
 	}
@@ -261,8 +288,47 @@ func RunFault(ctx context.Context, cl *Cluster, cfg FaultConfig) (FaultReport, e
 	if err != nil {
 		return *r.rep, err
 	}
-	r.rep.Report = ordercheck.Check(sent, handlings, nil).WithRuns(runs)
+	r.rep.Report = ordercheck.Check(sent, handlings, r.dead).WithRuns(runs)
 	return *r.rep, nil
+}
+
+// skipPoison skips, as an operator would, every key blocked on a poison
+// head (naming the head, so that a head resolved meanwhile is left alone);
+// a head a drain holds (busy) is left for the next look. With count, it
+// also counts the keys blocked now (Blocked).
+func (r *faultRun) skipPoison(ctx context.Context, count bool) error {
+	bks, err := r.client.BlockedKeys(ctx, queueName, groupName)
+	if err != nil {
+		if ctx.Err() == nil && r.cfg.Fault != FaultTerminateAll && r.cfg.Fault != FaultRestart {
+			return fmt.Errorf("blocked keys: %w", err)
+		}
+		return nil // the fault ends the harness's sessions too
+	}
+	if count {
+		r.mu.Lock()
+		r.rep.Blocked += len(bks)
+		r.mu.Unlock()
+	}
+	for _, bk := range bks {
+		r.mu.Lock()
+		poison, seq := r.poison[bk.Head.ID], r.seqOf[bk.Head.ID]
+		r.mu.Unlock()
+		if !poison {
+			continue
+		}
+		res, err := r.client.Skip(ctx, partitionq.Action{Queue: queueName, Group: groupName, Key: bk.Key, HeadID: bk.Head.ID,
+			Reason: "poison event", Actor: "faults"})
+		if err != nil {
+			continue // busy, or the fault cut the session: the next look tries again
+		}
+		if res.Outcome == partitionq.OutcomeSkipped {
+			r.mu.Lock()
+			r.rep.Skipped++
+			r.dead[bk.Key] = append(r.dead[bk.Key], seq)
+			r.mu.Unlock()
+		}
+	}
+	return nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -282,13 +348,15 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // its end (E) to the shared run log (test/cmd/runwatch). The handler waits
 // for the watcher's start line (the end of its output: `setsid -f` forks, so
 // the command substitution ends with the watcher's output, not with the
-// watcher), holds the event a random time and logs its success (O) and end
-// (a second end after a normal exit is ignored). The run's worker field is
+// watcher), holds the event a random time, fails its first "f" attempts
+// (the payload's), and logs its success (O) and end (a second end after a
+// normal exit is ignored). The run's worker field is
 // <worker pid>/<shell pid>, so each run pairs with its own end.
-const execHandler = `s=$(sed -n 's/.*"s":\([0-9]*\).*/\1/p'); w="$PPID/$$"
+const execHandler = `p=$(cat); s=$(printf '%s' "$p" | sed -n 's/.*"s":\([0-9]*\).*/\1/p'); f=$(printf '%s' "$p" | sed -n 's/.*"f":\([0-9]*\).*/\1/p'); w="$PPID/$$"
 ready=$(setsid -f '{runwatch}' "$$" '{log}' "$PARTITIONQ_KEY" "$s" "$w" </dev/null 2>/dev/null; echo x)
 [ "$ready" = x ] || exit 1
 sleep "$(awk -v seed="$$$(date +%N)" 'BEGIN { srand(seed % 100000); printf "%.3f", rand() * {hold} }')"
+if [ "$PARTITIONQ_ATTEMPT" -le "${f:-0}" ]; then echo "scripted failure" >&2; exit 1; fi
 now=$(date +%s%N)
 printf 'O "%s" %s %s %s\nE "%s" %s %s %s\n' "$PARTITIONQ_KEY" "$s" "$w" "$now" "$PARTITIONQ_KEY" "$s" "$w" "$now" >> '{log}'`
 
@@ -377,15 +445,31 @@ func (r *faultRun) diedTimes() map[string]time.Time {
 	return out
 }
 
-// send sends every event, in four batches, the first right away.
+// poisonFailures is the "f" of a poison event: it fails until skipped.
+const poisonFailures = 1000000
+
+// send sends every event, in four batches, the first right away. Every
+// FailEvery-th event of a key fails twice; event 2 of every fourth key is
+// a poison event.
 func (r *faultRun) send(ctx context.Context) (map[string]int, error) {
 	sent := map[string]int{}
 	var all []partitionq.Message
+	var seqs []int
+	var poison []bool
 	for s := range r.cfg.EventsPerKey {
 		for k := range r.cfg.Keys {
 			key := fmt.Sprintf("k-%d", k)
-			b, _ := json.Marshal(map[string]any{"k": key, "s": s})
+			p := map[string]any{"k": key, "s": s}
+			isPoison := r.cfg.FailEvery > 0 && k%4 == 0 && s == 2
+			switch {
+			case isPoison:
+				p["f"] = poisonFailures
+			case r.cfg.FailEvery > 0 && s%r.cfg.FailEvery == r.cfg.FailEvery-1:
+				p["f"] = 2
+			}
+			b, _ := json.Marshal(p)
 			all = append(all, partitionq.Message{Key: key, Type: "FileCreated", Payload: b})
+			seqs, poison = append(seqs, s), append(poison, isPoison)
 			sent[key] = r.cfg.EventsPerKey
 		}
 	}
@@ -396,9 +480,18 @@ func (r *faultRun) send(ctx context.Context) (map[string]int, error) {
 				return nil, err
 			}
 		}
-		if _, err := r.client.SendBatch(ctx, queueName, all[i:min(i+step, len(all))]); err != nil {
+		res, err := r.client.SendBatch(ctx, queueName, all[i:min(i+step, len(all))])
+		if err != nil {
 			return nil, err
 		}
+		r.mu.Lock()
+		for j, x := range res {
+			r.seqOf[x.ID] = seqs[i+j]
+			if poison[i+j] {
+				r.poison[x.ID] = true
+			}
+		}
+		r.mu.Unlock()
 	}
 	return sent, nil
 }

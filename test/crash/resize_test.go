@@ -244,12 +244,14 @@ func testResizeFault(t *testing.T, fault, bin string) {
 // after the commit: either leaves the group consistent).
 func resizeKilled(t *testing.T, e *env, bin string) {
 	t.Helper()
-	for i := range 20 {
+	// Each try lives longer (up to 4.5 s: a loaded machine starts the
+	// command slowly), so the kill lands at every point of its work.
+	for i := range 31 {
 		cmd := exec.Command(bin, "resize", "--db", e.db.URL, "--queue", "q", "--group", "g", "--slots", "8", "--reason", "killed")
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Duration(i*15) * time.Millisecond)
+		time.Sleep(time.Duration(i*i*5) * time.Millisecond)
 		cmd.Process.Signal(syscall.SIGKILL) //nolint:errcheck
 		err := cmd.Wait()
 		g, gerr := e.client.Group(e.ctx, "q", "g")
@@ -257,7 +259,7 @@ func resizeKilled(t *testing.T, e *env, bin string) {
 			t.Fatalf("the group after a killed resize command: %v", gerr)
 		}
 		if g.Resize != nil {
-			t.Logf("the resize command killed after %d ms (%v): its resize is committed", i*15, err)
+			t.Logf("the resize command killed after %d ms (%v): its resize is committed", i*i*5, err)
 			return
 		}
 		if g.Slots != 4 {
