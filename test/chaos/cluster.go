@@ -66,6 +66,10 @@ type ClusterOptions struct {
 	MaxConnections int
 	// Logf receives progress messages. Defaults to discarding them.
 	Logf func(format string, args ...any)
+	// Listen adds addresses the server listens on beside 127.0.0.1, and
+	// Trust networks (CIDR) whose clients it lets in without a password:
+	// for workers in a network namespace of their own.
+	Listen, Trust []string
 }
 
 // Cluster is a throwaway PostgreSQL cluster of its own, in its own
@@ -121,7 +125,7 @@ func NewCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 			return NewCluster(ctx, o)
 		}
 	}
-	if err := c.initdb(ctx, o.MaxConnections); err != nil {
+	if err := c.initdb(ctx, o.MaxConnections, o.Listen, o.Trust); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -168,7 +172,7 @@ func (c *Cluster) data() string { return filepath.Join(c.Dir, "data") }
 // LogFile is the server's log.
 func (c *Cluster) LogFile() string { return filepath.Join(c.Dir, "postgresql.log") }
 
-func (c *Cluster) initdb(ctx context.Context, maxConns int) error {
+func (c *Cluster) initdb(ctx context.Context, maxConns int, listen, trust []string) error {
 	c.logf("chaos: initdb of a throwaway cluster in %s", c.Dir)
 	if err := c.run(ctx, c.BinDir, "initdb", "-D", c.data(), "--auth=trust", "--username=postgres",
 		"--encoding=UTF8", "--no-locale", "--no-sync"); err != nil {
@@ -176,7 +180,7 @@ func (c *Cluster) initdb(ctx context.Context, maxConns int) error {
 	}
 	conf := fmt.Sprintf(`
 # --- throwaway cluster of the chaos suite (test/chaos) ---
-listen_addresses = '127.0.0.1'
+listen_addresses = '%s'
 unix_socket_directories = ''
 max_connections = %d
 # Fast, yet every acknowledged commit survives a crash of the server (the
@@ -190,17 +194,23 @@ synchronous_commit = on
 full_page_writes = off
 log_min_messages = warning
 log_line_prefix = '%%m [%%p] '
-`, maxConns)
-	f, err := os.OpenFile(filepath.Join(c.data(), "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		return err
+`, strings.Join(append([]string{"127.0.0.1"}, listen...), ","), maxConns)
+	var hba strings.Builder
+	for _, n := range trust {
+		fmt.Fprintf(&hba, "host all all %s trust\n", n)
 	}
-	if _, err := f.WriteString(conf); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
+	for _, a := range []struct{ file, text string }{{"postgresql.conf", conf}, {"pg_hba.conf", hba.String()}} {
+		f, err := os.OpenFile(filepath.Join(c.data(), a.file), os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		if _, err := f.WriteString(a.text); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
 	}
 	lf, err := os.OpenFile(c.LogFile(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

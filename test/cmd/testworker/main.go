@@ -49,7 +49,7 @@ type opts struct {
 	db, queue, group, slots  string
 	conc, maxAttempts        int
 	jitter, hold, backoffMax time.Duration
-	lease                    time.Duration
+	lease, deadHost          time.Duration
 	runlog                   string
 	tx                       bool
 	ticker                   bool
@@ -67,6 +67,7 @@ func main() {
 	flag.DurationVar(&o.hold, "hold", 0, "largest random time a handler holds its event after it logged it, honouring its context (so that runs outlive a takeover)")
 	flag.DurationVar(&o.backoffMax, "backoff-max", 20*time.Millisecond, "longest retry backoff (BackoffMax); BackoffMin is 5ms")
 	flag.DurationVar(&o.lease, "lease", time.Second, "the worker's LeaseDuration")
+	flag.DurationVar(&o.deadHost, "dead-host-timeout", 0, "the worker's DeadHostTimeout (0: its default)")
 	flag.StringVar(&o.runlog, "runlog", "", "append the start and end of every handler run to this file (internal/ordercheck's run log)")
 	flag.BoolVar(&o.ticker, "ticker", true, "run the engine's ticker in the worker (false: the test ticks)")
 	flag.BoolVar(&o.tx, "tx", false, "handle in the worker's transaction (TxHandler): the pq_run_log row of a success commits with the event's completion")
@@ -201,7 +202,7 @@ func run(ctx context.Context, log *slog.Logger, o opts) error {
 		Queue: o.queue, Group: o.group, Slots: slots, Concurrency: o.conc, MaxAttempts: o.maxAttempts,
 		BackoffMin: 5 * time.Millisecond, BackoffMax: o.backoffMax,
 		PollInterval: 10 * time.Millisecond, StandbyPoll: 100 * time.Millisecond, HeadScanInterval: 50 * time.Millisecond,
-		RunTicker: o.ticker, TickInterval: 10 * time.Millisecond, Identity: fmt.Sprintf("testworker:%d", pid), LeaseDuration: o.lease,
+		RunTicker: o.ticker, TickInterval: 10 * time.Millisecond, Identity: fmt.Sprintf("testworker:%d", pid), LeaseDuration: o.lease, DeadHostTimeout: o.deadHost,
 	}
 	if o.tx {
 		wc.TxHandler = partitionq.TxHandlerFunc(func(ctx context.Context, tx pgx.Tx, ev *partitionq.Event) error { return handle(ctx, tx, ev) })

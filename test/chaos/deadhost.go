@@ -1,0 +1,358 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/partitionq/partitionq/internal/freshdb"
+	"github.com/partitionq/partitionq/internal/ordercheck"
+	"github.com/partitionq/partitionq/partitionq"
+)
+
+// A vanished host: a worker whose packets stop, its process alive, its
+// sessions on the server open (power loss, or a partition the server does
+// not see). The worker runs in a network namespace of its own, joined to
+// the host by a veth pair; the run takes the namespace's end of the pair
+// down, so that nothing the worker or the server sends arrives, and
+// measures how long the server keeps the worker's sessions and how long its
+// slots take to move to a standby outside the namespace.
+
+// ErrNoNetns reports that the run cannot make a network namespace (it needs
+// root and iproute2's ip).
+var ErrNoNetns = errors.New("a network namespace cannot be made here (it needs root and the ip command of iproute2)")
+
+// DeadHostConfig configures RunDeadHost.
+type DeadHostConfig struct {
+	// WorkerBin is test/cmd/testworker.
+	WorkerBin string
+	Engine    freshdb.Engine
+	// Lease is the workers' LeaseDuration (default 1s) and DeadHost their
+	// DeadHostTimeout (default 4s); a negative DeadHost leaves the
+	// server's TCP settings (the control run: the sessions stay).
+	Lease, DeadHost time.Duration
+	// Watch is how long the run waits for the vanished worker's sessions
+	// to end (default DeadHost + 20s; the control run waits this long and
+	// expects them to stay).
+	Watch     time.Duration
+	Dir       string // run logs; required
+	WorkerLog io.Writer
+	Logf      func(format string, args ...any)
+}
+
+// DeadHostReport is what RunDeadHost measured.
+type DeadHostReport struct {
+	ordercheck.Report
+	// Gone is the time from the drop to the server having ended the
+	// vanished worker's sessions (0: they stayed for Watch), Moved the time
+	// to the standby owning every slot (0: not waited for).
+	Gone, Moved time.Duration
+	// Sessions is how many sessions of the vanished worker's own pool
+	// the server had when its packets stopped.
+	Sessions int
+}
+
+func (r DeadHostReport) String() string {
+	gone := "stayed"
+	if r.Gone > 0 {
+		gone = "ended after " + r.Gone.Round(10*time.Millisecond).String()
+	}
+	return fmt.Sprintf("the vanished worker's %d sessions %s, its slots moved after %s; %s", r.Sessions, gone, r.Moved.Round(10*time.Millisecond), r.Report)
+}
+
+// netns is a network namespace joined to the host by a veth pair.
+type netns struct {
+	name, hostDev, nsDev string
+	hostIP, nsIP, cidr   string
+}
+
+func ipCmd(ctx context.Context, args ...string) error {
+	out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %v: %w: %s", args, err, out)
+	}
+	return nil
+}
+
+// newNetns makes a namespace with a veth pair in a random /30 of
+// 10.213.0.0/16; close removes both.
+func newNetns(ctx context.Context) (*netns, error) {
+	if os.Geteuid() != 0 {
+		return nil, ErrNoNetns
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		return nil, ErrNoNetns
+	}
+	k := 1 + rand.IntN(250)
+	n := &netns{name: fmt.Sprintf("pqdh%d", k), hostDev: fmt.Sprintf("pqdh%dh", k), nsDev: fmt.Sprintf("pqdh%dn", k),
+		hostIP: fmt.Sprintf("10.213.%d.1", k), nsIP: fmt.Sprintf("10.213.%d.2", k), cidr: fmt.Sprintf("10.213.%d.0/30", k)}
+	if err := ipCmd(ctx, "netns", "add", n.name); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoNetns, err)
+	}
+	for _, args := range [][]string{
+		{"link", "add", n.hostDev, "type", "veth", "peer", "name", n.nsDev},
+		{"link", "set", n.nsDev, "netns", n.name},
+		{"addr", "add", n.hostIP + "/30", "dev", n.hostDev},
+		{"link", "set", n.hostDev, "up"},
+		{"netns", "exec", n.name, "ip", "addr", "add", n.nsIP + "/30", "dev", n.nsDev},
+		{"netns", "exec", n.name, "ip", "link", "set", n.nsDev, "up"},
+		{"netns", "exec", n.name, "ip", "link", "set", "lo", "up"},
+	} {
+		if err := ipCmd(ctx, args...); err != nil {
+			n.close()
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+// drop takes the namespace's end of the pair down: nothing crosses any more.
+func (n *netns) drop(ctx context.Context) error {
+	return ipCmd(ctx, "netns", "exec", n.name, "ip", "link", "set", n.nsDev, "down")
+}
+
+func (n *netns) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = ipCmd(ctx, "netns", "del", n.name) // takes its end of the pair, and so the pair
+	_ = ipCmd(ctx, "link", "del", n.hostDev)
+}
+
+// RunDeadHost runs worker A in a network namespace and standby B outside
+// it, lets A own every slot and handle events (some failing, so keys are
+// blocked), drops A's packets, and measures how long the server keeps A's
+// sessions and the slots take to reach B; then every event must be handled
+// with no overlap, order violation or loss.
+func RunDeadHost(ctx context.Context, cfg DeadHostConfig) (rep DeadHostReport, err error) {
+	if cfg.Lease == 0 {
+		cfg.Lease = time.Second
+	}
+	if cfg.DeadHost == 0 {
+		cfg.DeadHost = 4 * time.Second
+	}
+	if cfg.Watch == 0 {
+		cfg.Watch = max(cfg.DeadHost, cfg.Lease) + 20*time.Second
+	}
+	if cfg.WorkerLog == nil {
+		cfg.WorkerLog = io.Discard
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	if cfg.Dir == "" || cfg.WorkerBin == "" {
+		return rep, errors.New("chaos.DeadHostConfig needs Dir and WorkerBin")
+	}
+	ns, err := newNetns(ctx)
+	if err != nil {
+		return rep, err
+	}
+	defer ns.close()
+	cl, err := NewCluster(ctx, ClusterOptions{Listen: []string{ns.hostIP}, Trust: []string{ns.cidr}, Logf: cfg.Logf})
+	if err != nil {
+		return rep, err
+	}
+	defer cl.Close()
+	dbURL, err := NewDatabase(ctx, cl, cfg.Engine)
+	if err != nil {
+		return rep, err
+	}
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return rep, err
+	}
+	u.Host = fmt.Sprintf("%s:%d", ns.hostIP, cl.Port)
+	nsURL := u.String()
+	pool, err := harnessPool(ctx, dbURL, 8)
+	if err != nil {
+		return rep, err
+	}
+	defer pool.Close()
+	client, err := partitionq.NewClient(ctx, pool, partitionq.Config{Actor: "deadhost"})
+	if err != nil {
+		return rep, err
+	}
+	if _, err := client.Setup(ctx, partitionq.GroupSpec{Queue: queueName, Group: groupName, Slots: 4, TickMaxLag: 20 * time.Millisecond}); err != nil {
+		return rep, err
+	}
+	if _, err := pool.Exec(ctx, runLogDDL); err != nil {
+		return rep, err
+	}
+
+	var procs []*exec.Cmd
+	defer func() {
+		for _, p := range procs {
+			p.Process.Signal(syscall.SIGKILL) //nolint:errcheck // the run is over
+			p.Wait()                          //nolint:errcheck
+		}
+	}()
+	var logs []string
+	start := func(prefix []string, db, name string) (*exec.Cmd, error) {
+		log := filepath.Join(cfg.Dir, "runs-"+name+".log")
+		logs = append(logs, log)
+		args := append(prefix, cfg.WorkerBin, "-db", db, "-queue", queueName, "-group", groupName, "-slots", "all",
+			"-concurrency", "4", "-lease", cfg.Lease.String(), "-dead-host-timeout", cfg.DeadHost.String(),
+			"-hold", "300ms", "-runlog", log, "-backoff-max", "100ms")
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Stdout, cmd.Stderr = io.Discard, cfg.WorkerLog
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		procs = append(procs, cmd)
+		return cmd, nil
+	}
+	owners := func(ctx context.Context) (map[int]int32, error) {
+		st, err := client.Status(ctx, queueName, groupName)
+		if err != nil {
+			return nil, err
+		}
+		out := map[int]int32{}
+		for _, s := range st.SlotStatus {
+			if s.Owner != nil {
+				out[s.Slot] = s.Owner.PID
+			}
+		}
+		return out, nil
+	}
+	ownsAll := func(pid int) func(ctx context.Context) (bool, error) {
+		return func(ctx context.Context) (bool, error) {
+			o, err := owners(ctx)
+			if err != nil || len(o) != 4 {
+				return false, err
+			}
+			for _, p := range o {
+				if int(p) != pid {
+					return false, nil
+				}
+			}
+			return true, nil
+		}
+	}
+	a, err := start([]string{"ip", "netns", "exec", ns.name}, nsURL, "a")
+	if err != nil {
+		return rep, err
+	}
+	if err := poll(ctx, 30*time.Second, "the worker in the namespace owning every slot", ownsAll(a.Process.Pid)); err != nil {
+		return rep, err
+	}
+	b, err := start(nil, dbURL, "b")
+	if err != nil {
+		return rep, err
+	}
+	if err := poll(ctx, 30*time.Second, "the standby registered", func(ctx context.Context) (bool, error) {
+		var n int
+		err := pool.QueryRow(ctx, `select count(*) from partitionq.worker where os_pid = $1`, b.Process.Pid).Scan(&n)
+		return n > 0, err
+	}); err != nil {
+		return rep, err
+	}
+
+	// 16 keys x 12 events, every fifth failing twice: keys blocked and
+	// draining when the packets stop.
+	const keys, perKey = 16, 12
+	sent := map[string]int{}
+	var all []partitionq.Message
+	for s := range perKey {
+		for k := range keys {
+			key := fmt.Sprintf("k-%d", k)
+			p := map[string]any{"k": key, "s": s}
+			if s%5 == 4 {
+				p["f"] = 2
+			}
+			body, _ := json.Marshal(p)
+			all = append(all, partitionq.Message{Key: key, Type: "FileCreated", Payload: body})
+			sent[key] = perKey
+		}
+	}
+	if _, err := client.SendBatch(ctx, queueName, all); err != nil {
+		return rep, err
+	}
+	if err := poll(ctx, 60*time.Second, "events handled by the worker in the namespace", func(ctx context.Context) (bool, error) {
+		n, err := resolved(ctx, pool)
+		return n >= 40, err
+	}); err != nil {
+		return rep, err
+	}
+	// The worker's own sessions (its application_name is its identity);
+	// the sessions of the pool the program gave its client, which the
+	// library does not configure, are the program's to bound.
+	sessions := func(ctx context.Context) (int, error) {
+		var n int
+		err := pool.QueryRow(ctx, `select count(*) from pg_stat_activity where client_addr = $1::inet and application_name = $2`,
+			ns.nsIP, fmt.Sprintf("testworker:%d", a.Process.Pid)).Scan(&n)
+		return n, err
+	}
+	if rep.Sessions, err = sessions(ctx); err != nil {
+		return rep, err
+	}
+	if err := ns.drop(ctx); err != nil {
+		return rep, err
+	}
+	at := time.Now()
+	cfg.Logf("deadhost: the worker in the namespace (%d sessions) lost its network", rep.Sessions)
+	gone := make(chan time.Duration, 1)
+	go func() {
+		err := poll(ctx, cfg.Watch, "the vanished worker's sessions ended", func(ctx context.Context) (bool, error) {
+			n, err := sessions(ctx)
+			return n == 0, err
+		})
+		if err != nil {
+			gone <- 0
+			return
+		}
+		gone <- time.Since(at)
+	}()
+	if cfg.DeadHost < 0 { // the control: the server's settings keep them
+		rep.Gone = <-gone
+		return rep, nil
+	}
+	if err := poll(ctx, cfg.Watch, "the standby owning every slot", ownsAll(b.Process.Pid)); err != nil {
+		return rep, err
+	}
+	rep.Moved = time.Since(at)
+	if rep.Gone = <-gone; rep.Gone == 0 {
+		return rep, fmt.Errorf("the vanished worker's sessions were still there %s after its packets stopped", cfg.Watch)
+	}
+	if err := poll(ctx, 2*time.Minute, "every event handled", func(ctx context.Context) (bool, error) {
+		n, err := resolved(ctx, pool)
+		return n >= keys*perKey, err
+	}); err != nil {
+		return rep, err
+	}
+	b.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+	b.Wait()                          //nolint:errcheck
+	a.Process.Signal(syscall.SIGKILL) //nolint:errcheck
+	a.Wait()                          //nolint:errcheck
+	procs = nil
+	rows, err := pool.Query(ctx, `select key, seq, ok from pq_run_log order by id`)
+	if err != nil {
+		return rep, err
+	}
+	defer rows.Close()
+	var hs []ordercheck.Handling
+	for rows.Next() {
+		var h ordercheck.Handling
+		if err := rows.Scan(&h.Key, &h.Seq, &h.OK); err != nil {
+			return rep, err
+		}
+		hs = append(hs, h)
+	}
+	if err := rows.Err(); err != nil {
+		return rep, err
+	}
+	runs, err := ordercheck.ReadRunLogs(logs, map[string]time.Time{strconv.Itoa(a.Process.Pid): time.Now()})
+	if err != nil {
+		return rep, err
+	}
+	rep.Report = ordercheck.Check(sent, hs, nil).WithRuns(runs)
+	return rep, nil
+}
