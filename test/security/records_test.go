@@ -51,9 +51,9 @@ func (e *env) own(slot int) int64 {
 	e.t.Helper()
 	var epoch int64
 	if err := e.admin.QueryRow(e.ctx, `with w as (insert into partitionq.worker (identity, lease_until, schema_version)
-		values ('owner of slot ' || $1, 'infinity', (select max(version) from partitionq.schema_version)) returning id)
+		values ($2, 'infinity', (select max(version) from partitionq.schema_version)) returning id)
 		update partitionq.slot s set worker_id = w.id, epoch = s.epoch + 1 from w
-		 where s.queue = 'q' and s.grp = 'g' and s.slot = $1 returning s.epoch`, slot).Scan(&epoch); err != nil {
+		 where s.queue = 'q' and s.grp = 'g' and s.slot = $1 returning s.epoch`, slot, fmt.Sprintf("owner of slot %d", slot)).Scan(&epoch); err != nil {
 		e.t.Fatal(err)
 	}
 	return epoch

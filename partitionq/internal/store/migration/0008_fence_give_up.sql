@@ -5,8 +5,14 @@
 -- between): a zombie worker, or a worker role calling it by hand, cannot
 -- dead-letter another owner's events. The worker's calls were fenced by
 -- the check in their own transaction already; now the function is too.
--- The grant to the worker role is sql/roles.sql's (run it again after the
--- upgrade: the function has a new signature).
+-- The function has a new signature: the roles that could call the old one
+-- may call the new one (sql/roles.sql grants it to the worker role too).
+
+create temporary table give_up_grantees on commit drop as
+select r.rolname
+  from pg_proc p, aclexplode(p.proacl) a join pg_roles r on r.oid = a.grantee
+ where p.oid = 'partitionq.give_up(text, text, text, int, text, bigint[], int[], text[], text[])'::regprocedure
+   and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner;
 
 drop function partitionq.give_up(text, text, text, int, text, bigint[], int[], text[], text[]);
 
@@ -56,3 +62,12 @@ begin
 end
 $f$;
 revoke all on function partitionq.give_up(text, text, text, int, bigint, text, bigint[], int[], text[], text[]) from public;
+do $$
+declare
+    v_role text;
+begin
+    for v_role in select rolname from give_up_grantees loop
+        execute format('grant execute on function partitionq.give_up(text, text, text, int, bigint, text, bigint[], int[], text[], text[]) to %I', v_role);
+    end loop;
+end
+$$;
