@@ -256,7 +256,14 @@ func RunFault(ctx context.Context, cl *Cluster, cfg FaultConfig) (FaultReport, e
 		if err := sleepCtx(ctx, time.Duration(300+r.rng.IntN(700))*time.Millisecond); err != nil {
 			return *r.rep, err
 		}
-		// An operator skips the poison heads as the fault hits.
+		// The fault hits while keys are blocked (when the run has any left
+		// to block), and an operator skips the poison heads as it does.
+		if err := poll(ctx, 5*time.Second, "a key blocked", func(ctx context.Context) (bool, error) {
+			bks, err := r.client.BlockedKeys(ctx, queueName, groupName)
+			return len(bks) > 0, err
+		}); err != nil && ctx.Err() != nil {
+			return *r.rep, err
+		}
 		skipped := make(chan error, 1)
 		go func() { skipped <- r.skipPoison(ctx, true) }()
 		if err := r.fault(ctx); err != nil {
@@ -657,10 +664,13 @@ func (r *faultRun) terminate(ctx context.Context, cond string) error {
 		where datname = current_database() and pid <> pg_backend_pid() and `+cond).Scan(&n)
 }
 
-// handled counts the distinct events handled successfully.
+// handled counts the distinct events handled successfully (the skipped
+// poison events are counted apart: Skipped).
 func (r *faultRun) handled(ctx context.Context) (int, error) {
 	if !r.cfg.Exec {
-		return resolved(ctx, r.pool)
+		var n int
+		err := r.pool.QueryRow(ctx, `select count(*) from (select distinct key, seq from pq_run_log where ok) h`).Scan(&n)
+		return n, err
 	}
 	hs, err := r.execHandlings()
 	if err != nil {
