@@ -195,6 +195,22 @@ func (e *env) resolved(t *testing.T) int {
 	return n
 }
 
+// waitResolved waits until total events are resolved, failing when none
+// more was resolved for 30 s (a stall, whatever the machine's load).
+func (e *env) waitResolved(t *testing.T, total int) {
+	t.Helper()
+	last, moved := e.resolved(t), time.Now()
+	for last < total {
+		if time.Since(moved) > 30*time.Second {
+			t.Fatalf("%d of %d events resolved, none more for 30s", last, total)
+		}
+		time.Sleep(50 * time.Millisecond)
+		if n := e.resolved(t); n > last {
+			last, moved = n, time.Now()
+		}
+	}
+}
+
 // check runs the shared order checker over the run log and dead letters.
 func (e *env) check(t *testing.T, sent map[string]int) ordercheck.Report {
 	t.Helper()

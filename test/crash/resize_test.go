@@ -102,7 +102,7 @@ func testResizeFault(t *testing.T, fault, bin string) {
 			select {
 			case <-stopSend:
 				return
-			case <-time.After(20 * time.Millisecond):
+			case <-time.After(50 * time.Millisecond):
 			}
 			// Counted once sent: a send cut by a terminated session is tried
 			// again with the same events.
@@ -219,7 +219,7 @@ func testResizeFault(t *testing.T, fault, bin string) {
 		final[k] = n
 	}
 	mu.Unlock()
-	pgtest.WaitFor(t, 90*time.Second, fmt.Sprintf("%d events resolved", total), func() (bool, error) { return e.resolved(t) >= total, nil })
+	e.waitResolved(t, total)
 	r := e.check(t, final)
 	runs, err := ordercheck.ReadRunLogs([]string{runlog}, died)
 	if err != nil {
