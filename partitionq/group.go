@@ -27,7 +27,10 @@ type GroupSpec struct {
 	Slots int
 	// TickMaxLag, when not zero, sets the queue's ticker_max_lag: the
 	// longest a committed event waits for a tick while the ticker runs
-	// (PgQ's own default is 3s). Defaults to leaving the queue as it is.
+	// (PgQ's own default is 3s). Defaults to TickMaxLagDefault on a queue
+	// that Setup creates (the engine then ticks whenever the ticker runs and
+	// events wait: they become visible within the ticker's interval, 100ms
+	// by default), and to leaving an existing queue as it is.
 	TickMaxLag time.Duration
 	// DedupWindow, when not zero, sets the queue's dedup window: how long a
 	// Message.DedupID sent to it is remembered (MinDedupWindow to
@@ -127,7 +130,14 @@ type SetupResult struct {
 	Registered int
 	// DedupWindow is the queue's dedup window after the setup.
 	DedupWindow time.Duration
+	// TickMaxLag is the ticker_max_lag the setup gave the queue (0: it left
+	// the queue's as it was).
+	TickMaxLag time.Duration
 }
+
+// TickMaxLagDefault is the ticker_max_lag Setup gives a queue it creates
+// (GroupSpec.TickMaxLag).
+const TickMaxLagDefault = 10 * time.Millisecond
 
 // Setup creates the queue when missing, registers one engine consumer per
 // slot, and creates partitionq's own schema (dead letters, audit). It is
@@ -184,10 +194,15 @@ func (c *Client) Setup(ctx context.Context, spec GroupSpec) (SetupResult, error)
 				res.Registered++
 			}
 		}
-		if spec.TickMaxLag > 0 {
-			if err := c.eng.SetQueueConfig(ctx, tx, spec.Queue, "ticker_max_lag", fmt.Sprintf("%d milliseconds", spec.TickMaxLag.Milliseconds())); err != nil {
+		lag := spec.TickMaxLag
+		if lag == 0 && created {
+			lag = TickMaxLagDefault
+		}
+		if lag > 0 {
+			if err := c.eng.SetQueueConfig(ctx, tx, spec.Queue, "ticker_max_lag", fmt.Sprintf("%d milliseconds", lag.Milliseconds())); err != nil {
 				return err
 			}
+			res.TickMaxLag = lag
 		}
 		if res.DedupWindow, err = setupDedupWindow(ctx, tx, spec); err != nil {
 			return err

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/signal"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -43,8 +42,10 @@ func run(ctx context.Context, databaseURL string) error {
 		return err
 	}
 	// Idempotent: creates the queue and registers the group's 4 slots once.
-	// TickMaxLag: a sent event waits at most this long for a tick (PgQ: 3s).
-	spec := partitionq.GroupSpec{Queue: "files", Group: "indexer", Slots: 4, TickMaxLag: 100 * time.Millisecond}
+	// A queue Setup creates ticks whenever the ticker runs and events wait
+	// (GroupSpec.TickMaxLag): events are handled within about a tenth of a
+	// second (WorkerConfig.TickInterval, 100ms).
+	spec := partitionq.GroupSpec{Queue: "files", Group: "indexer", Slots: 4}
 	if _, err := client.Setup(ctx, spec); err != nil {
 		return err
 	}
