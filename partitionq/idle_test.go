@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -157,5 +158,139 @@ func TestIdleSlotsOpenNoBatchPerTick(t *testing.T) {
 				t.Fatalf("key %s handled %v, not in order", k, got)
 			}
 		}
+	}
+}
+
+// tickNow makes the engine tick queue q now (its ticker_max_lag is 1ms):
+// it ticks until the queue's tick count grows.
+func (b *bundle) tickNow(t *testing.T) {
+	t.Helper()
+	before := b.count(t, `select count(*) from pgq.tick`)
+	pgtest.WaitFor(t, 10*time.Second, "a tick", func() (bool, error) {
+		if err := b.client.TickOnce(b.ctx); err != nil {
+			return false, err
+		}
+		return b.count(t, `select count(*) from pgq.tick`) > before, nil
+	})
+}
+
+// engineBatches is how many engine batches the database has opened.
+func (b *bundle) engineBatches(t *testing.T) int {
+	t.Helper()
+	return b.count(t, `select last_value from pgq.batch_id_seq`)
+}
+
+// A slot that is behind takes every tick it is behind by as one batch,
+// judged by its own lag (the engine's min_interval), not one batch per tick.
+func TestSlotBehindCatchesUpInOneBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.client.Setup(b.ctx, partitionq.GroupSpec{Queue: "q", Group: "g", Slots: 1, TickMaxLag: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 { // ten ticks of five events each, before any worker runs
+		var ms []partitionq.Message
+		for j := range 5 {
+			ms = append(ms, partitionq.Message{Key: "k", Payload: []byte(fmt.Sprint(i*5 + j))})
+		}
+		if _, err := b.client.SendBatch(b.ctx, "q", ms); err != nil {
+			t.Fatal(err)
+		}
+		b.tickNow(t)
+	}
+	before := b.engineBatches(t)
+	l := &handlingLog{decide: func(context.Context, *partitionq.Event) error { return nil }}
+	w, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: l, PollInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Stop(context.Background()) }) //nolint:errcheck
+	pgtest.WaitFor(t, 30*time.Second, "the 50 events handled", func() (bool, error) { return len(l.okSeq("k")) == 50, nil })
+	if n := b.engineBatches(t) - before; n > 2 {
+		t.Fatalf("the slot behind by 10 ticks opened %d batches to catch up, want 1 (2 at most)", n)
+	}
+	for i, p := range l.okSeq("k") {
+		if p != fmt.Sprint(i) {
+			t.Fatalf("out of order: %v", l.okSeq("k"))
+		}
+	}
+}
+
+// A slot of a group's old generation never takes a batch past the resize's
+// cutover tick, even when it is behind (and would merge ticks): the events
+// sent before the resize are handled by the old generation's slots, those
+// sent after its cutover by the new generation's (ENGINE.md, Z3).
+func TestOldSlotsStopAtTheCutover(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.client.Setup(b.ctx, partitionq.GroupSpec{Queue: "q", Group: "g", Slots: 2, TickMaxLag: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	send := func(phase string) {
+		var ms []partitionq.Message
+		for k := range 10 {
+			for j := range 2 {
+				ms = append(ms, partitionq.Message{Key: fmt.Sprint("k", k), Type: phase, Payload: []byte(fmt.Sprint(j))})
+			}
+		}
+		if _, err := b.client.SendBatch(b.ctx, "q", ms); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("before")
+	b.tickNow(t)
+	b.tickNow(t)
+	if _, err := b.client.Resize(b.ctx, partitionq.ResizeRequest{Queue: "q", Group: "g", Slots: 4, Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	b.tickNow(t) // the cutover: the first tick that sees the resize
+	send("after")
+	b.tickNow(t)
+	b.tickNow(t)
+	var mu sync.Mutex
+	wrong := []string{}
+	handled := 0
+	h := partitionq.HandlerFunc(func(_ context.Context, ev *partitionq.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		handled++
+		if want := map[string]int{"before": 2, "after": 4}[ev.Type]; ev.Slots != want {
+			wrong = append(wrong, fmt.Sprintf("%s event %d of %s handled by a slot of %d", ev.Type, ev.ID, ev.Key, ev.Slots))
+		}
+		return nil
+	})
+	w, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: h, PollInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Stop(context.Background()) }) //nolint:errcheck
+	ticks, done := make(chan struct{}), make(chan struct{}) // the workers need ticks to see the handoffs through
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ticks:
+				return
+			case <-time.After(20 * time.Millisecond):
+				b.client.TickOnce(b.ctx) //nolint:errcheck // the next one tries again
+			}
+		}
+	}()
+	defer func() { close(ticks); <-done }()
+	pgtest.WaitFor(t, 60*time.Second, "the 40 events handled", func() (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return handled >= 40, nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(wrong) > 0 || handled != 40 {
+		t.Fatalf("%d handlings; across the cutover: %v", handled, wrong)
 	}
 }
