@@ -78,9 +78,10 @@ type Config struct {
 
 	LatRate     int // events per second
 	LatDuration time.Duration
-	LatN, LatC  int
+	LatN, LatC  int           // the default-ticks run's N, and every run's in-slot concurrency
 	LatFastNs   []int         // the N of each run at the lowest tick settings
 	LatFastTick time.Duration // the lowest tick settings measured
+	LatTrials   int           // runs of each lowest-ticks N (the row is the median's by p99)
 
 	PeerWorkers  []int // concurrency of each peer run (W2, W3)
 	PeerW1Events int   // W1 prefix the peers drain (they are too slow for all of it)
@@ -115,7 +116,7 @@ func Full() Config {
 		Sweep:    []int{1, 4, 16, 64, 256}, SweepConc: 16, MultiN: 64, MultiWorkers: 4, VariantN: 16,
 		IdleSlots: 64, IdleWindow: 10 * time.Second,
 		SingleSend: 20_000,
-		LatRate:    1000, LatDuration: 10 * time.Second, LatN: 4, LatC: 16, LatFastTick: 10 * time.Millisecond, LatFastNs: []int{4, 64},
+		LatRate:    1000, LatDuration: 10 * time.Second, LatN: 64, LatC: 16, LatFastTick: 10 * time.Millisecond, LatFastNs: []int{4, 64, 256}, LatTrials: 3,
 		PeerWorkers: []int{16, 64}, PeerW1Events: 20_000, PeerRuns: []string{"W1", "W2", "W2bulk", "W3", "latency"},
 		RunTimeout: 2 * time.Minute,
 	}
@@ -152,7 +153,7 @@ func Short() Config {
 		Sweep:    []int{1, 4}, SweepConc: 16, MultiN: 4, MultiWorkers: 2, VariantN: 2,
 		IdleSlots: 4, IdleWindow: 500 * time.Millisecond,
 		SingleSend: 200,
-		LatRate:    200, LatDuration: time.Second, LatN: 2, LatC: 16, LatFastTick: 10 * time.Millisecond, LatFastNs: []int{2},
+		LatRate:    200, LatDuration: time.Second, LatN: 2, LatC: 16, LatFastTick: 10 * time.Millisecond, LatFastNs: []int{2}, LatTrials: 1,
 		PeerWorkers: []int{16}, PeerW1Events: 1000, PeerRuns: []string{"W2"},
 		RunTimeout: 45 * time.Second,
 	}

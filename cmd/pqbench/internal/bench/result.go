@@ -48,6 +48,9 @@ type Result struct {
 	// Idle is the at-rest measurement of the idle rows.
 	Idle *Idle    `json:"idle,omitempty"`
 	Lat  *Latency `json:"latency,omitempty"`
+	// BatchesPerSec is the engine batches opened a second during a
+	// latency run (all slots).
+	BatchesPerSec float64 `json:"batches_per_s,omitempty"`
 
 	// Limit is the rate this row is compared with (the physical or ideal
 	// limit for its concurrency); 0 when none applies.
