@@ -269,7 +269,7 @@ func TestOldSlotsStopAtTheCutover(t *testing.T) {
 	if err := w.Start(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { w.Stop(context.Background()) }) //nolint:errcheck
+	t.Cleanup(func() { w.Stop(context.Background()) })      //nolint:errcheck
 	ticks, done := make(chan struct{}), make(chan struct{}) // the workers need ticks to see the handoffs through
 	go func() {
 		defer close(done)
