@@ -1,6 +1,8 @@
 module github.com/partitionq/partitionq
 
-go 1.26.8
+go 1.26.0
+
+toolchain go1.26.8
 
 require (
 	github.com/charmbracelet/bubbles v1.0.0
