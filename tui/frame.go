@@ -76,7 +76,7 @@ func (m *Model) header() string {
 	st := m.sh.styles
 	left := fmt.Sprintf("partitionq console · %s/%s", line(m.sh.queue), line(m.sh.group))
 	if gs := m.last.status; gs.Slots > 0 {
-		left += fmt.Sprintf(" · %d slots · %s", gs.Slots, gs.Engine)
+		left += fmt.Sprintf(" · %s · %s", plural(gs.Slots, "slot"), gs.Engine)
 	}
 	if m.groupsMode {
 		left = "partitionq console · every group"

@@ -363,7 +363,7 @@ func (v *slotsView) summary() string {
 			behind++
 		}
 	}
-	parts := []string{fmt.Sprintf("%d slots", st.Slots)}
+	parts := []string{plural(st.Slots, "slot")}
 	if r := st.Resize; r != nil {
 		cut := "waiting for the cutover tick"
 		if r.Cutover != 0 {

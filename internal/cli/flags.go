@@ -120,7 +120,7 @@ func parseSlots(s string, n int) ([]int, error) {
 		case from > to:
 			return nil, bad(part, "is an empty range")
 		case from < 0 || to >= n:
-			return nil, bad(part, fmt.Sprintf("is outside the group's %d slots", n))
+			return nil, bad(part, fmt.Sprintf("is outside the group's %s", plural(int64(n), "slot")))
 		}
 		for i := from; i <= to; i++ {
 			seen[i] = true

@@ -90,7 +90,7 @@ schema's owner; docs/security.md). Recorded in the audit trail.`,
 				if asJSON {
 					return writeJSON(out, res)
 				}
-				_, err = fmt.Fprintf(out, "aborted the resize of group %q of queue %q: it keeps %d slots\n", t.group, t.queue, res.To)
+				_, err = fmt.Fprintf(out, "aborted the resize of group %q of queue %q: it keeps %s\n", t.group, t.queue, plural(int64(res.To), "slot"))
 				return err
 			}
 			res, err := s.client.Resize(ctx, partitionq.ResizeRequest{Queue: t.queue, Group: t.group, Slots: slots,
@@ -100,8 +100,8 @@ schema's owner; docs/security.md). Recorded in the audit trail.`,
 			}
 			j := resizeJSON{Queue: t.queue, Group: t.group, From: res.From, To: res.To, Generation: res.Generation}
 			if !asJSON {
-				fmt.Fprintf(out, "resizing group %q of queue %q from %d to %d slots (generation %d): the workers take it from here\n",
-					t.group, t.queue, res.From, res.To, res.Generation)
+				fmt.Fprintf(out, "resizing group %q of queue %q from %d to %s (generation %d): the workers take it from here\n",
+					t.group, t.queue, res.From, plural(int64(res.To), "slot"), res.Generation)
 			}
 			if wait {
 				wctx := ctx
@@ -115,7 +115,7 @@ schema's owner; docs/security.md). Recorded in the audit trail.`,
 				}
 				j.Done = true
 				if !asJSON {
-					fmt.Fprintf(out, "resize of group %q done: %d slots\n", t.group, res.To)
+					fmt.Fprintf(out, "resize of group %q done: %s\n", t.group, plural(int64(res.To), "slot"))
 				}
 			} else if !asJSON {
 				fmt.Fprintf(out, "follow it with: partitionq status --queue %s --group %s (or resize --wait)\n", t.queue, t.group)
