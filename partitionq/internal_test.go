@@ -2,6 +2,7 @@ package partitionq
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -120,6 +121,19 @@ func TestDeadHostTimeoutsSetOnTheSession(t *testing.T) {
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s = %q, want %q (all: %v)", k, got[k], v, got)
+		}
+	}
+}
+
+// Two wrong durations: the first in WorkerConfig's declaration order is
+// named, every time.
+func TestWorkerConfigValidationIsDeterministic(t *testing.T) {
+	cfg := WorkerConfig{Queue: "q", Group: "g", Handler: HandlerFunc(func(context.Context, *Event) error { return nil }),
+		TickInterval: -time.Second, PollInterval: -time.Second}.withDefaults()
+	for range 50 {
+		var ve *ValidationError
+		if err := cfg.validate(); !errors.As(err, &ve) || ve.Field != "WorkerConfig.PollInterval" {
+			t.Fatalf("validate: %v, want WorkerConfig.PollInterval named first", err)
 		}
 	}
 }

@@ -303,11 +303,15 @@ func (cfg WorkerConfig) validate() error {
 	case cfg.HandlerTimeout < -1:
 		return bad("HandlerTimeout", cfg.HandlerTimeout.String(), "it is negative", "use 0 for the default (1m), -1 for none")
 	}
-	for name, d := range map[string]time.Duration{"ShutdownTimeout": cfg.ShutdownTimeout, "PollInterval": cfg.PollInterval,
-		"StandbyPoll": cfg.StandbyPoll, "HeadScanInterval": cfg.HeadScanInterval, "TickInterval": cfg.TickInterval,
-		"MaxBlocked": cfg.MaxBlocked} {
-		if d < 0 {
-			return bad(name, d.String(), "it is negative", "use 0 for the default")
+	// In declaration order, so that the same mistakes always get the same
+	// error (a map's order is random).
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"ShutdownTimeout", cfg.ShutdownTimeout}, {"PollInterval", cfg.PollInterval}, {"StandbyPoll", cfg.StandbyPoll},
+		{"HeadScanInterval", cfg.HeadScanInterval}, {"MaxBlocked", cfg.MaxBlocked}, {"TickInterval", cfg.TickInterval}} {
+		if f.d < 0 {
+			return bad(f.name, f.d.String(), "it is negative", "use 0 for the default")
 		}
 	}
 	return nil
