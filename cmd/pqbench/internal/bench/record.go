@@ -102,6 +102,19 @@ func (r *Recorder) append(e logEntry) {
 	r.mu.Unlock()
 }
 
+// sentBetween counts the events marked sent at or after from and before
+// to (latency runs).
+func (r *Recorder) sentBetween(from, to time.Time) int {
+	a, z := from.UnixNano(), to.UnixNano()
+	n := 0
+	for i := range r.sentNS {
+		if t := r.sentNS[i].Load(); t >= a && t < z {
+			n++
+		}
+	}
+	return n
+}
+
 // MarkSent records when event idx was sent (latency runs).
 func (r *Recorder) MarkSent(idx int, at time.Time) { r.sentNS[idx].Store(at.UnixNano()) }
 

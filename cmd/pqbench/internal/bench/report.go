@@ -312,6 +312,25 @@ func (r *Report) Text() string {
 		w("\n")
 	}
 
+	if rows := r.rows("resize"); len(rows) > 0 {
+		w("## Resize (an online split while a producer sends)\n\n| system | config | events | new generation handling after | resize complete after | producer events/s before | during | × | latency p99 ms | violations | lost | overlaps |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		for _, x := range rows {
+			v, lost := orderCell(x)
+			rs := x.Resize
+			if rs == nil {
+				rs = &ResizeStats{}
+			}
+			p99 := "-"
+			if x.Lat != nil {
+				p99 = ms(x.Lat.P99)
+			}
+			w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", x.System, x.Config+errSuffix(x), commas(int64(x.Events)),
+				rs.FirstNew.Round(time.Millisecond), rs.Complete.Round(time.Millisecond), fnum(rs.RateBefore), fnum(rs.RateDuring), ratio(rs.RateDuring, rs.RateBefore),
+				p99, v, lost, x.Overlaps)
+		}
+		w("\n")
+	}
+
 	r.nSweep(&sb)
 	r.targets(&sb)
 	if len(r.Notes) > 0 {
@@ -546,6 +565,12 @@ func (r *Report) targets(sb *strings.Builder) {
 			}
 		case strings.Contains(x.Config, "default ticks"):
 			w("| latency p99 ≤ 250 ms with every default, %s | %s ms | %s |\n", x.Config, ms(x.Lat.P99), mark(x.Err == "" && x.Lat.P99 <= 250*time.Millisecond))
+		}
+	}
+	for _, x := range r.rows("resize") {
+		if rs := x.Resize; rs != nil {
+			w("| resize %s: the new generation handles events within 5 s | %s | %s |\n", x.Config, rs.FirstNew.Round(time.Millisecond), mark(x.OK() && rs.FirstNew > 0 && rs.FirstNew <= 5*time.Second))
+			w("| resize %s: the producer's rate during it ≥ 0.9× before it | %s | %s |\n", x.Config, ratio(rs.RateDuring, rs.RateBefore), mark(rs.RateBefore > 0 && rs.RateDuring >= 0.9*rs.RateBefore))
 		}
 	}
 	for _, x := range r.rows("W2") {
