@@ -174,6 +174,15 @@ func (c *Client) Setup(ctx context.Context, spec GroupSpec) (SetupResult, error)
 			return err
 		}
 		res.QueueCreated = created
+		if created {
+			// A queue dropped by the engine's own drop_queue leaves the
+			// records of its groups behind (generations, slots, progress);
+			// they describe consumers that no longer exist. The queue is
+			// new: its group starts without them.
+			if err := store.DropGroupState(ctx, tx, spec.Queue, spec.Group); err != nil {
+				return err
+			}
+		}
 		existing, err := c.lookupGroup(ctx, tx, spec.Queue, spec.Group)
 		switch {
 		case err == nil && existing.Slots != spec.Slots:

@@ -44,3 +44,29 @@ func TestSetupGivesANewQueueShortTicks(t *testing.T) {
 		t.Fatalf("ticker_max_lag given: %s (result %s), want 50ms", got, res.TickMaxLag)
 	}
 }
+
+// A queue dropped with the engine's own drop_queue leaves its group's
+// records behind; setting the group up again on the new queue, with another
+// N, starts afresh (FuzzSetup found it: "engine consumers for 16 slots,
+// which is none of its generations").
+func TestSetupAfterTheQueueWasDropped(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.client.Setup(b.ctx, partitionq.GroupSpec{Queue: "d", Group: "g", Slots: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(b.ctx, b.db.SQL(`select pgq.drop_queue('d', true)`)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.client.Setup(b.ctx, partitionq.GroupSpec{Queue: "d", Group: "g", Slots: 5})
+	if err != nil {
+		t.Fatalf("setup after drop_queue: %v", err)
+	}
+	if !res.QueueCreated || res.Slots != 5 || res.Registered != 5 || res.Group.Generation != 1 {
+		t.Fatalf("setup after drop_queue made %+v, want a new queue with generation 1 of 5 slots, all registered", res)
+	}
+	g, err := b.client.Group(b.ctx, "d", "g")
+	if err != nil || g.Slots != 5 || g.Resize != nil {
+		t.Fatalf("the group after drop_queue and setup: %+v, %v", g, err)
+	}
+}
