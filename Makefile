@@ -101,8 +101,8 @@ vet: ## go vet ./...
 	go vet ./...
 
 # make chaos runs the chaos suite's long form (docs/chaos.md) on a throwaway
-# PostgreSQL cluster of its own, which it restarts; CHAOS='soak -duration 10m'
-# runs the soak instead; CHAOS='run -h' lists the flags. The short form runs
+# PostgreSQL cluster of its own, which it restarts; CHAOS='faults -long'
+# runs the fault matrix's long form instead (make soak: the soak); CHAOS='run -h' lists the flags. The short form runs
 # in make test (test/chaos).
 CHAOS ?= run -long
 # make fuzz runs every fuzz target for FUZZTIME each (the seed corpora in
@@ -112,10 +112,19 @@ FUZZ_TARGETS := partitionq:FuzzValidateKey partitionq:FuzzMessageValidate partit
 	partitionq:FuzzSendBatch partitionq:FuzzSetup internal/cli:FuzzDecodeLine internal/cli:FuzzSendLines \
 	internal/termsafe:FuzzEscape
 
-.PHONY: chaos fuzz
+.PHONY: chaos soak fuzz
 
-chaos: ## Chaos long form, minutes, own cluster (CHAOS='soak -duration 10m' for the soak)
+chaos: ## Chaos long form, minutes, own cluster (CHAOS='faults -long' for the fault matrix; make soak for the soak)
 	go run ./test/cmd/chaos $(CHAOS)
+
+# make soak runs the soak: steady load with faults (workers killed, sessions
+# terminated) and an operator skipping and replaying, sampling memory,
+# goroutines, sessions and table sizes (docs/chaos.md); SOAK is its length
+# (the long form: SOAK=1h), SOAKFLAGS more flags (chaos soak -h).
+SOAK ?= 5m
+SOAKFLAGS ?=
+soak: ## Soak with faults for SOAK (default 5m; SOAK=1h for the long form), own cluster
+	go run ./test/cmd/chaos soak -duration $(SOAK) $(SOAKFLAGS)
 
 fuzz: ## Run each fuzz target for FUZZTIME (default 10s)
 	@$(WITH_DB) set -x; for t in $(FUZZ_TARGETS); do go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*}; done

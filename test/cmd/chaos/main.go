@@ -209,7 +209,10 @@ func runSoak(ctx context.Context, args []string) int {
 	fs.DurationVar(&cfg.SampleEvery, "sample", 0, "sampling period (default 10s)")
 	fs.DurationVar(&cfg.RotationPeriod, "rotation-period", 0, "the queue's rotation_period (default 20s)")
 	fs.BoolVar(&cfg.NoStuckKey, "no-stuck-key", false, "do not keep one key blocked for the whole run")
+	fs.DurationVar(&cfg.FaultEvery, "fault-every", 0, "mean time between faults: a worker killed or every worker session terminated (default 30s; negative: none)")
+	fs.DurationVar(&cfg.OperatorEvery, "operator-every", 0, "how often an operator skips poison heads and replays a dead letter (default 15s; negative: none)")
 	jsonOut := fs.String("json", "", "also write the samples as JSON to this file")
+	svgOut := fs.String("svg", "", "also write a chart of the samples (SVG) to this file")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
 	}
@@ -224,6 +227,11 @@ func runSoak(ctx context.Context, args []string) int {
 		return 1
 	}
 	cfg.WorkerBin, cfg.WorkerLog, cfg.Logf = bin, wlog, logf
+	if cfg.Dir, err = os.MkdirTemp(cl.Dir, "soak-"); err != nil {
+		logf("error: %v", err)
+		cleanup(false)
+		return 1
+	}
 	rep, err := chaos.Soak(ctx, cl, cfg)
 	cleanup(err == nil && rep.OK())
 	if err != nil {
@@ -231,6 +239,12 @@ func runSoak(ctx context.Context, args []string) int {
 		return 1
 	}
 	fmt.Println(rep.Summary())
+	if *svgOut != "" {
+		if err := os.WriteFile(*svgOut, rep.SVG(), 0o644); err != nil {
+			logf("error: %v", err)
+			return 1
+		}
+	}
 	if *jsonOut != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")
 		if err := os.WriteFile(*jsonOut, b, 0o644); err != nil {
