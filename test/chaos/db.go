@@ -119,17 +119,23 @@ func resolved(ctx context.Context, db *pgxpool.Pool) (int, error) {
 	return n, err
 }
 
-// judge runs the shared order checker over the run log and dead letters.
-func judge(ctx context.Context, db *pgxpool.Pool, sent map[string]int) (ordercheck.Report, error) {
+// runLogHandlings reads every handler call of pq_run_log, in the order
+// they were logged.
+func runLogHandlings(ctx context.Context, db *pgxpool.Pool) ([]ordercheck.Handling, error) {
 	rows, err := db.Query(ctx, `select key, seq, ok from pq_run_log order by id`)
 	if err != nil {
-		return ordercheck.Report{}, err
+		return nil, err
 	}
-	log, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ordercheck.Handling, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ordercheck.Handling, error) {
 		var h ordercheck.Handling
 		err := r.Scan(&h.Key, &h.Seq, &h.OK)
 		return h, err
 	})
+}
+
+// judge runs the shared order checker over the run log and dead letters.
+func judge(ctx context.Context, db *pgxpool.Pool, sent map[string]int) (ordercheck.Report, error) {
+	log, err := runLogHandlings(ctx, db)
 	if err != nil {
 		return ordercheck.Report{}, err
 	}

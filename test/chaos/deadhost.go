@@ -210,19 +210,7 @@ func RunDeadHost(ctx context.Context, cfg DeadHostConfig) (rep DeadHostReport, e
 		procs = append(procs, cmd)
 		return cmd, nil
 	}
-	owners := func(ctx context.Context) (map[int]int32, error) {
-		st, err := client.Status(ctx, queueName, groupName)
-		if err != nil {
-			return nil, err
-		}
-		out := map[int]int32{}
-		for _, s := range st.SlotStatus {
-			if s.Owner != nil {
-				out[s.Slot] = s.Owner.PID
-			}
-		}
-		return out, nil
-	}
+	owners := func(ctx context.Context) (map[int]int32, error) { return slotOwners(ctx, client, queueName, groupName) }
 	ownsAll := func(pid int) func(ctx context.Context) (bool, error) {
 		return func(ctx context.Context) (bool, error) {
 			o, err := owners(ctx)
@@ -333,20 +321,8 @@ func RunDeadHost(ctx context.Context, cfg DeadHostConfig) (rep DeadHostReport, e
 	a.Process.Signal(syscall.SIGKILL) //nolint:errcheck
 	a.Wait()                          //nolint:errcheck
 	procs = nil
-	rows, err := pool.Query(ctx, `select key, seq, ok from pq_run_log order by id`)
+	hs, err := runLogHandlings(ctx, pool)
 	if err != nil {
-		return rep, err
-	}
-	defer rows.Close()
-	var hs []ordercheck.Handling
-	for rows.Next() {
-		var h ordercheck.Handling
-		if err := rows.Scan(&h.Key, &h.Seq, &h.OK); err != nil {
-			return rep, err
-		}
-		hs = append(hs, h)
-	}
-	if err := rows.Err(); err != nil {
 		return rep, err
 	}
 	runs, err := ordercheck.ReadRunLogs(logs, map[string]time.Time{strconv.Itoa(a.Process.Pid): time.Now()})

@@ -688,20 +688,7 @@ func (r *faultRun) handlings(ctx context.Context) ([]ordercheck.Handling, error)
 	if r.cfg.Exec {
 		return r.execHandlings()
 	}
-	rows, err := r.pool.Query(ctx, `select key, seq, ok from pq_run_log order by id`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []ordercheck.Handling
-	for rows.Next() {
-		var h ordercheck.Handling
-		if err := rows.Scan(&h.Key, &h.Seq, &h.OK); err != nil {
-			return nil, err
-		}
-		out = append(out, h)
-	}
-	return out, rows.Err()
+	return runLogHandlings(ctx, r.pool)
 }
 
 // execHandlings reads the exec handlers' successes (O lines), in time

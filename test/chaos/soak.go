@@ -290,24 +290,15 @@ func Soak(ctx context.Context, cl *Cluster, cfg SoakConfig) (SoakReport, error) 
 		}
 	}
 	w.stopAll()
-	rows, err := pool.Query(ctx, `select key, seq, ok from pq_run_log order by id`)
+	all, err := runLogHandlings(ctx, pool)
 	if err != nil {
 		return rep, err
 	}
 	var hs []ordercheck.Handling
-	for rows.Next() {
-		var h ordercheck.Handling
-		if err := rows.Scan(&h.Key, &h.Seq, &h.OK); err != nil {
-			rows.Close()
-			return rep, err
-		}
+	for _, h := range all {
 		if want[h.Key] > 0 {
 			hs = append(hs, h)
 		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return rep, err
 	}
 	runs, err := ordercheck.ReadRunLogs(w.runLogs, w.diedTimes())
 	if err != nil {
