@@ -73,7 +73,10 @@ func buildPartitionq(t *testing.T) string {
 func testResizeFault(t *testing.T, fault, bin string) {
 	e := newEnv(t, 4)
 	runlog := filepath.Join(t.TempDir(), "runs.log")
-	args := []string{"-ticker=false", "-hold", "30ms", "-runlog", runlog, "-concurrency", "4"}
+	// A lease of 3s (the test worker's is 1s): a loaded machine (CI runs
+	// this package's tests at once) delays renewals past a 1s lease, and
+	// slots that change hands every few seconds never finish the resize.
+	args := []string{"-ticker=false", "-hold", "30ms", "-runlog", runlog, "-concurrency", "4", "-lease", "3s"}
 	var procsMu sync.Mutex
 	procs := []*proc{e.start(t, args...), e.start(t, args...), e.start(t, args...)}
 	died := map[string]time.Time{} // a killed worker's runs end when it dies
