@@ -623,9 +623,9 @@ func (s SoakSample) line(schema string) string {
 		s.MaxLag.Round(time.Millisecond), s.Blocked, s.Parked, s.Faults, s.Skips, s.Replays)
 }
 
-// judge compares the last third of the run with the first third (after a
-// warm-up sample): memory and goroutines must level off, dead tuples must
-// not pile up, and the event tables must keep rotating.
+// judge judges the run's growth (judgeGrowth), and compares the last third
+// of the run with the first third (after a warm-up sample): dead tuples
+// must not pile up, and the event tables must keep rotating.
 func (r *SoakReport) judge() {
 	n := len(r.Samples)
 	if n < 6 {
@@ -691,20 +691,6 @@ func (r *SoakReport) judgeGrowth() {
 		}
 	}
 	end := r.Samples[n-1]
-	most := func(v []uint64) float64 {
-		m := uint64(0)
-		for _, x := range v {
-			m = max(m, x)
-		}
-		return float64(m)
-	}
-	mostInt := func(v []int) float64 {
-		m := 0
-		for _, x := range v {
-			m = max(m, x)
-		}
-		return float64(m)
-	}
 	check := func(what string, b, e, ratio, floor float64, unit string) {
 		if e > ratio*b && e-b > floor {
 			r.Problems = append(r.Problems, fmt.Sprintf("%s grew from %.1f%s at %s to %.1f%s at the end (more than %.1fx)", what, b, unit, base.At, e, unit, ratio))
@@ -712,7 +698,7 @@ func (r *SoakReport) judgeGrowth() {
 	}
 	check("worker RSS", most(base.RSS)/(1<<20), most(end.RSS)/(1<<20), 1.5, 20, " MiB")
 	check("worker heap in use", most(base.HeapInuse)/(1<<20), most(end.HeapInuse)/(1<<20), 1.5, 20, " MiB")
-	check("worker goroutines", mostInt(base.Goroutines), mostInt(end.Goroutines), 1.5, 10, "")
+	check("worker goroutines", most(base.Goroutines), most(end.Goroutines), 1.5, 10, "")
 	check("database sessions", float64(base.Conns), float64(end.Conns), 1.5, 5, "")
 	for _, t := range []string{"partitionq", "retry_queue"} {
 		check(t+" tables' size", float64(base.Sizes[t])/(1<<20), float64(end.Sizes[t])/(1<<20), 2, 1, " MiB")
@@ -744,9 +730,13 @@ func maxOf(ss []SoakSample, f func(SoakSample) float64) float64 {
 
 func minOf(ss []SoakSample, f func(SoakSample) float64) float64 { return values(ss, f)[0] }
 
-func median(ss []SoakSample, f func(SoakSample) float64) float64 {
-	v := values(ss, f)
-	return v[len(v)/2]
+// most is the largest of a per-worker measure (0 with no workers).
+func most[T uint64 | int](v []T) float64 {
+	var m T
+	for _, x := range v {
+		m = max(m, x)
+	}
+	return float64(m)
 }
 
 // Summary is a short text account of a soak report.

@@ -17,22 +17,9 @@ func (r SoakReport) SVG() []byte {
 		title, unit string
 		v           func(SoakSample) float64
 	}
-	most := func(v []uint64) float64 {
-		m := uint64(0)
-		for _, x := range v {
-			m = max(m, x)
-		}
-		return float64(m)
-	}
 	charts := []series{
 		{"worker RSS (most of any worker)", "MiB", func(s SoakSample) float64 { return most(s.RSS) / (1 << 20) }},
-		{"worker goroutines (most of any worker)", "", func(s SoakSample) float64 {
-			m := 0
-			for _, g := range s.Goroutines {
-				m = max(m, g)
-			}
-			return float64(m)
-		}},
+		{"worker goroutines (most of any worker)", "", func(s SoakSample) float64 { return most(s.Goroutines) }},
 		{"database sessions", "", func(s SoakSample) float64 { return float64(s.Conns) }},
 		{"partitionq's tables (but dead letters, audit)", "MiB", func(s SoakSample) float64 { return float64(s.Sizes["partitionq"]) / (1 << 20) }},
 		{"the engine's retry queue", "MiB", func(s SoakSample) float64 { return float64(s.Sizes["retry_queue"]) / (1 << 20) }},
