@@ -129,8 +129,12 @@ func (c *Client) WaitResize(ctx context.Context, queue, group string, poll time.
 		}
 		select {
 		case <-ctx.Done():
-			return g, fmt.Errorf("waiting for the resize of group %q from %d to %d slots (%d old slots not handed off yet): %w",
-				group, g.Resize.From, g.Resize.To, len(g.Resize.Remaining), ctx.Err())
+			left := fmt.Sprintf("%d old slots", len(g.Resize.Remaining))
+			if len(g.Resize.Remaining) == 1 {
+				left = fmt.Sprintf("old slot %d", g.Resize.Remaining[0])
+			}
+			return g, fmt.Errorf("waiting for the resize of group %q from %d to %d slots (%s not handed off yet): %w",
+				group, g.Resize.From, g.Resize.To, left, ctx.Err())
 		case <-t.C:
 		}
 	}

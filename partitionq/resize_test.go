@@ -295,3 +295,73 @@ func dumpEngine(t *testing.T, b *bundle) {
 		t.Logf("%s:\n\t%s", q, strings.Join(out, "\n\t"))
 	}
 }
+
+// A handoff that fails (here its lock timeout: a session holds the engine's
+// retry queue, as a long maintenance or an operator would) is tried again
+// and the resize ends: the old slot, left standing at the cutover while
+// ticks go on, is never moved past it. (It was: thought level with the
+// newest tick, its consumer was moved there, and a slot past the cutover
+// never hands off.)
+func TestResizeAfterAFailedHandoff(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.group(t, 2)
+	h := newRunLog(0, 0, 0)
+	b.worker(t, partitionq.WorkerConfig{Handler: h, Identity: "w", Concurrency: 4})
+	keys := make([]string, 8)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("tenant-%02d", i)
+	}
+	p := startProducer(t, b, keys, 20*time.Millisecond)
+	pgtest.WaitFor(t, 30*time.Second, "events flowing", func() (bool, error) { return p.count.Load() >= 100, nil })
+
+	lock, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(b.ctx) //nolint:errcheck // committed below
+	if _, err := lock.Exec(b.ctx, fmt.Sprintf("lock table %s.retry_queue in share update exclusive mode", b.client.EngineSchema())); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.client.Resize(b.ctx, partitionq.ResizeRequest{Queue: "q", Group: "g", Slots: 4, Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	// Both old slots' handoffs wait for the lock, then give up (after the
+	// handoff's lock timeout) while the ticks go on past the cutover.
+	b.waitLockWaiters(t, 2)
+	pgtest.WaitFor(t, 30*time.Second, "the handoffs gave up waiting for the lock", func() (bool, error) {
+		var n int
+		err := b.pool.QueryRow(b.ctx, `select count(*) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`).Scan(&n)
+		return n == 0, err
+	})
+	g, err := b.client.Group(b.ctx, "q", "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Resize == nil || g.Resize.Cutover == 0 || len(g.Resize.Remaining) != 2 {
+		t.Fatalf("want a resize past its cutover with both old slots left, got %+v", g.Resize)
+	}
+	before := p.count.Load()
+	pgtest.WaitFor(t, 30*time.Second, "events sent after the failed handoffs", func() (bool, error) { return p.count.Load() >= before+50, nil })
+	if err := lock.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	if _, err := b.client.WaitResize(wctx, "q", "g", 20*time.Millisecond); err != nil {
+		dumpEngine(t, b)
+		t.Fatalf("the resize did not end once the lock was gone: %v", err)
+	}
+	sent := p.end()
+	r := h.report(sent, nil)
+	lost, moved := r.Lost, time.Now()
+	for r.Lost > 0 && time.Since(moved) < 30*time.Second {
+		time.Sleep(20 * time.Millisecond)
+		if r = h.report(sent, nil); r.Lost < lost {
+			lost, moved = r.Lost, time.Now()
+		}
+	}
+	if !r.OK() {
+		t.Errorf("%s; examples: %s", r, strings.Join(r.Examples, "; "))
+	}
+}

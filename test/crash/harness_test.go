@@ -62,6 +62,7 @@ type env struct {
 	pool   *pgxpool.Pool
 	client *partitionq.Client
 	ctx    context.Context
+	logs   string // each worker's log, worker-<pid>.log, kept when the test fails
 }
 
 func newEnv(t *testing.T, slots int) *env {
@@ -80,7 +81,18 @@ func newEnv(t *testing.T, slots int) *env {
 	if _, err := pool.Exec(ctx, logDDL); err != nil {
 		t.Fatal(err)
 	}
-	return &env{db: db, pool: pool, client: c, ctx: ctx}
+	logs, err := os.MkdirTemp("", "pqcrash-logs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the workers' logs are kept in %s", logs)
+			return
+		}
+		os.RemoveAll(logs)
+	})
+	return &env{db: db, pool: pool, client: c, ctx: ctx, logs: logs}
 }
 
 // proc is a worker process.
@@ -98,10 +110,18 @@ func (e *env) start(t *testing.T, args ...string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stderr = os.Stderr
+	// Each worker logs to its own file: the tests of this package run at
+	// once, and one stream of every worker's lines tells nothing.
+	logf, err := os.CreateTemp(e.logs, "worker-*.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd.Stderr = logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	os.Rename(logf.Name(), filepath.Join(e.logs, fmt.Sprintf("worker-%d.log", cmd.Process.Pid))) //nolint:errcheck // the name is a convenience
 	p := &proc{cmd: cmd, args: args, done: make(chan struct{})}
 	ready := make(chan bool, 1)
 	go func() {

@@ -76,7 +76,7 @@ func testResizeFault(t *testing.T, fault, bin string) {
 	// A lease of 3s (the test worker's is 1s): a loaded machine (CI runs
 	// this package's tests at once) delays renewals past a 1s lease, and
 	// slots that change hands every few seconds never finish the resize.
-	args := []string{"-ticker=false", "-hold", "30ms", "-runlog", runlog, "-concurrency", "4", "-lease", "3s"}
+	args := []string{"-ticker=false", "-hold", "30ms", "-runlog", runlog, "-concurrency", "4", "-lease", "3s", "-log", "debug"}
 	var procsMu sync.Mutex
 	procs := []*proc{e.start(t, args...), e.start(t, args...), e.start(t, args...)}
 	died := map[string]time.Time{} // a killed worker's runs end when it dies

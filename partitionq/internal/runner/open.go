@@ -221,6 +221,13 @@ func (r *Runner) openBatches() bool {
 			// transaction), so polls wake it again only for a newer one.
 			s.mu.Lock()
 			s.lastTick = max(s.lastTick, seen)
+			if cutover != 0 {
+				// An old generation's slot has nothing of its own past the
+				// cutover: were it thought level with a newer tick, its
+				// consumer would be moved past the cutover (advance), and
+				// a slot whose handoff failed could never hand off.
+				s.lastTick = min(s.lastTick, cutover)
+			}
 			if s.lastTick == 0 {
 				s.lastTick = -1 // known to be level, the tick not known; the next poll compares
 			}
@@ -344,10 +351,14 @@ func (r *Runner) advance(tx pgx.Tx, ss []*slotRun) (ok []bool, to []int64, err e
 	}
 	from := make([]int64, len(ss))
 	to = make([]int64, len(ss))
+	cutover := r.cutover.Load()
 	for i, s := range ss {
 		s.mu.Lock()
 		from[i], to[i] = s.pos, s.lastTick
 		s.mu.Unlock()
+		if cutover != 0 && to[i] > cutover {
+			to[i] = max(cutover, from[i]) // never past a resize's cutover: the slot hands off there
+		}
 	}
 	ok, err = r.cfg.Eng.Advance(r.stop, tx, r.cfg.Queue, consumersOf(ss), from, to)
 	return ok, to, err

@@ -71,6 +71,7 @@ func main() {
 	flag.StringVar(&o.runlog, "runlog", "", "append the start and end of every handler run to this file (internal/ordercheck's run log)")
 	flag.BoolVar(&o.ticker, "ticker", true, "run the engine's ticker in the worker (false: the test ticks)")
 	flag.BoolVar(&o.tx, "tx", false, "handle in the worker's transaction (TxHandler): the pq_run_log row of a success commits with the event's completion")
+	level := flag.String("log", "warn", "log level: debug, info or warn")
 	statsEvery := flag.Duration("stats", 0, "when not zero, print a line `stats {json}` with memory and goroutine counts this often")
 	flag.Parse()
 	o.backoffMax = max(o.backoffMax, 5*time.Millisecond)
@@ -78,7 +79,12 @@ func main() {
 		go printStats(*statsEvery)
 	}
 
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(*level)); err != nil {
+		fmt.Fprintln(os.Stderr, "testworker: -log:", err)
+		os.Exit(2)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := run(ctx, log, o); err != nil {
@@ -163,10 +169,11 @@ func run(ctx context.Context, log *slog.Logger, o opts) error {
 		defer rl.end(ev.Key, p.S, worker)
 		for p.G != "" {
 			var open bool
-			if err := pool.QueryRow(ctx, `select exists (select 1 from pq_gate where name = $1)`, p.G).Scan(&open); err != nil {
-				return err
-			}
-			if open {
+			// The gate is the test's instrument, not the handler's work: a
+			// read of it that fails (a terminated session) is tried again,
+			// so that the event stays in its handler until the gate opens.
+			err := pool.QueryRow(ctx, `select exists (select 1 from pq_gate where name = $1)`, p.G).Scan(&open)
+			if err == nil && open {
 				break
 			}
 			select {
