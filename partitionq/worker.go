@@ -166,7 +166,7 @@ type WorkerConfig struct {
 	// DrainConcurrency (PolicyPause) is how many blocked keys the worker
 	// retries and drains at once, across all its slots; each holds one of
 	// the worker's own connections while its head is handled (so that an
-	// operator's skip waits on its row lock; see PoolConns). Raise it when
+	// operator's skip waits on its row lock; see WorkerConns). Raise it when
 	// many keys block at once (a skewed load with failures). Defaults to 8.
 	DrainConcurrency int
 
@@ -438,12 +438,11 @@ const (
 	workerFixed   = 1 + workerReaders + 2 + 1
 )
 
-// PoolConns is the most connections a worker opens of its own with the
+// WorkerConns is the most connections a worker opens of its own with the
 // default DrainConcurrency: a few for its lease, reads, finishes and ticker
-// (6), plus one per blocked key it drains at once (8). It does not depend on
-// the number of slots or the in-slot concurrency (both parameters are kept
-// for compatibility and ignored): a worker with 256 slots needs no more. With
-// another DrainConcurrency d it is 6+d. While the group is being resized a
+// (6), plus one per blocked key it drains at once (8). It depends on
+// neither the number of slots nor the in-slot concurrency: a worker with
+// 256 slots needs no more. With another DrainConcurrency d it is 6+d. While the group is being resized a
 // worker running both generations' slots opens up to 6 more (a lease and
 // readers for each generation). Count them, with the client's pool,
 // against the server's max_connections.
@@ -455,7 +454,7 @@ const (
 // own return would free. Its connection attempts time out after the client's
 // pool's connect_timeout, or 5s when that sets none: a worker must not wait
 // forever on a server it cannot reach.
-func PoolConns(slots, concurrency int) int { return workerConns(DrainConcurrencyDefault) }
+func WorkerConns() int { return workerConns(DrainConcurrencyDefault) }
 
 func workerConns(drains int) int { return workerFixed + drains }
 
@@ -505,7 +504,7 @@ func (w *Worker) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	// The worker's own connections (see PoolConns): none is opened before
+	// The worker's own connections (see WorkerConns): none is opened before
 	// it is needed; room for a second generation's lease and readers
 	// during a resize.
 	pcfg := w.c.pool.Config()
