@@ -14,14 +14,14 @@ import (
 )
 
 // One batch of more events than a slot reads from the engine at a time
-// (ChunkSizeDefault) is read chunk by chunk from the batch cursor, whose
+// (partitionq.ChunkSize, 1000) is read chunk by chunk from the batch cursor, whose
 // rows carry the engine's own ev_txid: bigint on PgQ, xid8 on PgQue (which
 // a scan into int64 cannot read, so every batch was retried forever).
 func TestBatchLargerThanAChunk(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.group(t, 1)
-	const keys, perKey = 50, 2*partitionq.ChunkSizeDefault/50 + 10
+	const keys, perKey = 50, 2*partitionq.ChunkSize/50 + 10
 	var ms []partitionq.Message
 	sent := map[string][]string{}
 	for i := range perKey {

@@ -56,9 +56,11 @@ const (
 	BatchMinEventsDefault   = 5000
 	HeadScanIntervalDefault = time.Second
 	TickIntervalDefault     = 100 * time.Millisecond
-	MaintIntervalDefault    = 30 * time.Second
-	ChunkSizeDefault        = 1000
 )
+
+// chunkSize is how many events a slot reads from a batch's cursor at a
+// time.
+const chunkSize = 1000
 
 // WorkerConfig configures a Worker. Zero values mean the defaults.
 type WorkerConfig struct {
@@ -181,8 +183,9 @@ type WorkerConfig struct {
 	// than only flag it. Defaults to false.
 	MaxBlockedDeadLetter bool
 
-	// RunTicker runs the engine's ticker and maintenance in this worker, in
-	// place of pgqd. Safe when several workers run it. Defaults to false.
+	// RunTicker runs the engine's ticker and maintenance (every 30s,
+	// TickerConfig.MaintInterval's default) in this worker, in place of
+	// pgqd. Safe when several workers run it. Defaults to false.
 	RunTicker bool
 
 	// TickInterval is how often the in-process ticker runs. Defaults to 100ms.
@@ -562,7 +565,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			ticker.Run(soft, ticker.Config{Eng: w.c.eng, Pool: pool, Log: w.log,
-				Interval: w.cfg.TickInterval, MaintInterval: MaintIntervalDefault})
+				Interval: w.cfg.TickInterval, MaintInterval: maintIntervalDefault})
 		}()
 	}
 	superDone := make(chan struct{})
@@ -786,7 +789,7 @@ func (w *Worker) newRunner(x generation, gr *genRun) *runner.Runner {
 		HandlerTimeout: hto, Handle: w.handleFunc(gr),
 		PollInterval: w.cfg.PollInterval, StandbyPoll: w.cfg.StandbyPoll, HeadScanInterval: w.cfg.HeadScanInterval,
 		MaxBlocked: w.cfg.MaxBlocked, MaxBlockedDeadLetter: w.cfg.MaxBlockedDeadLetter,
-		ChunkSize: ChunkSizeDefault, BatchMaxEvents: maxEvents, MaxReaders: workerReaders,
+		ChunkSize: chunkSize, BatchMaxEvents: maxEvents, MaxReaders: workerReaders,
 		Progress: !w.cfg.DisableProgress, ProgressMax: progressMax, FlushInterval: flushInterval,
 		LeaseTTL: lease, LeaseRenew: lease / 5, LeaseMargin: lease / 5,
 	})
