@@ -189,7 +189,7 @@ func TestEventWithoutKeyRetriedOnItsSlot(t *testing.T) {
 		}
 		return nil
 	}
-	b.worker(t, partitionq.WorkerConfig{Handler: rec, Policy: partitionq.PolicySkip,
+	b.worker(t, partitionq.WorkerConfig{Handler: rec, Policy: partitionq.PolicyRetryLater,
 		BackoffMin: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond})
 	for _, p := range []string{"a", "b"} {
 		if _, err := b.pool.Exec(b.ctx, b.db.SQL(`select pgq.insert_event('q', 'Foreign', $1)`), p); err != nil {

@@ -33,8 +33,8 @@ type Event struct {
 // Handler handles events. Returning nil means the event is done. Any other
 // error is a failure, handled by the worker's Policy: under PolicyPause the
 // key waits until the event succeeds on a retry, is skipped by an operator,
-// or runs out of attempts; under PolicySkip the event is retried later and
-// the key goes on. Two typed errors change that:
+// or runs out of attempts; under PolicyRetryLater the event is retried
+// later and the key goes on. Two typed errors change that:
 //   - DeadLetterNow(err) (a *DeadLetterError): do not retry; the event goes
 //     to the dead letters at once and its key goes on.
 //   - RetryAfter(d, err) (a *RetryAfterError): a failure whose next attempt

@@ -32,10 +32,16 @@ const (
 	// after MaxAttempts. The key's later events wait, in order; every other
 	// key keeps flowing. See docs/failure-policy.md.
 	PolicyPause Policy = "pause"
-	// PolicySkip retries the failed event later through the engine's retry
-	// queue and lets the key go on: later events of the key may be handled
-	// before the retry.
-	PolicySkip Policy = "skip"
+	// PolicyRetryLater retries the failed event later through the engine's
+	// retry queue and lets the key go on: later events of the key may be
+	// handled before the retry.
+	PolicyRetryLater Policy = "retry-later"
+
+	// PolicySkip is the old name of PolicyRetryLater ("skip" is the
+	// operator's action); a Policy of "skip" is read as "retry-later".
+	//
+	// Deprecated: use PolicyRetryLater.
+	PolicySkip = PolicyRetryLater
 )
 
 // Defaults of WorkerConfig.
@@ -97,8 +103,8 @@ type WorkerConfig struct {
 
 	// MaxAttempts is how many times an event is tried before it becomes a
 	// dead letter; 0 means the default: unlimited (retry until an operator
-	// acts) under PolicyPause, MaxAttemptsSkipDefault (10) under PolicySkip.
-	// Use -1 for unlimited under PolicySkip.
+	// acts) under PolicyPause, MaxAttemptsSkipDefault (10) under
+	// PolicyRetryLater. Use -1 for unlimited under PolicyRetryLater.
 	MaxAttempts int
 
 	// BackoffMin and BackoffMax bound the delay before retry n, which is
@@ -220,10 +226,13 @@ func (cfg WorkerConfig) withDefaults() WorkerConfig {
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = ConcurrencyDefault
 	}
-	if cfg.Policy == "" {
+	switch cfg.Policy {
+	case "":
 		cfg.Policy = PolicyPause
+	case "skip": // the old name of retry-later, accepted for one release
+		cfg.Policy = PolicyRetryLater
 	}
-	if cfg.MaxAttempts == 0 && cfg.Policy == PolicySkip {
+	if cfg.MaxAttempts == 0 && cfg.Policy == PolicyRetryLater {
 		cfg.MaxAttempts = MaxAttemptsSkipDefault
 	}
 	if cfg.BackoffMin == 0 {
@@ -289,8 +298,8 @@ func (cfg WorkerConfig) validate() error {
 		return bad("TxHandler", "set", "Handler is set too", "pass one of Handler and TxHandler")
 	case cfg.Concurrency < 1 || cfg.Concurrency > 4096:
 		return bad("Concurrency", strconv.Itoa(cfg.Concurrency), "it must be between 1 and 4096", "use 0 for the default (16)")
-	case cfg.Policy != PolicyPause && cfg.Policy != PolicySkip:
-		return bad("Policy", strconv.Quote(string(cfg.Policy)), "unknown policy", `use "pause" or "skip"`)
+	case cfg.Policy != PolicyPause && cfg.Policy != PolicyRetryLater:
+		return bad("Policy", strconv.Quote(string(cfg.Policy)), "unknown policy", `use "pause" or "retry-later"`)
 	case cfg.MaxAttempts < -1:
 		return bad("MaxAttempts", strconv.Itoa(cfg.MaxAttempts), "it is negative", "use 0 for the default, -1 for unlimited")
 	case cfg.BackoffMin < 0 || cfg.BackoffMax < cfg.BackoffMin:
@@ -774,7 +783,7 @@ func (w *Worker) slotsLogged() []string {
 func (w *Worker) newRunner(x generation, gr *genRun) *runner.Runner {
 	maxAttempts := max(w.cfg.MaxAttempts, 0)
 	policy := runner.Pause
-	if w.cfg.Policy == PolicySkip {
+	if w.cfg.Policy == PolicyRetryLater {
 		policy = runner.Skip
 	}
 	hto := max(w.cfg.HandlerTimeout, 0)
