@@ -142,7 +142,7 @@ func TestWorkerConfigValidationIsDeterministic(t *testing.T) {
 // A Policy of "skip", the retry-later policy's old name, is read as
 // retry-later (with its MaxAttempts default); an unknown one names both
 // policies.
-func TestPolicySkipIsReadAsRetryLater(t *testing.T) {
+func TestPolicyNamedSkipIsReadAsRetryLater(t *testing.T) {
 	h := HandlerFunc(func(context.Context, *Event) error { return nil })
 	cfg := WorkerConfig{Queue: "q", Group: "g", Handler: h, Policy: "skip"}.withDefaults()
 	if cfg.Policy != PolicyRetryLater || cfg.MaxAttempts != MaxAttemptsSkipDefault {

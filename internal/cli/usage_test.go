@@ -125,7 +125,7 @@ func TestReasonHelpSaysWhereItGoes(t *testing.T) {
 // --policy skip, the retry-later policy's old name, still works and says
 // what to use instead (the --concurrency 0 after it stops the command
 // before the database).
-func TestPolicySkipIsRetryLater(t *testing.T) {
+func TestPolicyNamedSkipIsRetryLater(t *testing.T) {
 	t.Parallel()
 	h := offline(t)
 	args := []string{"work", "--queue", "q", "--group", "g", "--exec", "true", "--policy", "skip", "--concurrency", "0"}
