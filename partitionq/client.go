@@ -118,6 +118,3 @@ func (c *Client) migrate(ctx context.Context) error {
 
 // EngineSchema returns the engine schema the client uses.
 func (c *Client) EngineSchema() string { return c.eng.Schema() }
-
-// Pool returns the pool the client was built with.
-func (c *Client) Pool() *pgxpool.Pool { return c.pool }

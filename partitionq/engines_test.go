@@ -14,14 +14,14 @@ import (
 )
 
 // One batch of more events than a slot reads from the engine at a time
-// (ChunkSizeDefault) is read chunk by chunk from the batch cursor, whose
+// (partitionq.ChunkSize, 1000) is read chunk by chunk from the batch cursor, whose
 // rows carry the engine's own ev_txid: bigint on PgQ, xid8 on PgQue (which
 // a scan into int64 cannot read, so every batch was retried forever).
 func TestBatchLargerThanAChunk(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.group(t, 1)
-	const keys, perKey = 50, 2*partitionq.ChunkSizeDefault/50 + 10
+	const keys, perKey = 50, 2*partitionq.ChunkSize/50 + 10
 	var ms []partitionq.Message
 	sent := map[string][]string{}
 	for i := range perKey {
@@ -189,7 +189,7 @@ func TestEventWithoutKeyRetriedOnItsSlot(t *testing.T) {
 		}
 		return nil
 	}
-	b.worker(t, partitionq.WorkerConfig{Handler: rec, Policy: partitionq.PolicySkip,
+	b.worker(t, partitionq.WorkerConfig{Handler: rec, Policy: partitionq.PolicyRetryLater,
 		BackoffMin: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond})
 	for _, p := range []string{"a", "b"} {
 		if _, err := b.pool.Exec(b.ctx, b.db.SQL(`select pgq.insert_event('q', 'Foreign', $1)`), p); err != nil {

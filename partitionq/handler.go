@@ -33,12 +33,12 @@ type Event struct {
 // Handler handles events. Returning nil means the event is done. Any other
 // error is a failure, handled by the worker's Policy: under PolicyPause the
 // key waits until the event succeeds on a retry, is skipped by an operator,
-// or runs out of attempts; under PolicySkip the event is retried later and
-// the key goes on. Two typed errors change that:
-//   - DeadLetterNow(err): do not retry; the event goes to the dead letters at
-//     once and its key goes on.
-//   - RetryAfter(d, err): a failure whose next attempt is in d, in place of
-//     the backoff.
+// or runs out of attempts; under PolicyRetryLater the event is retried
+// later and the key goes on. Two typed errors change that:
+//   - DeadLetterNow(err) (a *DeadLetterError): do not retry; the event goes
+//     to the dead letters at once and its key goes on.
+//   - RetryAfter(d, err) (a *RetryAfterError): a failure whose next attempt
+//     is in d, in place of the backoff.
 //
 // A handler that panics fails with the panic's text. The context is
 // cancelled when the worker's shutdown timeout passes or the handler
@@ -53,28 +53,54 @@ type HandlerFunc func(ctx context.Context, ev *Event) error
 // Handle calls f.
 func (f HandlerFunc) Handle(ctx context.Context, ev *Event) error { return f(ctx, ev) }
 
-type deadLetterError struct{ err error }
+// DeadLetterError is the error DeadLetterNow returns: the handler's word
+// that its event must not be retried. A caller's tests can assert that a
+// handler gave an event up, through any wrapping, with errors.As:
+//
+//	var dl *partitionq.DeadLetterError
+//	if errors.As(err, &dl) { ... }
+//
+// Make one with DeadLetterNow; errors.Unwrap gives the error it wraps.
+type DeadLetterError struct{ err error }
 
-func (e *deadLetterError) Error() string { return "dead letter: " + errString(e.err) }
-func (e *deadLetterError) Unwrap() error { return e.err }
+// Error says the event is a dead letter, and why.
+func (e *DeadLetterError) Error() string { return "dead letter: " + errString(e.err) }
+
+// Unwrap returns the error given to DeadLetterNow.
+func (e *DeadLetterError) Unwrap() error { return e.err }
 
 // DeadLetterNow wraps err to say the event must not be retried: it goes to the
 // dead letters at once, and its key goes on with its next event.
-func DeadLetterNow(err error) error { return &deadLetterError{err: err} }
+func DeadLetterNow(err error) error { return &DeadLetterError{err: err} }
 
-type retryAfterError struct {
+// RetryAfterError is the error RetryAfter returns: a failure whose next
+// attempt is in Delay() rather than after the configured backoff. A
+// caller's tests can assert on it, through any wrapping, with errors.As:
+//
+//	var ra *partitionq.RetryAfterError
+//	if errors.As(err, &ra) && ra.Delay() == time.Minute { ... }
+//
+// Make one with RetryAfter; errors.Unwrap gives the error it wraps.
+type RetryAfterError struct {
 	d   time.Duration
 	err error
 }
 
-func (e *retryAfterError) Error() string {
+// Error says when the event is tried again, and why it failed.
+func (e *RetryAfterError) Error() string {
 	return fmt.Sprintf("retry after %s: %s", e.d, errString(e.err))
 }
-func (e *retryAfterError) Unwrap() error { return e.err }
+
+// Unwrap returns the error given to RetryAfter.
+func (e *RetryAfterError) Unwrap() error { return e.err }
+
+// Delay returns the delay given to RetryAfter: how long after the failure
+// the event's next attempt is.
+func (e *RetryAfterError) Delay() time.Duration { return e.d }
 
 // RetryAfter wraps err to ask for the next attempt in d rather than after
 // the configured backoff. The attempt still counts toward MaxAttempts.
-func RetryAfter(d time.Duration, err error) error { return &retryAfterError{d: d, err: err} }
+func RetryAfter(d time.Duration, err error) error { return &RetryAfterError{d: d, err: err} }
 
 func errString(err error) string {
 	if err == nil {
@@ -85,11 +111,11 @@ func errString(err error) string {
 
 // classify reads the typed errors out of a handler's error.
 func classify(err error) (deadLetter bool, retryAfter time.Duration) {
-	var dl *deadLetterError
+	var dl *DeadLetterError
 	if errors.As(err, &dl) {
 		return true, 0
 	}
-	var ra *retryAfterError
+	var ra *RetryAfterError
 	if errors.As(err, &ra) {
 		return false, ra.d
 	}

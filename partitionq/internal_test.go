@@ -3,6 +3,7 @@ package partitionq
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,5 +136,24 @@ func TestWorkerConfigValidationIsDeterministic(t *testing.T) {
 		if err := cfg.validate(); !errors.As(err, &ve) || ve.Field != "WorkerConfig.PollInterval" {
 			t.Fatalf("validate: %v, want WorkerConfig.PollInterval named first", err)
 		}
+	}
+}
+
+// A Policy of "skip", the retry-later policy's old name, is read as
+// retry-later (with its MaxAttempts default); an unknown one names both
+// policies.
+func TestPolicyNamedSkipIsReadAsRetryLater(t *testing.T) {
+	h := HandlerFunc(func(context.Context, *Event) error { return nil })
+	cfg := WorkerConfig{Queue: "q", Group: "g", Handler: h, Policy: "skip"}.withDefaults()
+	if cfg.Policy != PolicyRetryLater || cfg.MaxAttempts != MaxAttemptsSkipDefault {
+		t.Fatalf("Policy %q, MaxAttempts %d: want %q, %d", cfg.Policy, cfg.MaxAttempts, PolicyRetryLater, MaxAttemptsSkipDefault)
+	}
+	if err := cfg.validate(); err != nil {
+		t.Fatalf("validate: %v", err)
+	}
+	var ve *ValidationError
+	err := WorkerConfig{Queue: "q", Group: "g", Handler: h, Policy: "later"}.withDefaults().validate()
+	if !errors.As(err, &ve) || ve.Field != "WorkerConfig.Policy" || !strings.Contains(err.Error(), `"pause" or "retry-later"`) {
+		t.Fatalf("validate: %v, want WorkerConfig.Policy refused, naming pause and retry-later", err)
 	}
 }

@@ -301,7 +301,7 @@ func TestSkipPolicyDoesNotBlock(t *testing.T) {
 		}
 		return nil
 	}}
-	b.worker(t, partitionq.WorkerConfig{Handler: l, Policy: partitionq.PolicySkip, MaxAttempts: 2,
+	b.worker(t, partitionq.WorkerConfig{Handler: l, Policy: partitionq.PolicyRetryLater, MaxAttempts: 2,
 		BackoffMin: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond})
 	// One batch: the retry of 2 is only written when that batch finishes.
 	var ms []partitionq.Message

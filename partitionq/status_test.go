@@ -235,7 +235,7 @@ func TestStatusPendingCountsOnlyOwnRetries(t *testing.T) {
 		}
 		return nil
 	})
-	b.worker(t, partitionq.WorkerConfig{Handler: h, Policy: partitionq.PolicySkip, BackoffMin: 50 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+	b.worker(t, partitionq.WorkerConfig{Handler: h, Policy: partitionq.PolicyRetryLater, BackoffMin: 50 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
 	var ms []partitionq.Message
 	for i := range 19 {
 		ms = append(ms, partitionq.Message{Key: fmt.Sprintf("k%d", i), Type: "T", Payload: []byte("{}")})

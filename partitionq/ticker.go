@@ -7,6 +7,10 @@ import (
 	"github.com/partitionq/partitionq/partitionq/internal/ticker"
 )
 
+// maintIntervalDefault is TickerConfig.MaintInterval's default, and the
+// interval of a worker's ticker's maintenance.
+const maintIntervalDefault = 30 * time.Second
+
 // TickerConfig configures RunTicker. Zero values mean the defaults.
 type TickerConfig struct {
 	// Interval is how often the engine's ticker() runs. Whether a queue
@@ -30,7 +34,7 @@ func (c *Client) RunTicker(ctx context.Context, cfg TickerConfig) error {
 		cfg.Interval = TickIntervalDefault
 	}
 	if cfg.MaintInterval == 0 {
-		cfg.MaintInterval = MaintIntervalDefault
+		cfg.MaintInterval = maintIntervalDefault
 	}
 	if cfg.Interval < 0 || cfg.MaintInterval < 0 {
 		return &ValidationError{Field: "TickerConfig", Value: cfg.Interval.String(), Problem: "intervals must be positive", Fix: "use 0 for the defaults"}

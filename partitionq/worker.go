@@ -32,10 +32,16 @@ const (
 	// after MaxAttempts. The key's later events wait, in order; every other
 	// key keeps flowing. See docs/failure-policy.md.
 	PolicyPause Policy = "pause"
-	// PolicySkip retries the failed event later through the engine's retry
-	// queue and lets the key go on: later events of the key may be handled
-	// before the retry.
-	PolicySkip Policy = "skip"
+	// PolicyRetryLater retries the failed event later through the engine's
+	// retry queue and lets the key go on: later events of the key may be
+	// handled before the retry.
+	PolicyRetryLater Policy = "retry-later"
+
+	// PolicySkip is the old name of PolicyRetryLater ("skip" is the
+	// operator's action); a Policy of "skip" is read as "retry-later".
+	//
+	// Deprecated: use PolicyRetryLater.
+	PolicySkip = PolicyRetryLater
 )
 
 // Defaults of WorkerConfig.
@@ -56,9 +62,11 @@ const (
 	BatchMinEventsDefault   = 5000
 	HeadScanIntervalDefault = time.Second
 	TickIntervalDefault     = 100 * time.Millisecond
-	MaintIntervalDefault    = 30 * time.Second
-	ChunkSizeDefault        = 1000
 )
+
+// chunkSize is how many events a slot reads from a batch's cursor at a
+// time.
+const chunkSize = 1000
 
 // WorkerConfig configures a Worker. Zero values mean the defaults.
 type WorkerConfig struct {
@@ -95,8 +103,8 @@ type WorkerConfig struct {
 
 	// MaxAttempts is how many times an event is tried before it becomes a
 	// dead letter; 0 means the default: unlimited (retry until an operator
-	// acts) under PolicyPause, MaxAttemptsSkipDefault (10) under PolicySkip.
-	// Use -1 for unlimited under PolicySkip.
+	// acts) under PolicyPause, MaxAttemptsSkipDefault (10) under
+	// PolicyRetryLater. Use -1 for unlimited under PolicyRetryLater.
 	MaxAttempts int
 
 	// BackoffMin and BackoffMax bound the delay before retry n, which is
@@ -166,7 +174,7 @@ type WorkerConfig struct {
 	// DrainConcurrency (PolicyPause) is how many blocked keys the worker
 	// retries and drains at once, across all its slots; each holds one of
 	// the worker's own connections while its head is handled (so that an
-	// operator's skip waits on its row lock; see PoolConns). Raise it when
+	// operator's skip waits on its row lock; see WorkerConns). Raise it when
 	// many keys block at once (a skewed load with failures). Defaults to 8.
 	DrainConcurrency int
 
@@ -181,8 +189,9 @@ type WorkerConfig struct {
 	// than only flag it. Defaults to false.
 	MaxBlockedDeadLetter bool
 
-	// RunTicker runs the engine's ticker and maintenance in this worker, in
-	// place of pgqd. Safe when several workers run it. Defaults to false.
+	// RunTicker runs the engine's ticker and maintenance (every 30s,
+	// TickerConfig.MaintInterval's default) in this worker, in place of
+	// pgqd. Safe when several workers run it. Defaults to false.
 	RunTicker bool
 
 	// TickInterval is how often the in-process ticker runs. Defaults to 100ms.
@@ -217,10 +226,13 @@ func (cfg WorkerConfig) withDefaults() WorkerConfig {
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = ConcurrencyDefault
 	}
-	if cfg.Policy == "" {
+	switch cfg.Policy {
+	case "":
 		cfg.Policy = PolicyPause
+	case "skip": // the old name of retry-later, accepted for one release
+		cfg.Policy = PolicyRetryLater
 	}
-	if cfg.MaxAttempts == 0 && cfg.Policy == PolicySkip {
+	if cfg.MaxAttempts == 0 && cfg.Policy == PolicyRetryLater {
 		cfg.MaxAttempts = MaxAttemptsSkipDefault
 	}
 	if cfg.BackoffMin == 0 {
@@ -286,8 +298,8 @@ func (cfg WorkerConfig) validate() error {
 		return bad("TxHandler", "set", "Handler is set too", "pass one of Handler and TxHandler")
 	case cfg.Concurrency < 1 || cfg.Concurrency > 4096:
 		return bad("Concurrency", strconv.Itoa(cfg.Concurrency), "it must be between 1 and 4096", "use 0 for the default (16)")
-	case cfg.Policy != PolicyPause && cfg.Policy != PolicySkip:
-		return bad("Policy", strconv.Quote(string(cfg.Policy)), "unknown policy", `use "pause" or "skip"`)
+	case cfg.Policy != PolicyPause && cfg.Policy != PolicyRetryLater:
+		return bad("Policy", strconv.Quote(string(cfg.Policy)), "unknown policy", `use "pause" or "retry-later"`)
 	case cfg.MaxAttempts < -1:
 		return bad("MaxAttempts", strconv.Itoa(cfg.MaxAttempts), "it is negative", "use 0 for the default, -1 for unlimited")
 	case cfg.BackoffMin < 0 || cfg.BackoffMax < cfg.BackoffMin:
@@ -438,12 +450,11 @@ const (
 	workerFixed   = 1 + workerReaders + 2 + 1
 )
 
-// PoolConns is the most connections a worker opens of its own with the
+// WorkerConns is the most connections a worker opens of its own with the
 // default DrainConcurrency: a few for its lease, reads, finishes and ticker
-// (6), plus one per blocked key it drains at once (8). It does not depend on
-// the number of slots or the in-slot concurrency (both parameters are kept
-// for compatibility and ignored): a worker with 256 slots needs no more. With
-// another DrainConcurrency d it is 6+d. While the group is being resized a
+// (6), plus one per blocked key it drains at once (8). It depends on
+// neither the number of slots nor the in-slot concurrency: a worker with
+// 256 slots needs no more. With another DrainConcurrency d it is 6+d. While the group is being resized a
 // worker running both generations' slots opens up to 6 more (a lease and
 // readers for each generation). Count them, with the client's pool,
 // against the server's max_connections.
@@ -455,7 +466,7 @@ const (
 // own return would free. Its connection attempts time out after the client's
 // pool's connect_timeout, or 5s when that sets none: a worker must not wait
 // forever on a server it cannot reach.
-func PoolConns(slots, concurrency int) int { return workerConns(DrainConcurrencyDefault) }
+func WorkerConns() int { return workerConns(DrainConcurrencyDefault) }
 
 func workerConns(drains int) int { return workerFixed + drains }
 
@@ -505,7 +516,7 @@ func (w *Worker) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	// The worker's own connections (see PoolConns): none is opened before
+	// The worker's own connections (see WorkerConns): none is opened before
 	// it is needed; room for a second generation's lease and readers
 	// during a resize.
 	pcfg := w.c.pool.Config()
@@ -563,7 +574,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			ticker.Run(soft, ticker.Config{Eng: w.c.eng, Pool: pool, Log: w.log,
-				Interval: w.cfg.TickInterval, MaintInterval: MaintIntervalDefault})
+				Interval: w.cfg.TickInterval, MaintInterval: maintIntervalDefault})
 		}()
 	}
 	superDone := make(chan struct{})
@@ -772,7 +783,7 @@ func (w *Worker) slotsLogged() []string {
 func (w *Worker) newRunner(x generation, gr *genRun) *runner.Runner {
 	maxAttempts := max(w.cfg.MaxAttempts, 0)
 	policy := runner.Pause
-	if w.cfg.Policy == PolicySkip {
+	if w.cfg.Policy == PolicyRetryLater {
 		policy = runner.Skip
 	}
 	hto := max(w.cfg.HandlerTimeout, 0)
@@ -787,7 +798,7 @@ func (w *Worker) newRunner(x generation, gr *genRun) *runner.Runner {
 		HandlerTimeout: hto, Handle: w.handleFunc(gr),
 		PollInterval: w.cfg.PollInterval, StandbyPoll: w.cfg.StandbyPoll, HeadScanInterval: w.cfg.HeadScanInterval,
 		MaxBlocked: w.cfg.MaxBlocked, MaxBlockedDeadLetter: w.cfg.MaxBlockedDeadLetter,
-		ChunkSize: ChunkSizeDefault, BatchMaxEvents: maxEvents, MaxReaders: workerReaders,
+		ChunkSize: chunkSize, BatchMaxEvents: maxEvents, MaxReaders: workerReaders,
 		Progress: !w.cfg.DisableProgress, ProgressMax: progressMax, FlushInterval: flushInterval,
 		LeaseTTL: lease, LeaseRenew: lease / 5, LeaseMargin: lease / 5,
 	})

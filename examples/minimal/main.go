@@ -30,7 +30,7 @@ func main() {
 func run(ctx context.Context, databaseURL string) error {
 	// The caller owns the pool: sends, status reads and the handlers' own
 	// queries use it. A worker opens connections of its own for its slots
-	// (see partitionq.PoolConns), so a handler never waits on them.
+	// (see partitionq.WorkerConns), so a handler never waits on them.
 	pool, err := pgxpool.New(ctx, databaseURL)
 	if err != nil {
 		return err

@@ -187,7 +187,7 @@ func (a *app) demo(cmd *cobra.Command, f demoFlags) error {
 	dcfg := f.config()
 	if c, _ := connstr.Parse(connStr); c != nil {
 		if _, ok := c.Get("pool_max_conns"); !ok {
-			cfg.MaxConns = max(cfg.MaxConns, int32(demo.PoolConns))
+			cfg.MaxConns = max(cfg.MaxConns, int32(demo.PoolSize))
 		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

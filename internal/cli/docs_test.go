@@ -53,9 +53,9 @@ func TestDocsCoverEveryCommandAndFlag(t *testing.T) {
 // The worker's connections are counted the same in docs/cli.md,
 // docs/tuning.md and docs/architecture.md as in the code: the fixed ones
 // (a lease session, two readers, two to open and finish batches, one for
-// the ticker) add up to partitionq.PoolConns less the drains.
+// the ticker) add up to partitionq.WorkerConns() less the drains.
 func TestDocsCountTheWorkersConnections(t *testing.T) {
-	fixed := partitionq.PoolConns(1, 1) - partitionq.DrainConcurrencyDefault
+	fixed := partitionq.WorkerConns() - partitionq.DrainConcurrencyDefault
 	parts := map[string]int{"lease session": 1, "two readers of": 2, "two to open and finish batches": 2, "one for the ticker": 1}
 	sum := 0
 	for _, n := range parts {

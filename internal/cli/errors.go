@@ -171,8 +171,8 @@ func editDistance(a, b string) int {
 // fields (WorkerConfig.MaxAttempts); the command's name its flags.
 var flagOf = map[string]struct{ flag, fix string }{
 	"WorkerConfig.Concurrency":           {"--concurrency", "give 1 to 4096 (default 16)"},
-	"WorkerConfig.Policy":                {"--policy", `use "pause" or "skip"`},
-	"WorkerConfig.MaxAttempts":           {"--max-attempts", "give 1 or more, 0 for the policy's default (unlimited under pause, 10 under skip), or -1 for unlimited"},
+	"WorkerConfig.Policy":                {"--policy", `use "pause" or "retry-later"`},
+	"WorkerConfig.MaxAttempts":           {"--max-attempts", "give 1 or more, 0 for the policy's default (unlimited under pause, 10 under retry-later), or -1 for unlimited"},
 	"WorkerConfig.BackoffMin/BackoffMax": {"--backoff-min/--backoff-max", "give positive durations, --backoff-min at most --backoff-max"},
 	"WorkerConfig.DrainConcurrency":      {"--drain-concurrency", "give 1 to 256, or leave it out for 8"},
 	"WorkerConfig.LeaseDuration":         {"--lease-duration", "give at least 500ms, or leave it out for 5s"},

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -53,7 +54,8 @@ maintenance round and exit. (Workers can tick themselves: work --ticker.)`,
 	}
 	f := cmd.Flags()
 	f.DurationVar(&cfg.Interval, "interval", partitionq.TickIntervalDefault, "how often the engine's ticker runs (whether a queue gets a tick is the engine's decision, see setup --tick-max-lag)")
-	f.DurationVar(&cfg.MaintInterval, "maint-interval", partitionq.MaintIntervalDefault, "how often retries are moved back and maintenance runs")
+	// 30s is TickerConfig.MaintInterval's default.
+	f.DurationVar(&cfg.MaintInterval, "maint-interval", 30*time.Second, "how often retries are moved back and maintenance runs")
 	f.BoolVar(&once, "once", false, "run one round of each and exit")
 	return cmd
 }

@@ -121,3 +121,20 @@ func TestReasonHelpSaysWhereItGoes(t *testing.T) {
 		}
 	}
 }
+
+// --policy skip, the retry-later policy's old name, still works and says
+// what to use instead (the --concurrency 0 after it stops the command
+// before the database).
+func TestPolicyNamedSkipIsRetryLater(t *testing.T) {
+	t.Parallel()
+	h := offline(t)
+	args := []string{"work", "--queue", "q", "--group", "g", "--exec", "true", "--policy", "skip", "--concurrency", "0"}
+	r := h.run(args...)
+	h.expect(r, cli.ExitUsage, []string{"--policy skip is now --policy retry-later", "invalid --concurrency 0"}, args)
+	args[8] = "retry-later"
+	r = h.run(args...)
+	h.expect(r, cli.ExitUsage, []string{"invalid --concurrency 0"}, args)
+	if strings.Contains(r.stderr, "is now") {
+		t.Errorf("--policy retry-later is not an old name: %s", r)
+	}
+}

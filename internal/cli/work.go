@@ -64,7 +64,7 @@ per slot at once. SIGTERM or SIGINT stops the worker gracefully: running
 commands get --shutdown-timeout to finish. Per-slot counts are printed to
 standard error at exit.`,
 		Example: `  partitionq work --queue files --group indexer --exec ./index-file.sh
-  partitionq work --queue files --group indexer --slots 0-3 --policy skip --exec 'python3 handle.py'`,
+  partitionq work --queue files --group indexer --slots 0-3 --policy retry-later --exec 'python3 handle.py'`,
 		Args: noWords,
 		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
@@ -73,8 +73,13 @@ standard error at exit.`,
 			if err := need("exec", w.exec, "give the command to run for each event, e.g. --exec ./handle.sh"); err != nil {
 				return err
 			}
-			if w.policy != string(partitionq.PolicyPause) && w.policy != string(partitionq.PolicySkip) {
-				return usagef(`invalid --policy %s: use "pause" (a failed event blocks its key) or "skip" (retried later, the key goes on)`, termsafe.Echo(w.policy))
+			switch w.policy {
+			case string(partitionq.PolicyPause), string(partitionq.PolicyRetryLater):
+			case "skip": // the policy's old name, kept working for one release
+				fmt.Fprintln(a.env.Stderr, `partitionq: --policy skip is now --policy retry-later ("skip" is the operator's action); use retry-later, skip will go in a later release`)
+				w.policy = string(partitionq.PolicyRetryLater)
+			default:
+				return usagef(`invalid --policy %s: use "pause" (a failed event blocks its key) or "retry-later" (retried later, the key goes on)`, termsafe.Echo(w.policy))
 			}
 			if err := w.validateZeros(cmd.Flags().Changed("backoff-max")); err != nil {
 				return err
@@ -99,8 +104,8 @@ standard error at exit.`,
 	f.DurationVar(&w.lease, "lease-duration", partitionq.LeaseDurationDefault, "how long the worker's slots stay its own without a renewal of its lease; a standby takes the slots of a worker that died about this long after")
 	f.DurationVar(&w.deadHost, "dead-host-timeout", 0, "how long the server keeps the sessions of a worker whose host vanished (the worker sets its sessions' TCP keepalives); 0: the lease duration + 10s; negative (-1s): the server's settings")
 	f.BoolVar(&w.noProgress, "no-progress", false, "do not record progress inside open batches (after a fault the whole open batch runs again)")
-	f.StringVar(&w.policy, "policy", string(partitionq.PolicyPause), `on failure: "pause" blocks the key until resolved, "skip" retries later and lets the key go on`)
-	f.IntVar(&w.maxAttempts, "max-attempts", 0, fmt.Sprintf("tries before an event becomes a dead letter; 0: unlimited under pause, %d under skip; -1: unlimited", partitionq.MaxAttemptsSkipDefault))
+	f.StringVar(&w.policy, "policy", string(partitionq.PolicyPause), `on failure: "pause" blocks the key until resolved, "retry-later" retries later and lets the key go on`)
+	f.IntVar(&w.maxAttempts, "max-attempts", 0, fmt.Sprintf("tries before an event becomes a dead letter; 0: unlimited under pause, %d under retry-later; -1: unlimited", partitionq.MaxAttemptsSkipDefault))
 	f.DurationVar(&w.backoffMin, "backoff-min", partitionq.BackoffMinDefault, "delay before the first retry; doubled on each retry")
 	f.DurationVar(&w.backoffMax, "backoff-max", partitionq.BackoffMaxDefault, "longest delay between retries")
 	f.DurationVar(&w.handlerTimeout, "handler-timeout", partitionq.HandlerTimeoutDefault, "kill a command running longer (a failure); 0: no timeout")

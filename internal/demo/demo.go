@@ -209,10 +209,10 @@ func (d *Demo) Setup(ctx context.Context) error {
 	return err
 }
 
-// PoolConns is the size of the pool the demo is given: the producer's
+// PoolSize is the size of the pool the demo is given: the producer's
 // sends, status reads and the console's. The worker opens connections of
-// its own (see partitionq.PoolConns).
-const PoolConns = 6
+// its own (see partitionq.WorkerConns).
+const PoolSize = 6
 
 // Start starts the worker (which runs the engine's ticker too) and the
 // producer, and returns. ctx bounds the producer only: when it ends, the

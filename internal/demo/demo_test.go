@@ -109,7 +109,7 @@ func TestRunWithSkip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.MaxConns = int32(PoolConns)
+	cfg.MaxConns = int32(PoolSize)
 	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +210,7 @@ func TestRunWithReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.MaxConns = int32(PoolConns)
+	cfg.MaxConns = int32(PoolSize)
 	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -47,7 +47,7 @@ func newInproc(t *testing.T, slots int) *inproc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.MaxConns = int32(partitionq.PoolConns(slots, 4))
+	cfg.MaxConns = int32(partitionq.WorkerConns())
 	cfg.ConnConfig.RuntimeParams["application_name"] = "inproc-worker"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -662,8 +662,9 @@ func (r *SoakReport) judge() {
 		r.Problems = append(r.Problems, fmt.Sprintf("the event tables have up to %d dead tuples: they should only be inserted into and truncated", evDead))
 	}
 	// A rotation is due every RotationPeriod and done at the next engine
-	// maintenance round (every partitionq.MaintIntervalDefault).
-	limit := r.Config.RotationPeriod + 2*partitionq.MaintIntervalDefault + r.Config.SampleEvery
+	// maintenance round (every 30s, TickerConfig.MaintInterval's default).
+	const maintInterval = 30 * time.Second
+	limit := r.Config.RotationPeriod + 2*maintInterval + r.Config.SampleEvery
 	for _, s := range r.Samples {
 		if s.SinceSwitch > limit {
 			r.Problems = append(r.Problems, fmt.Sprintf("rotation pinned: at %s the current event table was %s old (rotation_period %s)", s.At, s.SinceSwitch.Round(time.Second), r.Config.RotationPeriod))

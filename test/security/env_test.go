@@ -295,7 +295,7 @@ type scene struct {
 func (e *env) scene() *scene {
 	e.t.Helper()
 	sc := &scene{h: &handler{}}
-	wc := e.client("worker", partitionq.PoolConns(2, 4), nil)
+	wc := e.client("worker", partitionq.WorkerConns(), nil)
 	w, err := wc.NewWorker(e.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: sc.h, Concurrency: 4,
 		BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		PollInterval: 10 * time.Millisecond, StandbyPoll: 100 * time.Millisecond, HeadScanInterval: 50 * time.Millisecond})

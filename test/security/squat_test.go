@@ -53,7 +53,7 @@ func TestConnectAloneCannotSquat(t *testing.T) {
 	}
 
 	h := &handler{}
-	wc := e.client("worker", partitionq.PoolConns(2, 4), nil)
+	wc := e.client("worker", partitionq.WorkerConns(), nil)
 	w, err := wc.NewWorker(e.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: h, Identity: "the-real-worker",
 		PollInterval: 10 * time.Millisecond, StandbyPoll: 100 * time.Millisecond})
 	if err != nil {

@@ -124,7 +124,7 @@ func run(ctx context.Context, log *slog.Logger, o opts) error {
 		return err
 	}
 	// The handlers' pool: each handler writes one row. The worker's slots
-	// and drains use connections of their own (see partitionq.PoolConns).
+	// and drains use connections of their own (see partitionq.WorkerConns).
 	cfg.MaxConns = 8
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

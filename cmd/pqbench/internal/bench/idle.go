@@ -76,7 +76,7 @@ func (b *bench) idleRun(ctx context.Context, queue, group string, n int, ticker 
 	count func() (int64, int, error)) (*Result, error) {
 	label := map[bool]string{false: "ticker off", true: "ticker on (every 100ms)"}[ticker]
 	res := &Result{Workload: "idle", System: SysPartitionq, Config: fmt.Sprintf("N=%d, %s", n, label), N: n}
-	pool, err := b.pool(ctx, b.on.db, partitionq.PoolConns(n, partitionq.ConcurrencyDefault))
+	pool, err := b.pool(ctx, b.on.db, partitionq.WorkerConns())
 	if err != nil {
 		return nil, err
 	}

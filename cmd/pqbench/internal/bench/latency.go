@@ -63,7 +63,7 @@ func (b *bench) latencyRun(ctx context.Context, wl *Workload, queue, label strin
 	cost, err := b.measure(ctx, b.on.db, rec.Handled, func() error {
 		conns := b.srv.sampleConns(ctx, b.on.db)
 		defer func() { res.PeakConns = conns.stop() }()
-		pool, err := b.pool(ctx, b.on.db, partitionq.PoolConns(n, c)+2)
+		pool, err := b.pool(ctx, b.on.db, partitionq.WorkerConns()+2)
 		if err != nil {
 			return err
 		}

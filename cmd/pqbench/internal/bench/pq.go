@@ -258,7 +258,7 @@ func (b *bench) runPartitionq(ctx context.Context, wl *Workload, queue string, i
 		}()
 		per := n / p.workers()
 		for i := 0; i < p.workers(); i++ {
-			pool, err := b.pool(ctx, b.on.db, partitionq.PoolConns(n, c))
+			pool, err := b.pool(ctx, b.on.db, partitionq.WorkerConns())
 			if err != nil {
 				return err
 			}

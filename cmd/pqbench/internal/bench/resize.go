@@ -26,7 +26,7 @@ func (b *bench) resize(ctx context.Context, wl *Workload) error {
 	var elapsed time.Duration
 	var firstNew atomic.Int64 // unix ns of the first handling by a new slot
 	cost, err := b.measure(ctx, b.on.db, rec.Handled, func() error {
-		pool, err := b.pool(ctx, b.on.db, partitionq.PoolConns(to, c)+4)
+		pool, err := b.pool(ctx, b.on.db, partitionq.WorkerConns()+4)
 		if err != nil {
 			return err
 		}
