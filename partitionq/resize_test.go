@@ -327,12 +327,40 @@ func TestResizeAfterAFailedHandoff(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Both old slots' handoffs wait for the lock, then give up (after the
-	// handoff's lock timeout) while the ticks go on past the cutover.
-	b.waitLockWaiters(t, 2)
+	// handoff's lock timeout) while the ticks go on past the cutover. (The
+	// ticker's maintenance may wait for the lock too, with no timeout.)
+	// A wait is a session's statement (pid, start): the first two waits
+	// of handoffs end, the lock still held, when their lock timeout fires.
+	waits := func() (map[string]bool, error) {
+		rows, err := b.pool.Query(b.ctx, `select pid || '@' || query_start from pg_stat_activity
+			where datname = current_database() and wait_event_type = 'Lock' and query like '%resize_handoff%'`)
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]bool{}
+		for rows.Next() {
+			var w string
+			if err := rows.Scan(&w); err != nil {
+				return nil, err
+			}
+			out[w] = true
+		}
+		return out, rows.Err()
+	}
+	var first map[string]bool
+	pgtest.WaitFor(t, 30*time.Second, "both handoffs waiting for the lock", func() (bool, error) {
+		var err error
+		first, err = waits()
+		return len(first) == 2, err
+	})
 	pgtest.WaitFor(t, 30*time.Second, "the handoffs gave up waiting for the lock", func() (bool, error) {
-		var n int
-		err := b.pool.QueryRow(b.ctx, `select count(*) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`).Scan(&n)
-		return n == 0, err
+		now, err := waits()
+		for w := range first {
+			if now[w] {
+				return false, err
+			}
+		}
+		return true, err
 	})
 	g, err := b.client.Group(b.ctx, "q", "g")
 	if err != nil {
