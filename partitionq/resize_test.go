@@ -326,11 +326,12 @@ func TestResizeAfterAFailedHandoff(t *testing.T) {
 	if _, err := b.client.Resize(b.ctx, partitionq.ResizeRequest{Queue: "q", Group: "g", Slots: 4, Reason: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	// Both old slots' handoffs wait for the lock, then give up (after the
-	// handoff's lock timeout) while the ticks go on past the cutover. (The
-	// ticker's maintenance may wait for the lock too, with no timeout.)
-	// A wait is a session's statement (pid, start): the first two waits
-	// of handoffs end, the lock still held, when their lock timeout fires.
+	// The old slots' handoffs wait for the lock, then give up (after the
+	// handoff's lock timeout) while the ticks go on past the cutover. A
+	// wait is a session's statement (pid, start); the two old slots' first
+	// waits need not overlap (one may hold the group's row while the other
+	// waits for it), so the waits are gathered over time: two of them seen,
+	// then none of those still waiting, the lock still held.
 	waits := func() (map[string]bool, error) {
 		rows, err := b.pool.Query(b.ctx, `select pid || '@' || query_start from pg_stat_activity
 			where datname = current_database() and wait_event_type = 'Lock' and query like '%resize_handoff%'`)
@@ -347,15 +348,17 @@ func TestResizeAfterAFailedHandoff(t *testing.T) {
 		}
 		return out, rows.Err()
 	}
-	var first map[string]bool
-	pgtest.WaitFor(t, 30*time.Second, "both handoffs waiting for the lock", func() (bool, error) {
-		var err error
-		first, err = waits()
-		return len(first) == 2, err
+	seen := map[string]bool{}
+	pgtest.WaitFor(t, 60*time.Second, "two handoffs waiting for the lock", func() (bool, error) {
+		now, err := waits()
+		for w := range now {
+			seen[w] = true
+		}
+		return len(seen) >= 2, err
 	})
 	pgtest.WaitFor(t, 30*time.Second, "the handoffs gave up waiting for the lock", func() (bool, error) {
 		now, err := waits()
-		for w := range first {
+		for w := range seen {
 			if now[w] {
 				return false, err
 			}

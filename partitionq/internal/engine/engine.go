@@ -241,14 +241,17 @@ func (e *Engine) MaintOperations(ctx context.Context, db DB) ([]MaintOp, error) 
 var maintFuncRe = regexp.MustCompile(`^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$`)
 
 // RunMaintOp runs one step returned by MaintOperations. Only the engine's own
-// functions and "vacuum" are run; anything else is refused.
+// functions and "vacuum" are run; anything else is refused. A vacuum skips
+// a table it cannot lock at once (the next round vacuums it): it never
+// waits in the table's lock queue, where it would hold up what queues
+// behind it.
 func (e *Engine) RunMaintOp(ctx context.Context, db DB, op MaintOp) error {
 	switch {
 	case op.Func == "vacuum":
 		if op.Arg == nil {
 			return nil
 		}
-		_, err := db.Exec(ctx, "vacuum "+quoteQualified(*op.Arg))
+		_, err := db.Exec(ctx, "vacuum (skip_locked) "+quoteQualified(*op.Arg))
 		return err
 	case maintFuncRe.MatchString(op.Func) && strings.HasPrefix(op.Func, e.schema+"."):
 		if op.Arg == nil {

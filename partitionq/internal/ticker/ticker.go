@@ -12,8 +12,10 @@ package ticker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,14 +28,10 @@ import (
 
 // The turns of the ticker's rounds (rows of partitionq.ticker_turn).
 const (
-	tickTurn  = "tick"
-	retryTurn = "retry"
-	maintTurn = "maint"
+	tickTurn      = "tick"
+	retryTurn     = "retry"
+	maintTurnName = "maint"
 )
-
-// maintLease bounds how long a maintenance round keeps its turn if its
-// ticker dies in the middle.
-const maintLease = 5 * time.Minute
 
 // turn takes the turn name for the rest of tx without waiting; it reports
 // whether this ticker has it. Without partitionq's schema every ticker has
@@ -92,30 +90,40 @@ func CheckRights(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) er
 	return nil
 }
 
-// Run ticks, moves due retry events, and (every MaintInterval) runs the
+// Run ticks and moves due retry events, and, every MaintInterval, runs the
 // engine's maintenance and removes expired dedup records, until ctx is
-// done. While a removal finds a full batch of expired records, the next
-// round removes another (one bounded batch per Interval, so ticks are not
-// held up). A round refused for want of a right (the role's rights were
-// taken away while it ran) stops the ticker, with one error in the log
-// naming the fix, rather than fail every round.
+// done. Maintenance runs beside the ticks, never in their way: a round
+// that waits (a lock an operator holds, a long vacuum) holds up no tick.
+// While a removal finds a full batch of expired records, another batch is
+// removed every Interval (bounded work, so no round is long). A round
+// refused for want of a right (the role's rights were taken away while it
+// ran) stops the ticker, with one error in the log naming the fix, rather
+// than fail every round.
 func Run(ctx context.Context, cfg Config) {
-	tick := time.NewTicker(cfg.Interval)
-	defer tick.Stop()
-	lastMaint := time.Time{}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
 	failed := func(what string, err error) bool {
 		if err == nil || ctx.Err() != nil {
 			return false
 		}
 		if db.IsInsufficientPrivilege(err) {
 			cfg.Log.Error("partitionq: the ticker stops", slog.Any("error", &RightsError{Err: err}))
+			cancel()
 			return true
 		}
 		cfg.Log.Warn("partitionq: "+what+" failed", slog.Any("error", err))
 		return false
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		maintLoop(ctx, cfg, failed)
+	}()
+	tick := time.NewTicker(cfg.Interval)
+	defer tick.Stop()
 	behind := true // the census may be behind when the ticker starts
-	dedupBehind := false
 	for {
 		made, err := tickRound(ctx, cfg.Eng, cfg.Pool)
 		if failed("tick", err) || failed("moving retry events", MoveRetries(ctx, cfg.Eng, cfg.Pool)) {
@@ -128,26 +136,55 @@ func Run(ctx context.Context, cfg Config) {
 			}
 			behind = n >= CensusBudget
 		}
-		switch {
-		case time.Since(lastMaint) >= cfg.MaintInterval:
-			expired, err := maintain(ctx, cfg.Eng, cfg.Pool)
-			if failed("maintenance", err) {
-				return
-			}
-			lastMaint = time.Now()
-			dedupBehind = expired == store.ExpireDedupBatch
-		case dedupBehind:
-			n, err := ExpireDedup(ctx, cfg.Pool)
-			if failed("removing expired dedup records", err) {
-				return
-			}
-			dedupBehind = n == store.ExpireDedupBatch
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
+	}
+}
+
+// maintRetry is how soon a maintenance round that failed is tried again
+// (at most MaintInterval).
+const maintRetry = 5 * time.Second
+
+// maintLoop runs a maintenance round at once and every cfg.MaintInterval
+// after, and between rounds removes expired dedup records one batch per
+// cfg.Interval while the last removal found a full batch.
+func maintLoop(ctx context.Context, cfg Config, failed func(string, error) bool) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var next time.Time // the next maintenance round
+	dedupBehind := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		if !time.Now().Before(next) {
+			expired, err := maintain(ctx, cfg.Eng, cfg.Pool)
+			if failed("maintenance", err) {
+				return
+			}
+			if err != nil {
+				next = time.Now().Add(min(cfg.MaintInterval, maintRetry))
+			} else {
+				next = time.Now().Add(cfg.MaintInterval)
+			}
+			dedupBehind = err == nil && expired == store.ExpireDedupBatch
+		} else if dedupBehind {
+			n, err := ExpireDedup(ctx, cfg.Pool)
+			if failed("removing expired dedup records", err) {
+				return
+			}
+			dedupBehind = err == nil && n == store.ExpireDedupBatch
+		}
+		wait := time.Until(next)
+		if dedupBehind {
+			wait = min(wait, cfg.Interval)
+		}
+		timer.Reset(max(wait, 0))
 	}
 }
 
@@ -200,6 +237,11 @@ func MoveRetries(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) er
 		if got, err := turn(ctx, tx, retryTurn); err != nil || !got {
 			return err
 		}
+		// A lock held elsewhere holds up no tick for long: the round
+		// fails and the next one tries again.
+		if _, err := tx.Exec(ctx, fmt.Sprintf("set local lock_timeout = %d", maintLockTimeout.Milliseconds())); err != nil {
+			return err
+		}
 		for {
 			n, err := eng.MaintRetryEvents(ctx, tx)
 			if err != nil || n == 0 {
@@ -230,57 +272,126 @@ func expireDedup(ctx context.Context, db engine.DB) (int, error) {
 // engine's maintenance steps (table rotation, vacuum), each step in its
 // own transaction as pgqd does, and removes up to store.ExpireDedupBatch
 // expired dedup records (bounded work: Run removes more in the rounds
-// after while a removal finds a full batch).
+// after while a removal finds a full batch). It does nothing while another
+// ticker's round holds the maintenance turn.
 func Maintain(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) error {
 	_, err := maintain(ctx, eng, pool)
 	return err
 }
 
+// maintLease bounds how long a maintenance turn outlives a round that
+// cannot give it back (its process killed): each step of a round renews
+// it first, so a round keeps its turn however many steps it has, and a
+// dead one holds it up to maintLease. (A single step longer than that may
+// see a second round start beside it: harmless, the engine's maintenance
+// functions lock what they change, but wasted work.)
+var maintLease = time.Minute
+
+// maintLockTimeout bounds how long a maintenance step waits for a lock
+// (a table an operator or a long transaction holds): then the round ends
+// with an error and is tried again. A vacuum never waits: it skips a
+// table it cannot lock at once (vacuum (skip_locked)).
+const maintLockTimeout = 5 * time.Second
+
+// errTurnLost: the round's turn ran out and another ticker's round took it.
+var errTurnLost = errors.New("the maintenance turn ran out and another ticker's round took it: this round stops")
+
 // maintain is Maintain; it returns how many dedup records it removed.
 func maintain(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) (expired int, err error) {
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Release()
 	// The round's steps run in transactions of their own (as pgqd runs
-	// them), so its turn is a lease on the row rather than a row lock.
+	// them), so its turn is a lease on the row, renewed before each step,
+	// rather than a row lock.
 	holder := fmt.Sprintf("%d", time.Now().UnixNano())
-	got, err := maintTurnTake(ctx, conn, holder)
+	got, err := maintTurn(ctx, pool, holder, false)
 	if err != nil || !got {
 		return 0, err
 	}
-	defer conn.Exec(context.Background(), `update partitionq.ticker_turn set holder = null, until = null where name = $1 and holder = $2`, maintTurn, holder) //nolint:errcheck
-	for {
-		n, err := eng.MaintRetryEvents(ctx, conn)
+	defer func() {
+		// Given back on a connection of its own: the round's may be the
+		// reason it failed (its session ended).
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		pool.Exec(rctx, `update partitionq.ticker_turn set holder = null, until = null where name = $1 and holder = $2`, maintTurnName, holder) //nolint:errcheck // the lease runs out
+	}()
+	step := func(what string, f func(tx pgx.Tx) error) error {
+		if got, err := maintTurn(ctx, pool, holder, true); err != nil || !got {
+			if err == nil {
+				err = errTurnLost
+			}
+			return err
+		}
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, fmt.Sprintf("set local lock_timeout = %d", maintLockTimeout.Milliseconds())); err != nil {
+				return err
+			}
+			return f(tx)
+		})
 		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	}
+	for more := true; more; {
+		if err := step("moving retry events back", func(tx pgx.Tx) error {
+			n, err := eng.MaintRetryEvents(ctx, tx)
+			more = n > 0
+			return err
+		}); err != nil {
 			return 0, err
 		}
-		if n == 0 {
-			break
-		}
 	}
-	ops, err := eng.MaintOperations(ctx, conn)
-	if err != nil {
+	var ops []engine.MaintOp
+	if err := step("listing the maintenance steps", func(tx pgx.Tx) error {
+		var err error
+		ops, err = eng.MaintOperations(ctx, tx)
+		return err
+	}); err != nil {
 		return 0, err
 	}
 	for _, op := range ops {
-		if err := eng.RunMaintOp(ctx, conn, op); err != nil {
+		what := "maintenance step " + op.Func
+		if op.Func == "vacuum" {
+			// vacuum runs outside a transaction; it waits for no lock.
+			if got, err := maintTurn(ctx, pool, holder, true); err != nil || !got {
+				if err == nil {
+					err = errTurnLost
+				}
+				return 0, err
+			}
+			if err := eng.RunMaintOp(ctx, pool, op); err != nil {
+				return 0, fmt.Errorf("%s: %w", what, err)
+			}
+			continue
+		}
+		if err := step(what, func(tx pgx.Tx) error { return eng.RunMaintOp(ctx, tx, op) }); err != nil {
 			return 0, err
 		}
 	}
-	return expireDedup(ctx, conn)
+	if err := step("removing expired dedup records", func(tx pgx.Tx) error {
+		var err error
+		expired, err = expireDedup(ctx, tx)
+		return err
+	}); err != nil {
+		return 0, err
+	}
+	return expired, nil
 }
 
-// maintTurnTake takes the maintenance turn as holder unless another ticker
-// holds it (and its lease has not run out).
-func maintTurnTake(ctx context.Context, conn *pgxpool.Conn, holder string) (bool, error) {
+// maintTurn takes the maintenance turn as holder unless another ticker's
+// round holds it (and its lease has not run out), or, renew set, renews
+// holder's lease; it reports whether holder has the turn. Without
+// partitionq's schema every ticker has it.
+func maintTurn(ctx context.Context, pool *pgxpool.Pool, holder string, renew bool) (bool, error) {
 	var exists bool
-	if err := conn.QueryRow(ctx, `select to_regclass('partitionq.ticker_turn') is not null`).Scan(&exists); err != nil || !exists {
+	if err := pool.QueryRow(ctx, `select to_regclass('partitionq.ticker_turn') is not null`).Scan(&exists); err != nil || !exists {
 		return err == nil, err
 	}
-	tag, err := conn.Exec(ctx, `update partitionq.ticker_turn set holder = $2, until = clock_timestamp() + $3::interval
-		where name = $1 and (until is null or until < clock_timestamp())`, maintTurn, holder, maintLease)
+	cond := `(until is null or until < clock_timestamp())`
+	if renew {
+		cond = `holder = $2`
+	}
+	tag, err := pool.Exec(ctx, `update partitionq.ticker_turn set holder = $2, until = clock_timestamp() + $3::interval
+		where name = $1 and `+cond, maintTurnName, holder, maintLease)
 	if err != nil {
 		return false, err
 	}
