@@ -175,6 +175,8 @@ func TestActionOutcomes(t *testing.T) {
 			action: "skip tenant-7 #48211 x", flash: "✗ skip of key tenant-7 failed: event #48211 is not the head and was never resolved (event 48211 waits behind the head); its head is #48300 now (blocked); nothing changed"},
 		{name: "head busy", keys: []string{"2", "s", "text:x", "enter"}, err: fmt.Errorf("wrapped: %w", partitionq.ErrHeadBusy),
 			action: "skip tenant-7 #48211 x", flash: "✗ skip of key tenant-7 failed: a worker is handling the head right now; try again in a moment"},
+		{name: "not blocked any more", keys: []string{"2", "s", "text:x", "enter"}, err: fmt.Errorf("wrapped: %w", partitionq.ErrNotBlocked),
+			action: "skip tenant-7 #48211 x", flash: "✗ skip of key tenant-7 failed: the key is not blocked (any more): nothing of it is set aside and its events run as they arrive; nothing changed (the list drops it at the next refresh)"},
 		{name: "retry now", keys: []string{"2", "down", "r"}, result: partitionq.ActionResult{Outcome: partitionq.OutcomeRetryScheduled, EventID: 48877},
 			action: "retry tenant-42 #48877 ", flash: "✓ Retry of event #48877 (key tenant-42) brought forward: the worker tries it within a second or so"},
 		{name: "quarantine", keys: []string{"2", "Q", "text:tenant deleted", "enter"}, result: partitionq.ActionResult{Outcome: partitionq.OutcomeQuarantined, Count: 15},

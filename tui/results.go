@@ -112,7 +112,7 @@ func actionErrText(err error) string {
 	case errors.Is(err, partitionq.ErrHeadBusy):
 		return "a worker is handling the head right now; try again in a moment"
 	case errors.Is(err, partitionq.ErrNotBlocked):
-		return "the key is not blocked (any more); nothing changed"
+		return "the key is not blocked (any more): nothing of it is set aside and its events run as they arrive; nothing changed (the list drops it at the next refresh)"
 	case errors.Is(err, partitionq.ErrDraining):
 		return "the key is draining: its head never failed; nothing changed"
 	}
