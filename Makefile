@@ -56,7 +56,7 @@ PER_ENGINE = per_engine() { \
 }; per_engine
 
 .DEFAULT_GOAL := help
-.PHONY: help test test-short demo bench bench-short db db-stop build vet
+.PHONY: help test test-short demo bench bench-short db db-stop build vet lint
 
 help: ## List the targets
 	@echo 'Usage: make TARGET'
@@ -96,6 +96,14 @@ db-stop: ## Stop the throwaway cluster in .pgdata/ (if one runs)
 
 build: ## go build ./...
 	go build ./...
+
+# The linter, pinned: go run fetches and builds it (a minute the first time),
+# outside the module's go.mod. Its configuration is staticcheck.conf.
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+lint: ## go vet and staticcheck (pinned, staticcheck.conf), as CI runs them
+	go vet ./...
+	go run $(STATICCHECK) ./...
 
 vet: ## go vet ./...
 	go vet ./...

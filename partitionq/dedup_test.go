@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -662,10 +661,7 @@ func TestSendOnceProducerKilledBeforeCommit(t *testing.T) {
 // buildDedupSend builds test/cmd/dedupsend.
 func buildDedupSend(t *testing.T) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
+	goBin := "go" // found on PATH, where go test and make put the go that runs them
 	bin := filepath.Join(t.TempDir(), "dedupsend")
 	if out, err := exec.Command(goBin, "build", "-o", bin, "github.com/partitionq/partitionq/test/cmd/dedupsend").CombinedOutput(); err != nil {
 		t.Fatalf("go build test/cmd/dedupsend: %v\n%s", err, out)
@@ -693,7 +689,7 @@ func TestSendOnceRepeatableRead(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer tx.Rollback(context.Background()) //nolint:errcheck
+			defer tx.Rollback(context.Background())
 			// The transaction's snapshot, taken by its first statement.
 			if _, err := tx.Exec(b.ctx, `select 1`); err != nil {
 				t.Fatal(err)
@@ -724,7 +720,7 @@ func TestSendOnceRepeatableRead(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer t1.Rollback(context.Background()) //nolint:errcheck
+			defer t1.Rollback(context.Background())
 			first, err := b.client.SendTx(b.ctx, t1, "q", dedupMsg("k", id("race"), "first"))
 			if err != nil {
 				t.Fatal(err)

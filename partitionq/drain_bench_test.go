@@ -78,7 +78,7 @@ func drainRun(b *testing.B, noProgress bool) time.Duration {
 	if err := w.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
-	defer w.Stop(ctx) //nolint:errcheck // the measurement is taken
+	defer w.Stop(ctx) // the measurement is taken
 	pgtest.WaitFor(b, 5*time.Minute, "the key's events set aside", func() (bool, error) {
 		bk, err := c.BlockedKey(ctx, "q", "g", "hot")
 		if errors.Is(err, partitionq.ErrNotBlocked) {

@@ -73,7 +73,7 @@ func ExampleClient_SendTx() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer tx.Rollback(ctx) //nolint:errcheck
+	defer tx.Rollback(ctx)
 	if _, err := tx.Exec(ctx, `insert into files (tenant, path) values ($1, $2)`, "tenant-42", "/a.txt"); err != nil {
 		log.Fatal(err)
 	}

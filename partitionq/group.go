@@ -394,13 +394,6 @@ func (c *Client) SlotOf(ctx context.Context, key string, n int) (int, error) {
 	return engine.SlotOf(ctx, c.pool, key, n)
 }
 
-// slots returns the parked-state names of every registered slot of the
-// current generation of g.
-func (c *Client) slots(g Group) []parked.Slot {
-	cur := g.gens[len(g.gens)-1]
-	return genSlots(g, cur)
-}
-
 // allSlots returns the parked-state names of every registered slot of
 // every live generation of g (both, during a resize).
 func (c *Client) allSlots(g Group) []parked.Slot {

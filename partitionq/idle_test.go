@@ -67,7 +67,7 @@ func TestIdleWorkerOpensNoBatchesUntilATick(t *testing.T) {
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { w.Stop(context.Background()) }) //nolint:errcheck
+	t.Cleanup(func() { w.Stop(context.Background()) })
 	// Let start-up settle (the first look for batches, the first polls),
 	// then count over many polls.
 	pgtest.WaitFor(t, 30*time.Second, "the first polls", func() (bool, error) { return count.nextBatch.Load() > 0 && count.lastTick.Load() >= 5, nil })
@@ -207,7 +207,7 @@ func TestSlotBehindCatchesUpInOneBatch(t *testing.T) {
 	if err := w.Start(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { w.Stop(context.Background()) }) //nolint:errcheck
+	t.Cleanup(func() { w.Stop(context.Background()) })
 	pgtest.WaitFor(t, 30*time.Second, "the 50 events handled", func() (bool, error) { return len(l.okSeq("k")) == 50, nil })
 	if n := b.engineBatches(t) - before; n > 2 {
 		t.Fatalf("the slot behind by 10 ticks opened %d batches to catch up, want 1 (2 at most)", n)
@@ -269,7 +269,7 @@ func TestOldSlotsStopAtTheCutover(t *testing.T) {
 	if err := w.Start(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { w.Stop(context.Background()) })      //nolint:errcheck
+	t.Cleanup(func() { w.Stop(context.Background()) })
 	ticks, done := make(chan struct{}), make(chan struct{}) // the workers need ticks to see the handoffs through
 	go func() {
 		defer close(done)
@@ -278,7 +278,7 @@ func TestOldSlotsStopAtTheCutover(t *testing.T) {
 			case <-ticks:
 				return
 			case <-time.After(20 * time.Millisecond):
-				b.client.TickOnce(b.ctx) //nolint:errcheck // the next one tries again
+				b.client.TickOnce(b.ctx) // the next one tries again
 			}
 		}
 	}()

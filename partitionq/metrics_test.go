@@ -228,7 +228,7 @@ func TestMetricsTwoWorkersOneRegisterer(t *testing.T) {
 	}
 	err = c.Start(b.ctx)
 	if err == nil {
-		c.Stop(b.ctx) //nolint:errcheck // the test fails anyway
+		c.Stop(b.ctx) // the test fails anyway
 		t.Fatal("a third worker registered slots 1 and 2 a second time on the same Registerer")
 	}
 	for _, want := range []string{"WorkerConfig.Registerer", `queue "q" group "g" slots 1,2`, "disjoint Slots", "its own Registerer"} {

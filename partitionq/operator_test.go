@@ -211,7 +211,7 @@ func TestActionOnALockedRetryQueueIsBusy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer holder.Rollback(b.ctx) //nolint:errcheck
+	defer holder.Rollback(b.ctx)
 	if _, err := holder.Exec(b.ctx, b.db.SQL(`lock table pgq.retry_queue in share update exclusive mode`)); err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func TestAllGroupsAndKey(t *testing.T) {
 	if err := w.Start(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer w.Stop(b.ctx) //nolint:errcheck
+	defer w.Stop(b.ctx)
 	var all []partitionq.GroupOverview
 	pgtest.WaitFor(t, 30*time.Second, "billing's 3 slots owned", func() (bool, error) {
 		var err error

@@ -319,7 +319,7 @@ func TestResizeAfterAFailedHandoff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lock.Rollback(b.ctx) //nolint:errcheck // committed below
+	defer lock.Rollback(b.ctx) // committed below
 	if _, err := lock.Exec(b.ctx, fmt.Sprintf("lock table %s.retry_queue in share update exclusive mode", b.client.EngineSchema())); err != nil {
 		t.Fatal(err)
 	}

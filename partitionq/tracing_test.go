@@ -27,7 +27,7 @@ func TestTracingSpanPerHandlerCall(t *testing.T) {
 	b.group(t, 2)
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() { tp.Shutdown(context.Background()) }) //nolint:errcheck // in memory
+	t.Cleanup(func() { tp.Shutdown(context.Background()) }) // in memory
 
 	var mu sync.Mutex
 	inCtx := map[int64]trace.SpanContext{} // event id: the span the handler's ctx carried
@@ -90,7 +90,7 @@ func TestTracingSpanPerHandlerCall(t *testing.T) {
 			"partitionq.attempt":                 attribute.IntValue(1),
 		} {
 			if got, ok := attrs.Value(k); !ok || got != want {
-				t.Errorf("event %d: attribute %s = %v, want %v", c.id, k, got.Emit(), want.Emit())
+				t.Errorf("event %d: attribute %s = %v, want %v", c.id, k, got.String(), want.String())
 			}
 		}
 		mu.Lock()

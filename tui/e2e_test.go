@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -180,10 +179,7 @@ echo "$PARTITIONQ_KEY $payload" >> ` + shellQuote(handled) + "\n"
 // buildBinary builds cmd/partitionq with the console into dir.
 func buildBinary(t *testing.T, dir string) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
+	goBin := "go" // found on PATH, where go test and make put the go that runs them
 	bin := filepath.Join(dir, "partitionq")
 	cmd := exec.Command(goBin, "build", "-o", bin, "./cmd/partitionq")
 	cmd.Dir = ".."

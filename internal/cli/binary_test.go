@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,10 +23,7 @@ var binDir string
 
 // buildBinary builds cmd/partitionq once, on first use.
 var buildBinary = sync.OnceValues(func() (string, error) {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
+	goTool := "go" // found on PATH, where go test and make put the go that runs them
 	bin := filepath.Join(binDir, "partitionq")
 	out, err := exec.Command(goTool, "build", "-o", bin, "github.com/partitionq/partitionq/cmd/partitionq").CombinedOutput()
 	if err != nil {
@@ -130,7 +126,7 @@ func TestBinaryWorkStopsOnSIGTERM(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill() }) //nolint:errcheck // already gone on success
+	t.Cleanup(func() { cmd.Process.Kill() }) // already gone on success
 	waitFor(t, 30*time.Second, "the event handled", func() bool { return strings.Contains(out.String(), "hello") })
 	var st statusOut
 	h.json(&st, with(qg, "status")...)
@@ -189,8 +185,8 @@ func TestBinaryWorkKilledTakesItsCommandsWithIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()  //nolint:errcheck // killed on purpose
-	t.Cleanup(func() { cmd.Process.Kill() }) //nolint:errcheck
+	go func() { cmd.Wait(); close(done) }() // killed on purpose
+	t.Cleanup(func() { cmd.Process.Kill() })
 	shell := readPID(t, filepath.Join(dir, "shell"))
 	child := readPID(t, filepath.Join(dir, "child"))
 	if !alive(shell) || !alive(child) {

@@ -303,7 +303,7 @@ func (r *demoRun) run(ctx context.Context) error {
 		// On the paths that return early; the normal one stops it below.
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		r.d.Stop(stopCtx) //nolint:errcheck // an error is already being returned
+		r.d.Stop(stopCtx) // an error is already being returned
 	}()
 
 	var viewErr error

@@ -109,7 +109,7 @@ type teeWriter struct {
 func (t *teeWriter) Write(p []byte) (int, error) {
 	n, err := t.keep.Write(p)
 	if t.copy != nil {
-		t.copy.Write(p) //nolint:errcheck // best effort: the tail matters
+		t.copy.Write(p) // best effort: the tail matters
 	}
 	return n, err
 }

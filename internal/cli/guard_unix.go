@@ -68,7 +68,7 @@ func runGuardian(in io.Reader) int {
 		}
 	}
 	for pg := range live {
-		syscall.Kill(-pg, syscall.SIGKILL) //nolint:errcheck // already gone is fine
+		syscall.Kill(-pg, syscall.SIGKILL) // already gone is fine
 	}
 	return 0
 }
@@ -95,7 +95,7 @@ func startGuardian() error {
 func (g *guardian) add(pgid int) error { return g.send('+', pgid) }
 
 // remove forgets a finished command's process group.
-func (g *guardian) remove(pgid int) { g.send('-', pgid) } //nolint:errcheck // a guardian that died is reported at the next add
+func (g *guardian) remove(pgid int) { g.send('-', pgid) } // a guardian that died is reported at the next add
 
 func (g *guardian) send(op byte, pgid int) error {
 	g.mu.Lock()
@@ -162,7 +162,7 @@ func (g *guardian) start() error {
 // wait reaps the guardian, which lives as long as the worker's process
 // (unless someone kills it: then the next command starts another).
 func (g *guardian) wait(cmd *exec.Cmd, w io.WriteCloser) {
-	cmd.Wait() //nolint:errcheck // how it ended does not matter
+	cmd.Wait() // how it ended does not matter
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.w == w {
@@ -195,12 +195,12 @@ func runGuarded(cmd *exec.Cmd) error {
 	}
 	pg := cmd.Process.Pid
 	if err := theGuardian.add(pg); err != nil {
-		syscall.Kill(-pg, syscall.SIGKILL) //nolint:errcheck
-		cmd.Wait()                         //nolint:errcheck
+		syscall.Kill(-pg, syscall.SIGKILL)
+		cmd.Wait()
 		return err
 	}
 	err := cmd.Wait()
-	syscall.Kill(-pg, syscall.SIGKILL) //nolint:errcheck // stragglers of the handler
+	syscall.Kill(-pg, syscall.SIGKILL) // stragglers of the handler
 	theGuardian.remove(pg)
 	return err
 }

@@ -131,4 +131,4 @@ func (m *metricsServer) shutdown() error {
 }
 
 // close releases the listener of a server that never served.
-func (m *metricsServer) close() { m.ln.Close() } //nolint:errcheck // nothing served on it
+func (m *metricsServer) close() { m.ln.Close() } // nothing served on it

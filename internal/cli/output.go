@@ -87,7 +87,7 @@ func (t *table) widths(byHeader map[string]int) *table {
 func (t *table) row(cells ...string) {
 	for i, c := range cells {
 		if i > 0 {
-			io.WriteString(t.tw, "\t") //nolint:errcheck // reported by flush
+			io.WriteString(t.tw, "\t") // reported by flush
 		}
 		n, ok := t.max[i]
 		if !ok {
@@ -97,9 +97,9 @@ func (t *table) row(cells ...string) {
 		if n > 0 {
 			c = termsafe.Clip(c, n)
 		}
-		io.WriteString(t.tw, c) //nolint:errcheck // reported by flush
+		io.WriteString(t.tw, c) // reported by flush
 	}
-	io.WriteString(t.tw, "\n") //nolint:errcheck // reported by flush
+	io.WriteString(t.tw, "\n") // reported by flush
 }
 
 func (t *table) flush() error { return t.tw.Flush() }

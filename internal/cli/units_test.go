@@ -86,13 +86,13 @@ func TestDecodeLine(t *testing.T) {
 func TestTailBuffer(t *testing.T) {
 	var tb tailBuffer
 	for range 30 {
-		tb.Write([]byte(strings.Repeat("x", 10) + "\n")) //nolint:errcheck // never fails
+		tb.Write([]byte(strings.Repeat("x", 10) + "\n")) // never fails
 	}
 	if n := strings.Count(tb.String(), "\n"); n != stderrTailLines-1 {
 		t.Errorf("kept %d lines, want %d", n+1, stderrTailLines)
 	}
 	var big tailBuffer
-	big.Write([]byte("first line\n" + strings.Repeat("é", 3000) + "\x00\xff")) //nolint:errcheck // never fails
+	big.Write([]byte("first line\n" + strings.Repeat("é", 3000) + "\x00\xff")) // never fails
 	s := big.String()
 	if len(s) > stderrTailBytes || strings.Contains(s, "first line") || strings.ContainsRune(s, 0) || !strings.HasSuffix(s, "é") {
 		t.Errorf("tail of a long line: %d bytes, %q...", len(s), s[:20])

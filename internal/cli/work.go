@@ -255,7 +255,7 @@ func printStats(w io.Writer, stats []partitionq.SlotStats) {
 		tb.row(slot, i64(st.Processed), i64(st.Failed), i64(st.SetAside),
 			i64(st.DeadLettered), i64(st.Batches), fmtTime(st.LastBatch))
 	}
-	tb.flush() //nolint:errcheck // stderr
+	tb.flush() // stderr
 }
 
 func i64(n int64) string { return strconv.FormatInt(n, 10) }

@@ -137,7 +137,7 @@ func TestRunWithSkip(t *testing.T) {
 	if err := d.Start(runCtx); err != nil {
 		t.Fatal(err)
 	}
-	defer d.Stop(context.Background()) //nolint:errcheck // stopped below on the normal path
+	defer d.Stop(context.Background()) // stopped below on the normal path
 
 	// Skip poison heads (attempts > 3 means poison: transient failures
 	// succeed by the fourth attempt) until one skip went through.
@@ -176,7 +176,7 @@ func TestRunWithSkip(t *testing.T) {
 			bks, _ := c.BlockedKeys(waitCtx, "files", "storage")
 			for _, bk := range bks {
 				if bk.Head.Attempts >= 4 {
-					c.Skip(waitCtx, partitionq.Action{Queue: "files", Group: "storage", Key: bk.Key, HeadID: bk.Head.ID, Reason: "test"}) //nolint:errcheck // retried
+					c.Skip(waitCtx, partitionq.Action{Queue: "files", Group: "storage", Key: bk.Key, HeadID: bk.Head.ID, Reason: "test"}) // retried
 				}
 			}
 			time.Sleep(100 * time.Millisecond)
@@ -236,7 +236,7 @@ func TestRunWithReplay(t *testing.T) {
 	if err := d.Start(runCtx); err != nil {
 		t.Fatal(err)
 	}
-	defer d.Stop(context.Background()) //nolint:errcheck // stopped below on the normal path
+	defer d.Stop(context.Background()) // stopped below on the normal path
 
 	q := partitionq.DeadLetterQuery{Queue: "files", Group: "storage", Limit: 1000}
 	replayed := map[int64]bool{}

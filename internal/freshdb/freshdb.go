@@ -228,7 +228,7 @@ func install(ctx context.Context, locker, db *pgx.Conn, eng Engine) error {
 	if _, err := locker.Exec(ctx, "select pg_advisory_lock($1, $2)", int32(installLockClass), int32(installLockKey)); err != nil {
 		return err
 	}
-	defer locker.Exec(context.WithoutCancel(ctx), "select pg_advisory_unlock($1, $2)", int32(installLockClass), int32(installLockKey)) //nolint:errcheck // released with the session anyway
+	defer locker.Exec(context.WithoutCancel(ctx), "select pg_advisory_unlock($1, $2)", int32(installLockClass), int32(installLockKey)) // released with the session anyway
 	// Without arguments Exec uses the simple protocol: the whole file runs
 	// as one multi-statement query, in one implicit transaction.
 	_, err := db.Exec(ctx, script)

@@ -191,8 +191,8 @@ func RunDeadHost(ctx context.Context, cfg DeadHostConfig) (rep DeadHostReport, e
 	var procs []*exec.Cmd
 	defer func() {
 		for _, p := range procs {
-			p.Process.Signal(syscall.SIGKILL) //nolint:errcheck // the run is over
-			p.Wait()                          //nolint:errcheck
+			p.Process.Signal(syscall.SIGKILL) // the run is over
+			p.Wait()
 		}
 	}()
 	var logs []string
@@ -316,10 +316,10 @@ func RunDeadHost(ctx context.Context, cfg DeadHostConfig) (rep DeadHostReport, e
 	}); err != nil {
 		return rep, err
 	}
-	b.Process.Signal(syscall.SIGTERM) //nolint:errcheck
-	b.Wait()                          //nolint:errcheck
-	a.Process.Signal(syscall.SIGKILL) //nolint:errcheck
-	a.Wait()                          //nolint:errcheck
+	b.Process.Signal(syscall.SIGTERM)
+	b.Wait()
+	a.Process.Signal(syscall.SIGKILL)
+	a.Wait()
 	procs = nil
 	hs, err := runLogHandlings(ctx, pool)
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -406,7 +405,7 @@ func (r *faultRun) start(ctx context.Context, i int) error {
 	}
 	p := &faultProc{i: i, cmd: cmd, done: make(chan struct{}), proxy: px}
 	go func() {
-		cmd.Wait() //nolint:errcheck // killed on purpose
+		cmd.Wait() // killed on purpose
 		r.mu.Lock()
 		if _, ok := r.died[strconv.Itoa(p.pid())]; !ok {
 			r.died[strconv.Itoa(p.pid())] = time.Now()
@@ -560,7 +559,7 @@ func (r *faultRun) fault(ctx context.Context) error {
 	at := time.Now()
 	switch r.cfg.Fault {
 	case FaultKill:
-		p.cmd.Process.Signal(syscall.SIGKILL) //nolint:errcheck
+		p.cmd.Process.Signal(syscall.SIGKILL)
 		<-p.done
 	case FaultTerminateOwner:
 		if err := r.terminate(ctx, fmt.Sprintf("application_name like '%%:%d'", p.pid())); err != nil {
@@ -585,7 +584,7 @@ func (r *faultRun) fault(ctx context.Context) error {
 			return err
 		}
 	case FaultStop:
-		p.cmd.Process.Signal(syscall.SIGSTOP) //nolint:errcheck
+		p.cmd.Process.Signal(syscall.SIGSTOP)
 		if err := sleepCtx(ctx, 2*r.cfg.Lease+r.cfg.Lease/2); err != nil {
 			return err
 		}
@@ -596,7 +595,7 @@ func (r *faultRun) fault(ctx context.Context) error {
 			where s.slot = any($1) and w.os_pid is distinct from $2`, slotsOf(mine), p.pid()).Scan(&taken); err != nil {
 			return err
 		}
-		p.cmd.Process.Signal(syscall.SIGCONT) //nolint:errcheck
+		p.cmd.Process.Signal(syscall.SIGCONT)
 		if taken > 0 {
 			r.rep.Takeovers = append(r.rep.Takeovers, time.Since(at).Round(10*time.Millisecond))
 		} else {
@@ -745,14 +744,14 @@ func (r *faultRun) stopAll() {
 		if p.exited() {
 			continue
 		}
-		p.cmd.Process.Signal(syscall.SIGCONT) //nolint:errcheck
-		p.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+		p.cmd.Process.Signal(syscall.SIGCONT)
+		p.cmd.Process.Signal(syscall.SIGTERM)
 	}
 	for _, p := range procs {
 		select {
 		case <-p.done:
 		case <-time.After(20 * time.Second):
-			p.cmd.Process.Signal(syscall.SIGKILL) //nolint:errcheck
+			p.cmd.Process.Signal(syscall.SIGKILL)
 			<-p.done
 		}
 		if p.proxy != nil {
@@ -767,7 +766,7 @@ func (r *faultRun) killAll() {
 	r.mu.Unlock()
 	for _, p := range procs {
 		if !p.exited() {
-			p.cmd.Process.Signal(syscall.SIGKILL) //nolint:errcheck
+			p.cmd.Process.Signal(syscall.SIGKILL)
 			<-p.done
 		}
 		if p.proxy != nil {
@@ -779,10 +778,7 @@ func (r *faultRun) killAll() {
 // BuildCLI builds cmd/partitionq and test/cmd/runwatch into dir and returns
 // their paths.
 func BuildCLI(ctx context.Context, dir string) (cli, runwatch string, err error) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
+	goBin := "go" // found on PATH, where go test and make put the go that runs them
 	for _, b := range []struct {
 		pkg string
 		bin *string

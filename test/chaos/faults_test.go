@@ -41,7 +41,7 @@ func TestFaultMatrix(t *testing.T) {
 					dir := t.TempDir()
 					if keep := os.Getenv("PQ_FAULTS_KEEP"); keep != "" { // keep the run logs for a post-mortem
 						dir = filepath.Join(keep, strings.ReplaceAll(t.Name(), "/", "_"))
-						os.MkdirAll(dir, 0o755) //nolint:errcheck
+						os.MkdirAll(dir, 0o755)
 					}
 					rep, err := chaos.RunFault(ctx, cl, chaos.FaultConfig{Fault: f, Exec: execMode, WorkerBin: workerBin, ExecBin: cliBin, RunWatchBin: watchBin,
 						Engine: pgtest.Engine(t), Dir: dir, WorkerLog: workerLog(t), Logf: t.Logf, Seed: seed(t)})

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,10 +20,7 @@ import (
 // BuildWorker builds test/cmd/testworker into dir and returns the binary's
 // path. It runs the go command, so it must run inside the module.
 func BuildWorker(ctx context.Context, dir string) (string, error) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
+	goBin := "go" // found on PATH, where go test and make put the go that runs them
 	bin := filepath.Join(dir, "testworker")
 	cmd := exec.CommandContext(ctx, goBin, "build", "-o", bin, "github.com/partitionq/partitionq/test/cmd/testworker")
 	out, err := cmd.CombinedOutput()
@@ -90,7 +86,7 @@ func StartWorker(ctx context.Context, bin string, args []string, logw io.Writer)
 		if !ok {
 			ready <- false
 		}
-		cmd.Wait() //nolint:errcheck // killed on purpose
+		cmd.Wait() // killed on purpose
 		close(p.done)
 	}()
 	select {
@@ -139,7 +135,7 @@ func (p *Proc) Kill() {
 		return
 	default:
 	}
-	p.cmd.Process.Signal(syscall.SIGKILL) //nolint:errcheck
+	p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
 }
 
@@ -150,7 +146,7 @@ func (p *Proc) Stop(timeout time.Duration) error {
 		return nil
 	default:
 	}
-	p.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+	p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
 		return nil

@@ -410,7 +410,7 @@ func (w *soakWorkers) faults(ctx context.Context, pool *pgxpool.Pool, count *ato
 
 func (w *soakWorkers) stopAll() {
 	for _, p := range w.procs() {
-		p.Stop(30 * time.Second) //nolint:errcheck // killed after it
+		p.Stop(30 * time.Second) // killed after it
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -34,7 +33,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	workerBin = filepath.Join(dir, "testworker")
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	goBin := "go"
 	build := exec.Command(goBin, "build", "-o", workerBin, "../cmd/testworker")
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
@@ -121,7 +120,7 @@ func (e *env) start(t *testing.T, args ...string) *proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	os.Rename(logf.Name(), filepath.Join(e.logs, fmt.Sprintf("worker-%d.log", cmd.Process.Pid))) //nolint:errcheck // the name is a convenience
+	os.Rename(logf.Name(), filepath.Join(e.logs, fmt.Sprintf("worker-%d.log", cmd.Process.Pid))) // the name is a convenience
 	p := &proc{cmd: cmd, args: args, done: make(chan struct{})}
 	ready := make(chan bool, 1)
 	go func() {
@@ -136,7 +135,7 @@ func (e *env) start(t *testing.T, args ...string) *proc {
 		if !ok {
 			ready <- false
 		}
-		cmd.Wait() //nolint:errcheck // killed on purpose
+		cmd.Wait() // killed on purpose
 		close(p.done)
 	}()
 	t.Cleanup(func() { p.kill() })
@@ -158,7 +157,7 @@ func (p *proc) kill() {
 		return
 	default:
 	}
-	p.cmd.Process.Signal(syscall.SIGKILL) //nolint:errcheck
+	p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
 }
 
@@ -167,7 +166,7 @@ func (p *proc) pid() int { return p.cmd.Process.Pid }
 // stop sends SIGTERM (a graceful stop) and waits for the process to end.
 func (p *proc) stop(t *testing.T) {
 	t.Helper()
-	p.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+	p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
 	case <-time.After(30 * time.Second):

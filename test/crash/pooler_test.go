@@ -47,7 +47,7 @@ func pgbouncer(t *testing.T, db pgtest.DB, mode string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	os.Chmod(dir, 0o777) //nolint:errcheck // PgBouncer may run as another user (below)
+	os.Chmod(dir, 0o777) // PgBouncer may run as another user (below)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -88,9 +88,9 @@ pidfile = %s/pgbouncer.pid
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }() //nolint:errcheck // stopped at cleanup
+	go func() { cmd.Wait(); close(done) }() // stopped at cleanup
 	t.Cleanup(func() {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) //nolint:errcheck // runuser and PgBouncer
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // runuser and PgBouncer
 		<-done
 		if t.Failed() {
 			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
@@ -202,7 +202,7 @@ func TestPgBouncerStatementModeRefused(t *testing.T) {
 	}
 	err = w.Start(e.ctx)
 	if err == nil {
-		w.Stop(context.Background()) //nolint:errcheck
+		w.Stop(context.Background())
 		t.Fatal("a worker started through a pooler in statement mode")
 	}
 	for _, want := range []string{"statement mode", "transaction mode"} {

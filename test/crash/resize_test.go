@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,7 +58,7 @@ func buildPartitionq(t *testing.T) string {
 			return
 		}
 		buildOnce.bin = filepath.Join(dir, "partitionq")
-		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", buildOnce.bin, "../../cmd/partitionq")
+		cmd := exec.Command("go", "build", "-o", buildOnce.bin, "../../cmd/partitionq")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildOnce.err = fmt.Errorf("build partitionq: %v\n%s", err, out)
 		}
@@ -255,7 +254,7 @@ func resizeKilled(t *testing.T, e *env, bin string) {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Duration(i*i*5) * time.Millisecond)
-		cmd.Process.Signal(syscall.SIGKILL) //nolint:errcheck
+		cmd.Process.Signal(syscall.SIGKILL)
 		err := cmd.Wait()
 		g, gerr := e.client.Group(e.ctx, "q", "g")
 		if gerr != nil {

@@ -73,7 +73,7 @@ func TestKillBetweenHandlerAndFlush(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lock.Rollback(context.Background()) //nolint:errcheck
+	defer lock.Rollback(context.Background())
 	if _, err := lock.Exec(e.ctx, `select * from partitionq.slot_progress where slot = 0 for update`); err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestKillBetweenFlushAndFinish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lock.Rollback(context.Background()) //nolint:errcheck
+	defer lock.Rollback(context.Background())
 	if _, err := lock.Exec(e.ctx, e.db.SQL(`select * from pgq.subscription for update`)); err != nil {
 		t.Fatal(err)
 	}

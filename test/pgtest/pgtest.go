@@ -164,6 +164,6 @@ func InTx(t testing.TB, pool *pgxpool.Pool, fn func(tx pgx.Tx)) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback(ctx) //nolint:errcheck // the point: nothing is kept
+	defer tx.Rollback(ctx) // the point: nothing is kept
 	fn(tx)
 }

@@ -73,7 +73,7 @@ func newEnv(t *testing.T) *env {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		e.ac.RunTicker(tctx, partitionq.TickerConfig{Interval: 10 * time.Millisecond, MaintInterval: time.Second}) //nolint:errcheck
+		e.ac.RunTicker(tctx, partitionq.TickerConfig{Interval: 10 * time.Millisecond, MaintInterval: time.Second})
 	}()
 	t.Cleanup(func() { stop(); <-done })
 	return e

@@ -76,7 +76,7 @@ func newHostileEnv(t *testing.T) *hostileEnv {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		w.Stop(ctx) //nolint:errcheck
+		w.Stop(ctx)
 	})
 	return &hostileEnv{env: e, h: h}
 }

@@ -298,7 +298,7 @@ func TestReplayedNeedsAReplay(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer tx.Rollback(e.ctx) //nolint:errcheck
+		defer tx.Rollback(e.ctx)
 		return f(tx)
 	}
 
@@ -421,7 +421,7 @@ func TestDedupRecordsCannotBeForged(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer tx.Rollback(e.ctx) //nolint:errcheck
+		defer tx.Rollback(e.ctx)
 		return fn(tx)
 	}
 	claim := func(tx pgx.Tx, id, key string) {

@@ -199,7 +199,7 @@ func (h *Holder) dropConn() {
 	h.conn = nil
 	h.mu.Unlock()
 	if c != nil {
-		c.Conn().Close(context.Background()) //nolint:errcheck // broken anyway
+		c.Conn().Close(context.Background()) // broken anyway
 		c.Release()
 	}
 }
@@ -610,7 +610,7 @@ func (h *Holder) Close(ctx context.Context) error {
 	h.mu.Unlock()
 	if c != nil {
 		if !h.pooled.Load() {
-			c.Exec(ctx, "unlisten *") //nolint:errcheck // best effort; the pool resets nothing else
+			c.Exec(ctx, "unlisten *") // best effort; the pool resets nothing else
 		}
 		c.Release()
 	}

@@ -326,7 +326,7 @@ func Drain(ctx context.Context, pool db.TxStarter, eng *engine.Engine, s Slot, k
 	if err != nil {
 		return res, err
 	}
-	defer tx.Rollback(context.Background()) //nolint:errcheck // no-op after commit
+	defer tx.Rollback(context.Background()) // no-op after commit
 
 	run, err := eng.LockParkedRun(ctx, tx, s.SubID, key, headID, lim.Events)
 	if errors.Is(err, engine.ErrLocked) {
@@ -443,7 +443,7 @@ func Expire(ctx context.Context, pool db.TxStarter, eng *engine.Engine, s Slot, 
 	if err != nil {
 		return 0, err
 	}
-	defer tx.Rollback(context.Background()) //nolint:errcheck // no-op after commit
+	defer tx.Rollback(context.Background()) // no-op after commit
 	run, err := eng.LockParkedRun(ctx, tx, s.SubID, key, headID, 1)
 	if errors.Is(err, engine.ErrLocked) || (err == nil && (len(run) == 0 || run[0].ID != headID)) {
 		return 0, nil

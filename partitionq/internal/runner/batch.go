@@ -238,7 +238,7 @@ func (r *Runner) readOnce(id int64, group []*batchRun, cands []*slotRun, seen ma
 	if err != nil {
 		return false, err
 	}
-	defer tx.Rollback(context.Background()) //nolint:errcheck // read only
+	defer tx.Rollback(context.Background()) // read only
 	spec := engine.ReadSpec{Batch: group[0].info.ID, Sub: group[0].s.info.SubID, N: r.cfg.N, AfterID: after, Owners: r.cfg.ParentSubs}
 	bySlot := make(map[int]*batchRun, len(group))
 	for _, b := range group {

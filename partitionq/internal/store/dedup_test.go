@@ -48,7 +48,7 @@ func inSavepoint(t *testing.T, ctx context.Context, tx pgx.Tx, fn func(tx pgx.Tx
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sp.Rollback(ctx) //nolint:errcheck
+	defer sp.Rollback(ctx)
 	return fn(sp)
 }
 

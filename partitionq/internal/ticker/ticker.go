@@ -311,7 +311,7 @@ func maintain(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) (expi
 		// reason it failed (its session ended).
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		pool.Exec(rctx, `update partitionq.ticker_turn set holder = null, until = null where name = $1 and holder = $2`, maintTurnName, holder) //nolint:errcheck // the lease runs out
+		pool.Exec(rctx, `update partitionq.ticker_turn set holder = null, until = null where name = $1 and holder = $2`, maintTurnName, holder) // the lease runs out
 	}()
 	step := func(what string, f func(tx pgx.Tx) error) error {
 		if got, err := maintTurn(ctx, pool, holder, true); err != nil || !got {

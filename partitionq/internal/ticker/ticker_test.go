@@ -130,7 +130,7 @@ func TestTicksGoOnWhileMaintenanceWaitsForALock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lock.Rollback(ctx) //nolint:errcheck // only a lock
+	defer lock.Rollback(ctx) // only a lock
 	if _, err := lock.Exec(ctx, "lock table "+db.Schema+".retry_queue in exclusive mode"); err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestMaintenanceTurnOfARoundKilledMidway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lock.Rollback(ctx) //nolint:errcheck // only a lock
+	defer lock.Rollback(ctx) // only a lock
 	if _, err := lock.Exec(ctx, "lock table "+db.Schema+".retry_queue in exclusive mode"); err != nil {
 		t.Fatal(err)
 	}

@@ -106,7 +106,7 @@ func (l *runLog) start(key string, seq int, worker string) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.log.Start(key, seq, worker, time.Now()) //nolint:errcheck // a test log: a failed write shows as a missing run
+	l.log.Start(key, seq, worker, time.Now()) // a test log: a failed write shows as a missing run
 }
 
 func (l *runLog) end(key string, seq int, worker string) {
@@ -115,7 +115,7 @@ func (l *runLog) end(key string, seq int, worker string) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.log.End(key, seq, worker, time.Now()) //nolint:errcheck
+	l.log.End(key, seq, worker, time.Now())
 }
 
 func run(ctx context.Context, log *slog.Logger, o opts) error {

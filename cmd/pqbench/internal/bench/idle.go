@@ -99,7 +99,7 @@ func (b *bench) idleRun(ctx context.Context, queue, group string, n int, ticker 
 		return w.Stop(sctx)
 	}
 	if err := sleepCtx(ctx, settle); err != nil {
-		stop() //nolint:errcheck // the run is abandoned
+		stop() // the run is abandoned
 		return nil, err
 	}
 	x, conns, err := count()

@@ -37,7 +37,6 @@ type peerRun struct {
 	workers  int
 	retryS   int
 	notify   bool
-	label    string
 	producer bool // also report the enqueue phase as a producer row
 }
 
@@ -256,7 +255,7 @@ func (b *bench) runPeer(ctx context.Context, r peerRun) []*Result {
 	fail := func(err error) []*Result {
 		res.Err = err.Error()
 		cancel()
-		cmd.Wait() //nolint:errcheck
+		cmd.Wait()
 		return out
 	}
 	if _, err := next("ready"); err != nil {

@@ -253,7 +253,7 @@ func (b *bench) runPartitionq(ctx context.Context, wl *Workload, queue string, i
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
 			for _, w := range workers {
-				w.Stop(stopCtx) //nolint:errcheck // a failed stop is reported below for the ones started
+				w.Stop(stopCtx) // a failed stop is reported below for the ones started
 			}
 		}()
 		per := n / p.workers()

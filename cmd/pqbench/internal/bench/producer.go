@@ -91,7 +91,7 @@ func (b *bench) producer(ctx context.Context, wl *Workload) error {
 		if _, err := pool.Exec(ctx, "create role "+writer+" nologin in role "+b.on.engine+"_writer"); err != nil {
 			return err
 		}
-		defer pool.Exec(context.WithoutCancel(ctx), "drop role if exists "+writer) //nolint:errcheck // a leftover role is dropped by the next run
+		defer pool.Exec(context.WithoutCancel(ctx), "drop role if exists "+writer) // a leftover role is dropped by the next run
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, "set local role "+writer); err != nil {
 				return err

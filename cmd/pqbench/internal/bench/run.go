@@ -294,7 +294,7 @@ func (b *bench) dropDBs() {
 	}
 	defer conn.Close(ctx)
 	for _, db := range []string{b.pgqDB, b.pgqueDB, b.bossDB, b.gwDB} {
-		conn.Exec(ctx, "drop database if exists "+pgx.Identifier{db}.Sanitize()+" with (force)") //nolint:errcheck
+		conn.Exec(ctx, "drop database if exists "+pgx.Identifier{db}.Sanitize()+" with (force)")
 	}
 }
 
