@@ -904,9 +904,10 @@ type SlotStats struct {
 	SetAside     int64 // events set aside behind a blocked key (pause)
 	DeadLettered int64
 	Batches      int64
-	// Skipped counts events of batches left open by a previous owner that
-	// its recorded progress showed done: not run again.
-	Skipped   int64
+	// Resumed counts events of batches left open by a previous owner (a
+	// worker that stopped or lost the slot mid-batch) that its recorded
+	// progress showed resolved: they were not run again.
+	Resumed   int64
 	LastBatch time.Time // when this worker last finished a batch of the slot
 }
 
@@ -926,7 +927,7 @@ func (w *Worker) Stats() []SlotStats {
 		for _, s := range gr.slots {
 			st := gr.stats[s]
 			ss := SlotStats{Slot: s, Slots: n, Owned: st.Owned.Load(), Processed: st.Processed.Load(), Failed: st.Failed.Load(),
-				SetAside: st.Parked.Load(), DeadLettered: st.DeadLettered.Load(), Batches: st.Batches.Load(), Skipped: st.Skipped.Load()}
+				SetAside: st.Parked.Load(), DeadLettered: st.DeadLettered.Load(), Batches: st.Batches.Load(), Resumed: st.Resumed.Load()}
 			if ns := st.LastBatch.Load(); ns != 0 {
 				ss.LastBatch = time.Unix(0, ns)
 			}

@@ -75,7 +75,7 @@ type Stats struct {
 	Parked       atomic.Int64 // events set aside behind a blocked head
 	DeadLettered atomic.Int64
 	Batches      atomic.Int64
-	Skipped      atomic.Int64 // events a previous owner had resolved, not run again
+	Resumed      atomic.Int64 // events a previous owner had resolved, not run again
 	Owned        atomic.Bool
 	LastBatch    atomic.Int64 // unix nanoseconds of the last finished batch
 }
