@@ -71,7 +71,7 @@ func TestMetricsStatusReadCachedAndBounded(t *testing.T) {
 	if err := m.register(reg); err != nil {
 		t.Fatal(err)
 	}
-	gr.stats[5].Processed.Add(3)
+	gr.stats[5].Handled.Add(3)
 	gather := func() map[string]map[string]float64 { // name: slot: value
 		t.Helper()
 		fams, err := reg.Gather()

@@ -200,7 +200,7 @@ func (m *workerMetrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	for i, s := range m.gr.slots {
 		d, st := &m.slots[i], m.gr.stats[s]
-		counter(d.handled, st.Processed.Load())
+		counter(d.handled, st.Handled.Load())
 		counter(d.failed, st.Failed.Load())
 		counter(d.dead, st.DeadLettered.Load())
 		d.duration.Collect(ch)

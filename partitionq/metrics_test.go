@@ -126,7 +126,7 @@ func TestMetricsScrapedAgreeWithStatsAndStatus(t *testing.T) {
 	pgtest.WaitFor(t, 60*time.Second, "30 handled, 2 failed, 1 dead letter, 1 blocked key, every batch finished", func() (bool, error) {
 		var handled, failed, dead int64
 		for _, s := range w.Stats() {
-			handled, failed, dead = handled+s.Processed, failed+s.Failed, dead+s.DeadLettered
+			handled, failed, dead = handled+s.Handled, failed+s.Failed, dead+s.DeadLettered
 		}
 		if handled != 30 || failed != 2 || dead != 1 {
 			return false, nil
@@ -150,12 +150,12 @@ func TestMetricsScrapedAgreeWithStatsAndStatus(t *testing.T) {
 		series(t, fams, "partitionq_dead_letters_total")
 	calls := series(t, fams, "partitionq_handler_duration_seconds")
 	for _, s := range stats {
-		if handled[s.Slot] != float64(s.Processed) || failed[s.Slot] != float64(s.Failed) || dead[s.Slot] != float64(s.DeadLettered) {
+		if handled[s.Slot] != float64(s.Handled) || failed[s.Slot] != float64(s.Failed) || dead[s.Slot] != float64(s.DeadLettered) {
 			t.Errorf("slot %d: scraped handled %v failed %v dead %v, worker counted %d %d %d", s.Slot,
-				handled[s.Slot], failed[s.Slot], dead[s.Slot], s.Processed, s.Failed, s.DeadLettered)
+				handled[s.Slot], failed[s.Slot], dead[s.Slot], s.Handled, s.Failed, s.DeadLettered)
 		}
-		if calls[s.Slot] != float64(s.Processed+s.Failed) {
-			t.Errorf("slot %d: %v handler durations observed, want one per call (%d)", s.Slot, calls[s.Slot], s.Processed+s.Failed)
+		if calls[s.Slot] != float64(s.Handled+s.Failed) {
+			t.Errorf("slot %d: %v handler durations observed, want one per call (%d)", s.Slot, calls[s.Slot], s.Handled+s.Failed)
 		}
 	}
 	if sum(handled) != 30 || sum(failed) != 2 || sum(dead) != 1 || sum(calls) != 32 {

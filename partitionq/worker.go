@@ -899,7 +899,7 @@ type SlotStats struct {
 	// or, for a worker that ran both sides of a resize, the old one's).
 	Slots        int
 	Owned        bool  // this worker owns the slot now (else it is standby)
-	Processed    int64 // events handled successfully
+	Handled      int64 // events the handler returned nil for
 	Failed       int64 // handler failures
 	SetAside     int64 // events set aside behind a blocked key (pause)
 	DeadLettered int64
@@ -926,7 +926,7 @@ func (w *Worker) Stats() []SlotStats {
 		seen[n] = true
 		for _, s := range gr.slots {
 			st := gr.stats[s]
-			ss := SlotStats{Slot: s, Slots: n, Owned: st.Owned.Load(), Processed: st.Processed.Load(), Failed: st.Failed.Load(),
+			ss := SlotStats{Slot: s, Slots: n, Owned: st.Owned.Load(), Handled: st.Handled.Load(), Failed: st.Failed.Load(),
 				SetAside: st.Parked.Load(), DeadLettered: st.DeadLettered.Load(), Batches: st.Batches.Load(), Resumed: st.Resumed.Load()}
 			if ns := st.LastBatch.Load(); ns != 0 {
 				ss.LastBatch = time.Unix(0, ns)

@@ -242,7 +242,7 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 // printStats writes this worker's per-slot counts.
 func printStats(w io.Writer, stats []partitionq.SlotStats) {
 	fmt.Fprintln(w, "partitionq: worker stopped; per slot:")
-	tb := newTable(w, "SLOT", "PROCESSED", "FAILED", "SET ASIDE", "DEAD LETTERED", "BATCHES", "LAST BATCH")
+	tb := newTable(w, "SLOT", "HANDLED", "FAILED", "SET ASIDE", "DEAD LETTERED", "BATCHES", "LAST BATCH")
 	multi := false
 	for _, st := range stats {
 		multi = multi || st.Slots != stats[0].Slots
@@ -252,7 +252,7 @@ func printStats(w io.Writer, stats []partitionq.SlotStats) {
 		if multi { // both generations of a resize: "3/4" is slot 3 of 4
 			slot += "/" + strconv.Itoa(st.Slots)
 		}
-		tb.row(slot, i64(st.Processed), i64(st.Failed), i64(st.SetAside),
+		tb.row(slot, i64(st.Handled), i64(st.Failed), i64(st.SetAside),
 			i64(st.DeadLettered), i64(st.Batches), fmtTime(st.LastBatch))
 	}
 	tb.flush() // stderr

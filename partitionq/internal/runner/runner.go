@@ -70,7 +70,7 @@ type Handler func(ctx context.Context, c Call) Result
 
 // Stats are counters of one slot in this process; safe for concurrent use.
 type Stats struct {
-	Processed    atomic.Int64 // handled successfully
+	Handled      atomic.Int64 // the handler returned nil
 	Failed       atomic.Int64 // handler failures
 	Parked       atomic.Int64 // events set aside behind a blocked head
 	DeadLettered atomic.Int64
