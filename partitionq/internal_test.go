@@ -157,3 +157,19 @@ func TestPolicyNamedSkipIsReadAsRetryLater(t *testing.T) {
 		t.Fatalf("validate: %v, want WorkerConfig.Policy refused, naming pause and retry-later", err)
 	}
 }
+
+// A SlotCount outside 0 to MaxSlots is refused naming the field, before
+// the group is read; 0 (the group's) is fine.
+func TestWorkerConfigSlotCountOutOfRange(t *testing.T) {
+	h := HandlerFunc(func(context.Context, *Event) error { return nil })
+	for _, n := range []int{-1, MaxSlots + 1} {
+		var ve *ValidationError
+		err := WorkerConfig{Queue: "q", Group: "g", Handler: h, SlotCount: n}.withDefaults().validate()
+		if !errors.As(err, &ve) || ve.Field != "WorkerConfig.SlotCount" || ve.Fix == "" {
+			t.Errorf("SlotCount %d: %v, want WorkerConfig.SlotCount refused with a fix", n, err)
+		}
+	}
+	if err := (WorkerConfig{Queue: "q", Group: "g", Handler: h}).withDefaults().validate(); err != nil {
+		t.Errorf("SlotCount 0: %v", err)
+	}
+}

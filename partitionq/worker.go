@@ -73,9 +73,14 @@ type WorkerConfig struct {
 	// Queue and Group name the consumer group; it must have been set up.
 	Queue, Group string
 
-	// N, when not zero, is the number of slots the caller expects the group
-	// to have; NewWorker fails with a *SlotCountMismatchError otherwise.
-	N int
+	// SlotCount, when not zero, is the number of slots (N) the caller
+	// expects the group to have; NewWorker fails with a
+	// *SlotCountMismatchError otherwise. It pins the worker to that
+	// generation, as Slots does: when a resize ends it, the worker stops
+	// (Err returns a *ResizedError). Defaults to 0: the group's number of
+	// slots, following every resize. Not to be confused with Slots, the
+	// list of slots to run.
+	SlotCount int
 
 	// Slots lists the slots to run. Defaults to all slots of the group.
 	// Each slot is run by one worker at a time: a worker asking for a slot
@@ -296,6 +301,9 @@ func (cfg WorkerConfig) validate() error {
 		return bad("Handler", "nil", "it is required", "pass a Handler or HandlerFunc (or a TxHandler)")
 	case cfg.Handler != nil && cfg.TxHandler != nil:
 		return bad("TxHandler", "set", "Handler is set too", "pass one of Handler and TxHandler")
+	case cfg.SlotCount < 0 || cfg.SlotCount > MaxSlots:
+		return bad("SlotCount", strconv.Itoa(cfg.SlotCount), fmt.Sprintf("it must be between 1 and %d", MaxSlots),
+			"give the group's number of slots (partitionq status shows it), or 0 to take the group's and follow its resizes")
 	case cfg.Concurrency < 1 || cfg.Concurrency > 4096:
 		return bad("Concurrency", strconv.Itoa(cfg.Concurrency), "it must be between 1 and 4096", "use 0 for the default (16)")
 	case cfg.Policy != PolicyPause && cfg.Policy != PolicyRetryLater:
@@ -344,7 +352,7 @@ func backoff(minD, maxD time.Duration, n int) time.Duration {
 // A worker follows the group through resizes (Client.Resize): it runs the
 // slots of every live generation, the old one's until they are handed off
 // and the new one's from the cutover on, without a restart. A worker
-// started with WorkerConfig.Slots or WorkerConfig.N runs the slots of one
+// started with WorkerConfig.Slots or WorkerConfig.SlotCount runs the slots of one
 // generation only: when a resize ends that generation (its slots drained
 // to the cutover and handed off), the worker stops, and Err returns a
 // *ResizedError naming the new number of slots.
@@ -352,7 +360,7 @@ type Worker struct {
 	c      *Client
 	cfg    WorkerConfig
 	group  Group // as NewWorker read it
-	pinned int   // the one generation (its N) a worker with Slots or N runs; 0: every generation
+	pinned int   // the one generation (its N) a worker with Slots or SlotCount runs; 0: every generation
 	log    *slog.Logger
 
 	mu           sync.Mutex
@@ -391,7 +399,7 @@ type genRun struct {
 }
 
 // ResizedError reports that a worker pinned to one generation's slots
-// (WorkerConfig.Slots or N, partitionq work --slots) stopped because a
+// (WorkerConfig.Slots or SlotCount, partitionq work --slots) stopped because a
 // resize ended that generation: its slots were drained to the cutover and
 // handed off to the new ones.
 type ResizedError struct {
@@ -400,7 +408,7 @@ type ResizedError struct {
 }
 
 func (e *ResizedError) Error() string {
-	return fmt.Sprintf("group %q on queue %q was resized from %d to %d slots: this worker ran slots of the %d-slot generation (WorkerConfig.Slots or N, or --slots), which are drained and handed off; start it again with slots of %d, or without --slots to follow every resize",
+	return fmt.Sprintf("group %q on queue %q was resized from %d to %d slots: this worker ran slots of the %d-slot generation (WorkerConfig.Slots or SlotCount, or --slots), which are drained and handed off; start it again with slots of %d, or without --slots to follow every resize",
 		e.Group, e.Queue, e.From, e.To, e.From, e.To)
 }
 
@@ -419,11 +427,11 @@ func (c *Client) NewWorker(ctx context.Context, cfg WorkerConfig) (*Worker, erro
 	w := &Worker{c: c, cfg: cfg, group: g, done: make(chan struct{}), gens: map[int]*genRun{}, changed: make(chan struct{}, 1),
 		log: c.log.With(slog.String("queue", cfg.Queue), slog.String("group", cfg.Group))}
 	switch {
-	case cfg.N != 0:
-		if _, ok := g.gen(cfg.N); !ok || (g.Resize != nil && cfg.N == g.Resize.To && g.Resize.Cutover == 0) {
-			return nil, &SlotCountMismatchError{Queue: cfg.Queue, Group: cfg.Group, Existing: g.Slots, Requested: cfg.N}
+	case cfg.SlotCount != 0:
+		if _, ok := g.gen(cfg.SlotCount); !ok || (g.Resize != nil && cfg.SlotCount == g.Resize.To && g.Resize.Cutover == 0) {
+			return nil, &SlotCountMismatchError{Queue: cfg.Queue, Group: cfg.Group, Existing: g.Slots, Requested: cfg.SlotCount}
 		}
-		w.pinned = cfg.N
+		w.pinned = cfg.SlotCount
 	case len(cfg.Slots) > 0:
 		w.pinned = g.Slots
 		if g.Resize != nil && g.Resize.Cutover == 0 {

@@ -225,7 +225,7 @@ func (d *Demo) Start(ctx context.Context) error {
 		return errors.New("demo: already started")
 	}
 	w, err := d.c.NewWorker(ctx, partitionq.WorkerConfig{
-		Queue: d.cfg.Queue, Group: d.cfg.Group, N: d.cfg.Slots,
+		Queue: d.cfg.Queue, Group: d.cfg.Group, SlotCount: d.cfg.Slots,
 		Handler:     d.svc,
 		Concurrency: d.cfg.Concurrency, Policy: partitionq.PolicyPause, MaxAttempts: d.cfg.MaxAttempts,
 		BackoffMin: d.cfg.BackoffMin, BackoffMax: d.cfg.BackoffMax,

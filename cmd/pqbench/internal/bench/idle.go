@@ -85,7 +85,7 @@ func (b *bench) idleRun(ctx context.Context, queue, group string, n int, ticker 
 	if err != nil {
 		return nil, err
 	}
-	w, err := client.NewWorker(ctx, partitionq.WorkerConfig{Queue: queue, Group: group, N: n, RunTicker: ticker, Identity: "pqbench-idle",
+	w, err := client.NewWorker(ctx, partitionq.WorkerConfig{Queue: queue, Group: group, SlotCount: n, RunTicker: ticker, Identity: "pqbench-idle",
 		ShutdownTimeout: 5 * time.Second, Handler: partitionq.HandlerFunc(func(context.Context, *partitionq.Event) error { return nil })})
 	if err != nil {
 		return nil, err
