@@ -146,7 +146,7 @@ func TestReplayMatchingInEventOrder(t *testing.T) {
 	}
 
 	// Replay one of them alone first: the bulk replay then leaves it be.
-	if _, err := b.client.Replay(b.ctx, "q", "g", dry.Items[2].ID, "early", "bob"); err != nil {
+	if _, err := b.client.Replay(b.ctx, partitionq.ReplayRequest{Queue: "q", Group: "g", ID: dry.Items[2].ID, Reason: "early", Actor: "bob"}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := b.client.ReplayMatching(b.ctx, partitionq.BulkRequest{Match: match, Reason: "fixed", Actor: "alice"})

@@ -183,15 +183,29 @@ type ReplayResult struct {
 	NewEventID int64   // the event id of the replay
 }
 
-// Replay sends a dead letter again, with its key, type and payload, at the
-// tail of its key's order (after every event of the key sent before). It is
-// idempotent: a dead letter is replayed once; later calls return
-// OutcomeAlreadyReplayed and the first replay's event id. The replay is an
-// event of the queue: every group registered on the queue gets it. A
-// dropped group's dead letters may be replayed (into the groups that remain
-// on its queue, say the new group after a change of N) while the queue
-// exists.
-func (c *Client) Replay(ctx context.Context, queue, group string, id int64, reason, actor string) (ReplayResult, error) {
+// ReplayRequest names one dead letter to send again (Client.Replay). To
+// replay several at once, or those a filter selects, use
+// Client.ReplayMatching.
+type ReplayRequest struct {
+	Queue, Group string
+	// ID is the dead letter's own id (DeadLetter.ID), not its event's.
+	ID int64
+	// Reason and Actor are recorded in the audit trail; Actor defaults to
+	// Config.Actor.
+	Reason, Actor string
+}
+
+// Replay sends the dead letter r names again, with its key, type and
+// payload, at the tail of its key's order (after every event of the key
+// sent before). It is idempotent: a dead letter is replayed once; later
+// calls return OutcomeAlreadyReplayed and the first replay's event id. The
+// replay is an event of the queue: every group registered on the queue
+// gets it. A dropped group's dead letters may be replayed (into the groups
+// that remain on its queue, say the new group after a change of N) while
+// the queue exists. It fails with ErrNoDeadLetter when the group has no
+// dead letter r.ID. ctx governs the whole call.
+func (c *Client) Replay(ctx context.Context, r ReplayRequest) (ReplayResult, error) {
+	queue, group, id, reason, actor := r.Queue, r.Group, r.ID, r.Reason, r.Actor
 	if err := validateActorReason(actor, reason); err != nil {
 		return ReplayResult{}, err
 	}

@@ -126,7 +126,7 @@ func TestWorkerConsumesOnly(t *testing.T) {
 	denied(t, "Send", err)
 	_, err = wc.Skip(e.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k"})
 	denied(t, "Skip", err)
-	_, err = wc.Replay(e.ctx, "q", "g", sc.deadP, "", "")
+	_, err = wc.Replay(e.ctx, partitionq.ReplayRequest{Queue: "q", Group: "g", ID: sc.deadP})
 	denied(t, "Replay", err)
 	_, err = wc.Purge(e.ctx, partitionq.PurgeRequest{Queue: "q", Group: "g"})
 	denied(t, "Purge", err)
@@ -209,7 +209,7 @@ func TestOperatorActs(t *testing.T) {
 		}
 	})
 	t.Run("replay", func(t *testing.T) {
-		res, err := oc.Replay(e.ctx, "q", "g", sc.deadP, "test", "")
+		res, err := oc.Replay(e.ctx, partitionq.ReplayRequest{Queue: "q", Group: "g", ID: sc.deadP, Reason: "test"})
 		if err != nil || res.Outcome != partitionq.OutcomeReplayed {
 			t.Fatalf("Replay: %+v, %v", res, err)
 		}
@@ -324,7 +324,7 @@ func TestViewerOnlyLooks(t *testing.T) {
 		a.Key, a.HeadID = "k2", sc.headK2
 		_, err = vc.Quarantine(e.ctx, a)
 		denied(t, "Quarantine", err)
-		_, err = vc.Replay(e.ctx, "q", "g", sc.deadP, "viewer tries", "")
+		_, err = vc.Replay(e.ctx, partitionq.ReplayRequest{Queue: "q", Group: "g", ID: sc.deadP, Reason: "viewer tries"})
 		denied(t, "Replay", err)
 		_, err = vc.Purge(e.ctx, partitionq.PurgeRequest{Queue: "q", Group: "g"})
 		denied(t, "Purge", err)
