@@ -264,32 +264,6 @@ func (c *Client) replayOnce(ctx context.Context, queue, group string, id int64, 
 	return res, err
 }
 
-// PurgeRequest selects dead letters to delete.
-type PurgeRequest struct {
-	Queue, Group string
-	IDs          []int64   // these ids; nil means every dead letter of the group
-	Before       time.Time // only those dead before this time, when not zero
-	Reason       string
-	Actor        string
-}
-
-// Purge deletes dead letters for good and returns how many (a dropped
-// group's too, see DeadLetters).
-func (c *Client) Purge(ctx context.Context, r PurgeRequest) (int64, error) {
-	if err := validateActorReason(r.Actor, r.Reason); err != nil {
-		return 0, err
-	}
-	if err := c.recordsOf(ctx, r.Queue, r.Group); err != nil {
-		return 0, err
-	}
-	if err := c.migrate(ctx); err != nil {
-		return 0, err
-	}
-	// One statement: the delete and its audit entry (with the count).
-	n, _, err := store.PurgeDeadLetters(ctx, c.pool, r.Queue, r.Group, r.IDs, r.Before, r.Reason, c.actor(r.Actor), "")
-	return n, err
-}
-
 // AuditEntry is one recorded operator action.
 type AuditEntry struct {
 	ID      int64

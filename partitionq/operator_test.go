@@ -182,8 +182,8 @@ func TestDroppedGroupRecordsStayReachable(t *testing.T) {
 	if err != nil || rp.Outcome != partitionq.OutcomeReplayed || rp.NewEventID <= bk.Head.ID {
 		t.Fatalf("replay of a dropped group's dead letter = %+v, %v", rp, err)
 	}
-	if n, err := b.client.Purge(b.ctx, partitionq.PurgeRequest{Queue: "q", Group: "g", Reason: "done"}); err != nil || n != 1 {
-		t.Fatalf("purge of the dropped group = %d, %v", n, err)
+	if pr, err := b.client.PurgeMatching(b.ctx, partitionq.BulkRequest{Match: partitionq.DeadLetterQuery{Queue: "q", Group: "g"}, All: true, Reason: "done"}); err != nil || pr.Count != 1 {
+		t.Fatalf("purge of the dropped group = %+v, %v", pr, err)
 	}
 	// None of it registered a consumer of the group again.
 	var consumers int

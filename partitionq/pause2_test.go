@@ -377,9 +377,9 @@ func TestQuarantineAndReplay(t *testing.T) {
 	if err != nil || r.Outcome != partitionq.OutcomeAlreadyReplayed {
 		t.Fatalf("second replay: %+v %v", r, err)
 	}
-	n, err := b.client.Purge(b.ctx, partitionq.PurgeRequest{Queue: "q", Group: "g", Reason: "done", Actor: "bob"})
-	if err != nil || n != 3 {
-		t.Fatalf("purge = %d, %v", n, err)
+	pr, err := b.client.PurgeMatching(b.ctx, partitionq.BulkRequest{Match: partitionq.DeadLetterQuery{Queue: "q", Group: "g"}, All: true, Reason: "done", Actor: "bob"})
+	if err != nil || pr.Count != 3 {
+		t.Fatalf("purge = %+v, %v", pr, err)
 	}
 	audit, err := b.client.Audit(b.ctx, "q", "g", 100)
 	if err != nil {
