@@ -127,7 +127,7 @@ type WorkerConfig struct {
 
 	// PollInterval is the longest wait between two looks for new events
 	// (one cheap read for all of the worker's slots). partitionq's ticker
-	// (RunTicker, partitionq tick) and PgQue's own ticker announce every
+	// (Ticker, partitionq tick) and PgQue's own ticker announce every
 	// tick, which wakes the worker at once; with another ticker (pgqd), or
 	// through a connection pooler (which does not pass notifications on),
 	// this is the latency. Defaults to 500ms.
@@ -194,13 +194,14 @@ type WorkerConfig struct {
 	// than only flag it. Defaults to false.
 	MaxBlockedDeadLetter bool
 
-	// RunTicker runs the engine's ticker and maintenance (every 30s,
-	// TickerConfig.MaintInterval's default) in this worker, in place of
-	// pgqd. Safe when several workers run it. Defaults to false.
-	RunTicker bool
-
-	// TickInterval is how often the in-process ticker runs. Defaults to 100ms.
-	TickInterval time.Duration
+	// Ticker, when not nil, runs the engine's ticker and maintenance in
+	// this worker, in place of pgqd or partitionq tick, with these settings
+	// (zero fields take TickerConfig's defaults: a tick every 100ms,
+	// maintenance every 30s). Safe when several workers run it: each round
+	// is done by one of them. The client's role must be allowed to tick
+	// (the engine's admin, docs/security.md): Start fails at once
+	// otherwise. Defaults to nil: no ticker in this worker.
+	Ticker *TickerConfig
 
 	// Identity names this worker in status output (and is the
 	// application_name of its sessions). Defaults to "partitionq:<host>:<pid>".
@@ -261,8 +262,9 @@ func (cfg WorkerConfig) withDefaults() WorkerConfig {
 	if cfg.HeadScanInterval == 0 {
 		cfg.HeadScanInterval = HeadScanIntervalDefault
 	}
-	if cfg.TickInterval == 0 {
-		cfg.TickInterval = TickIntervalDefault
+	if cfg.Ticker != nil { // a copy: the caller's TickerConfig stays as it was
+		t := cfg.Ticker.withDefaults()
+		cfg.Ticker = &t
 	}
 	if cfg.DrainConcurrency == 0 {
 		cfg.DrainConcurrency = DrainConcurrencyDefault
@@ -329,9 +331,14 @@ func (cfg WorkerConfig) validate() error {
 		name string
 		d    time.Duration
 	}{{"ShutdownTimeout", cfg.ShutdownTimeout}, {"PollInterval", cfg.PollInterval}, {"StandbyPoll", cfg.StandbyPoll},
-		{"HeadScanInterval", cfg.HeadScanInterval}, {"MaxBlocked", cfg.MaxBlocked}, {"TickInterval", cfg.TickInterval}} {
+		{"HeadScanInterval", cfg.HeadScanInterval}, {"MaxBlocked", cfg.MaxBlocked}} {
 		if f.d < 0 {
 			return bad(f.name, f.d.String(), "it is negative", "use 0 for the default")
+		}
+	}
+	if cfg.Ticker != nil {
+		if err := cfg.Ticker.validate("WorkerConfig.Ticker."); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -502,7 +509,7 @@ func pickSlots(want []int, n int) ([]int, error) {
 	return out, nil
 }
 
-// Start starts the worker's slots (and its ticker when RunTicker is set)
+// Start starts the worker's slots (and its ticker when Ticker is set)
 // and returns once the worker holds its lease: each slot runs when this
 // worker owns it, or waits as its standby. ctx is the worker's lifetime:
 // cancelling it is the same as Stop. Start fails if the worker was started
@@ -519,7 +526,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.stoppedEarly {
 		return errors.New("partitionq: worker was stopped before it started: make a new one")
 	}
-	if w.cfg.RunTicker { // refuse at once rather than fail every tick (issue 28)
+	if w.cfg.Ticker != nil { // refuse at once rather than fail every tick (issue 28)
 		if err := ticker.CheckRights(ctx, w.c.eng, w.c.pool); err != nil {
 			return err
 		}
@@ -577,12 +584,12 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.stopSoft, w.stopHard = stopSoft, stopHard
 
 	var wg sync.WaitGroup
-	if w.cfg.RunTicker {
+	if t := w.cfg.Ticker; t != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			ticker.Run(soft, ticker.Config{Eng: w.c.eng, Pool: pool, Log: w.log,
-				Interval: w.cfg.TickInterval, MaintInterval: maintIntervalDefault})
+				Interval: t.Interval, MaintInterval: t.MaintInterval})
 		}()
 	}
 	superDone := make(chan struct{})

@@ -181,8 +181,11 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 		Handler:     &execHandler{command: w.exec, environ: os.Environ(), stdout: a.env.Stdout, stderr: a.env.Stderr},
 		Concurrency: w.concurrency, Policy: partitionq.Policy(w.policy), MaxAttempts: w.maxAttempts,
 		BackoffMin: w.backoffMin, HandlerTimeout: w.handlerTimeout, ShutdownTimeout: w.shutdownTimeout,
-		PollInterval: w.pollInterval, RunTicker: w.ticker, TickInterval: w.tickInterval, Identity: w.identity,
+		PollInterval: w.pollInterval, Identity: w.identity,
 		DrainConcurrency: w.drains, LeaseDuration: w.lease, DeadHostTimeout: w.deadHost, DisableProgress: w.noProgress,
+	}
+	if w.ticker { // --tick-interval alone changes nothing: no ticker runs
+		cfg.Ticker = &partitionq.TickerConfig{Interval: w.tickInterval}
 	}
 	if cmd.Flags().Changed("backoff-max") {
 		cfg.BackoffMax = w.backoffMax // else the library's default, raised to BackoffMin

@@ -231,7 +231,7 @@ func (d *Demo) Start(ctx context.Context) error {
 		BackoffMin: d.cfg.BackoffMin, BackoffMax: d.cfg.BackoffMax,
 		HandlerTimeout: 10 * time.Second, ShutdownTimeout: 5 * time.Second,
 		PollInterval: 50 * time.Millisecond, HeadScanInterval: 250 * time.Millisecond,
-		RunTicker: true, TickInterval: 50 * time.Millisecond,
+		Ticker:   &partitionq.TickerConfig{Interval: 50 * time.Millisecond},
 		Identity: "demo-worker:" + strconv.Itoa(os.Getpid()),
 	})
 	if err != nil {
