@@ -127,8 +127,11 @@ func (c *Client) ReplayMatching(ctx context.Context, r BulkRequest) (BulkResult,
 }
 
 // PurgeMatching deletes for good, in one transaction, every dead letter
-// that r.Match selects; the audit trail records one "purge" action with
-// the count and the filter. ctx governs the transaction.
+// that r.Match selects (a dropped group's too, see DeadLetters): some by
+// id (Match.IDs), those older than a time (Match.DeadBefore), those a
+// filter selects, or, with r.All and no filter, all of the group; the
+// audit trail records one "purge" action with the count and the filter.
+// ctx governs the transaction.
 func (c *Client) PurgeMatching(ctx context.Context, r BulkRequest) (BulkResult, error) {
 	return c.bulk(ctx, r, "purge", func(ctx context.Context, tx pgx.Tx, dls []store.DeadLetter, res *BulkResult) error {
 		ids := make([]int64, len(dls))
@@ -140,7 +143,7 @@ func (c *Client) PurgeMatching(ctx context.Context, r BulkRequest) (BulkResult, 
 		if tx == nil {
 			return nil
 		}
-		n, auditID, err := store.PurgeDeadLetters(ctx, tx, r.Match.Queue, r.Match.Group, ids, time.Time{},
+		n, auditID, err := store.PurgeDeadLetters(ctx, tx, r.Match.Queue, r.Match.Group, ids,
 			r.Reason, c.actor(r.Actor), bulkNote(*res, r.Match))
 		if err != nil {
 			return err

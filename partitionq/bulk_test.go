@@ -146,7 +146,7 @@ func TestReplayMatchingInEventOrder(t *testing.T) {
 	}
 
 	// Replay one of them alone first: the bulk replay then leaves it be.
-	if _, err := b.client.Replay(b.ctx, "q", "g", dry.Items[2].ID, "early", "bob"); err != nil {
+	if _, err := b.client.Replay(b.ctx, partitionq.ReplayRequest{Queue: "q", Group: "g", ID: dry.Items[2].ID, Reason: "early", Actor: "bob"}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := b.client.ReplayMatching(b.ctx, partitionq.BulkRequest{Match: match, Reason: "fixed", Actor: "alice"})
@@ -217,9 +217,23 @@ func TestPurgeMatching(t *testing.T) {
 	if err != nil || len(audit) != 1 || audit[0].Action != "purge" || audit[0].Key != "b" || !strings.HasPrefix(audit[0].Outcome, "purged 3 ") {
 		t.Fatalf("audit = %+v, %v; want one purge of 3", audit, err)
 	}
-	// All of them, explicitly.
+	// No ids (nil or empty) and no other filter select the whole group:
+	// refused without All, nothing deleted.
+	for _, ids := range [][]int64{nil, {}} {
+		var ve *partitionq.ValidationError
+		_, err = b.client.PurgeMatching(b.ctx, partitionq.BulkRequest{Match: partitionq.DeadLetterQuery{Queue: "q", Group: "g", IDs: ids}})
+		if !errors.As(err, &ve) || ve.Field != "BulkRequest.Match" || !strings.Contains(ve.Fix, "set All") {
+			t.Fatalf("purge with ids %#v and no All: %v, want a *ValidationError asking for All", ids, err)
+		}
+	}
+	// By id.
+	res, err = b.client.PurgeMatching(b.ctx, partitionq.BulkRequest{Match: partitionq.DeadLetterQuery{Queue: "q", Group: "g", IDs: []int64{left[0].ID}}})
+	if err != nil || res.Count != 1 || len(res.Items) != 1 || res.Items[0].ID != left[0].ID {
+		t.Fatalf("purge of dead letter %d = %+v, %v", left[0].ID, res, err)
+	}
+	// All the others, explicitly.
 	res, err = b.client.PurgeMatching(b.ctx, partitionq.BulkRequest{Match: partitionq.DeadLetterQuery{Queue: "q", Group: "g"}, All: true})
-	if err != nil || res.Count != want["a"] {
+	if err != nil || res.Count != want["a"]-1 {
 		t.Fatalf("purge --all = %+v, %v", res, err)
 	}
 }

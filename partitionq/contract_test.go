@@ -126,7 +126,7 @@ func TestFixedN(t *testing.T) {
 	if msg := err.Error(); !strings.Contains(msg, "4 slots, not 8") {
 		t.Fatalf("the error does not name both values: %s", msg)
 	}
-	_, err = b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", N: 8, Handler: newRecorder(t)})
+	_, err = b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", SlotCount: 8, Handler: newRecorder(t)})
 	if !errors.As(err, &mm) || mm.Existing != 4 || mm.Requested != 8 {
 		t.Fatalf("worker with another N: %v", err)
 	}

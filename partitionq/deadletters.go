@@ -183,15 +183,29 @@ type ReplayResult struct {
 	NewEventID int64   // the event id of the replay
 }
 
-// Replay sends a dead letter again, with its key, type and payload, at the
-// tail of its key's order (after every event of the key sent before). It is
-// idempotent: a dead letter is replayed once; later calls return
-// OutcomeAlreadyReplayed and the first replay's event id. The replay is an
-// event of the queue: every group registered on the queue gets it. A
-// dropped group's dead letters may be replayed (into the groups that remain
-// on its queue, say the new group after a change of N) while the queue
-// exists.
-func (c *Client) Replay(ctx context.Context, queue, group string, id int64, reason, actor string) (ReplayResult, error) {
+// ReplayRequest names one dead letter to send again (Client.Replay). To
+// replay several at once, or those a filter selects, use
+// Client.ReplayMatching.
+type ReplayRequest struct {
+	Queue, Group string
+	// ID is the dead letter's own id (DeadLetter.ID), not its event's.
+	ID int64
+	// Reason and Actor are recorded in the audit trail; Actor defaults to
+	// Config.Actor.
+	Reason, Actor string
+}
+
+// Replay sends the dead letter r names again, with its key, type and
+// payload, at the tail of its key's order (after every event of the key
+// sent before). It is idempotent: a dead letter is replayed once; later
+// calls return OutcomeAlreadyReplayed and the first replay's event id. The
+// replay is an event of the queue: every group registered on the queue
+// gets it. A dropped group's dead letters may be replayed (into the groups
+// that remain on its queue, say the new group after a change of N) while
+// the queue exists. It fails with ErrNoDeadLetter when the group has no
+// dead letter r.ID. ctx governs the whole call.
+func (c *Client) Replay(ctx context.Context, r ReplayRequest) (ReplayResult, error) {
+	queue, group, id, reason, actor := r.Queue, r.Group, r.ID, r.Reason, r.Actor
 	if err := validateActorReason(actor, reason); err != nil {
 		return ReplayResult{}, err
 	}
@@ -248,32 +262,6 @@ func (c *Client) replayOnce(ctx context.Context, queue, group string, id int64, 
 			Key: &key, EvID: &d.EvID, Reason: reason, Outcome: string(res.Outcome)})
 	})
 	return res, err
-}
-
-// PurgeRequest selects dead letters to delete.
-type PurgeRequest struct {
-	Queue, Group string
-	IDs          []int64   // these ids; nil means every dead letter of the group
-	Before       time.Time // only those dead before this time, when not zero
-	Reason       string
-	Actor        string
-}
-
-// Purge deletes dead letters for good and returns how many (a dropped
-// group's too, see DeadLetters).
-func (c *Client) Purge(ctx context.Context, r PurgeRequest) (int64, error) {
-	if err := validateActorReason(r.Actor, r.Reason); err != nil {
-		return 0, err
-	}
-	if err := c.recordsOf(ctx, r.Queue, r.Group); err != nil {
-		return 0, err
-	}
-	if err := c.migrate(ctx); err != nil {
-		return 0, err
-	}
-	// One statement: the delete and its audit entry (with the count).
-	n, _, err := store.PurgeDeadLetters(ctx, c.pool, r.Queue, r.Group, r.IDs, r.Before, r.Reason, c.actor(r.Actor), "")
-	return n, err
 }
 
 // AuditEntry is one recorded operator action.

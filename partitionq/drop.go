@@ -26,7 +26,7 @@ type DropGroupRequest struct {
 // after a change of N: docs/operations.md). It refuses while a live worker
 // owns any slot, and, without Force, while events are set aside. The queue,
 // its other groups and the group's dead letters and audit trail stay, and
-// stay within reach (DeadLetters, Replay, Purge, Audit) without setting the
+// stay within reach (DeadLetters, Replay, PurgeMatching, Audit) without setting the
 // group up again. ctx governs the call,
 // which runs in one transaction and is recorded in the audit trail.
 func (c *Client) DropGroup(ctx context.Context, r DropGroupRequest) error {

@@ -60,7 +60,7 @@ func (e *ValidationError) Error() string {
 func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
 
 // SlotCountMismatchError reports that a group has another number of slots
-// than asked for (Setup, WorkerConfig.ExpectSlots). The number of slots is
+// than asked for (GroupSpec.Slots of Setup, WorkerConfig.SlotCount). The number of slots is
 // changed with Client.Resize (partitionq resize), not by setup.
 type SlotCountMismatchError struct {
 	Queue, Group string

@@ -58,9 +58,8 @@ func (b *bundle) group(t *testing.T, n int) {
 func (b *bundle) worker(t *testing.T, cfg partitionq.WorkerConfig) *partitionq.Worker {
 	t.Helper()
 	cfg.Queue, cfg.Group = "q", "g"
-	cfg.RunTicker = true
-	if cfg.TickInterval == 0 {
-		cfg.TickInterval = 10 * time.Millisecond
+	if cfg.Ticker == nil {
+		cfg.Ticker = &partitionq.TickerConfig{Interval: 10 * time.Millisecond}
 	}
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 10 * time.Millisecond

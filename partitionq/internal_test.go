@@ -130,7 +130,7 @@ func TestDeadHostTimeoutsSetOnTheSession(t *testing.T) {
 // named, every time.
 func TestWorkerConfigValidationIsDeterministic(t *testing.T) {
 	cfg := WorkerConfig{Queue: "q", Group: "g", Handler: HandlerFunc(func(context.Context, *Event) error { return nil }),
-		TickInterval: -time.Second, PollInterval: -time.Second}.withDefaults()
+		Ticker: &TickerConfig{Interval: -time.Second}, PollInterval: -time.Second}.withDefaults()
 	for range 50 {
 		var ve *ValidationError
 		if err := cfg.validate(); !errors.As(err, &ve) || ve.Field != "WorkerConfig.PollInterval" {
@@ -155,5 +155,43 @@ func TestPolicyNamedSkipIsReadAsRetryLater(t *testing.T) {
 	err := WorkerConfig{Queue: "q", Group: "g", Handler: h, Policy: "later"}.withDefaults().validate()
 	if !errors.As(err, &ve) || ve.Field != "WorkerConfig.Policy" || !strings.Contains(err.Error(), `"pause" or "retry-later"`) {
 		t.Fatalf("validate: %v, want WorkerConfig.Policy refused, naming pause and retry-later", err)
+	}
+}
+
+// A SlotCount outside 0 to MaxSlots is refused naming the field, before
+// the group is read; 0 (the group's) is fine.
+func TestWorkerConfigSlotCountOutOfRange(t *testing.T) {
+	h := HandlerFunc(func(context.Context, *Event) error { return nil })
+	for _, n := range []int{-1, MaxSlots + 1} {
+		var ve *ValidationError
+		err := WorkerConfig{Queue: "q", Group: "g", Handler: h, SlotCount: n}.withDefaults().validate()
+		if !errors.As(err, &ve) || ve.Field != "WorkerConfig.SlotCount" || ve.Fix == "" {
+			t.Errorf("SlotCount %d: %v, want WorkerConfig.SlotCount refused with a fix", n, err)
+		}
+	}
+	if err := (WorkerConfig{Queue: "q", Group: "g", Handler: h}).withDefaults().validate(); err != nil {
+		t.Errorf("SlotCount 0: %v", err)
+	}
+}
+
+// A worker's Ticker takes TickerConfig's defaults in a copy (the caller's
+// stays as it was), and a negative interval is refused naming the field.
+func TestWorkerConfigTicker(t *testing.T) {
+	h := HandlerFunc(func(context.Context, *Event) error { return nil })
+	mine := &TickerConfig{MaintInterval: time.Minute}
+	cfg := WorkerConfig{Queue: "q", Group: "g", Handler: h, Ticker: mine}.withDefaults()
+	if cfg.Ticker.Interval != TickIntervalDefault || cfg.Ticker.MaintInterval != time.Minute || mine.Interval != 0 {
+		t.Errorf("Ticker %+v (the caller's now %+v): want the default interval, the given maintenance, the caller's untouched", *cfg.Ticker, *mine)
+	}
+	if cfg := (WorkerConfig{Queue: "q", Group: "g", Handler: h}).withDefaults(); cfg.Ticker != nil {
+		t.Errorf("no Ticker given, but the defaults made one: %+v", *cfg.Ticker)
+	}
+	for field, tc := range map[string]TickerConfig{"WorkerConfig.Ticker.Interval": {Interval: -time.Second},
+		"WorkerConfig.Ticker.MaintInterval": {MaintInterval: -time.Second}} {
+		var ve *ValidationError
+		err := WorkerConfig{Queue: "q", Group: "g", Handler: h, Ticker: &tc}.withDefaults().validate()
+		if !errors.As(err, &ve) || ve.Field != field {
+			t.Errorf("Ticker %+v: %v, want %s refused", tc, err, field)
+		}
 	}
 }

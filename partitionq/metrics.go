@@ -25,9 +25,14 @@ const (
 	metricPending        = "partitionq_slot_pending_events"
 	metricLag            = "partitionq_slot_lag_seconds"
 	metricBlocked        = "partitionq_blocked_keys"
-	metricParked         = "partitionq_parked_events"
+	metricSetAside       = "partitionq_set_aside_events"
 	metricLongestBlocked = "partitionq_slot_longest_blocked_seconds"
 	metricBusiestKey     = "partitionq_slot_busiest_key_pending_events"
+
+	// metricParked is the old name of metricSetAside, exported beside it
+	// with the same value for one minor release (metric names are frozen:
+	// docs/glossary.md), then removed.
+	metricParked = "partitionq_parked_events"
 )
 
 // metricDuplicates is the client's counter (Config.Registerer), labelled
@@ -86,10 +91,11 @@ func slotPendingEvents(s SlotStatus) int64 { return s.Pending }
 // slot's labels as constant labels, so that the registry itself refuses a
 // second worker in the process registering the same slots (see register).
 type slotDescs struct {
-	handled, failed, dead                         *prometheus.Desc
-	owned, pending, lag, blocked, parked, longest *prometheus.Desc
-	busiest                                       *prometheus.Desc
-	duration                                      prometheus.Histogram
+	handled, failed, dead                           *prometheus.Desc
+	owned, pending, lag, blocked, setAside, longest *prometheus.Desc
+	busiest                                         *prometheus.Desc
+	parked                                          *prometheus.Desc // deprecated: setAside's old name
+	duration                                        prometheus.Histogram
 }
 
 // workerMetrics is a worker's prometheus.Collector: the counters come from
@@ -130,14 +136,16 @@ func newWorkerMetrics(w *Worker, gr *genRun) *workerMetrics {
 		labels := prometheus.Labels{"queue": w.cfg.Queue, "group": w.cfg.Group, "slots": strconv.Itoa(gr.n), "slot": strconv.Itoa(s)}
 		desc := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, labels) }
 		d := slotDescs{
-			handled: desc(metricHandled, "Events the handler finished successfully, in this process."),
-			failed:  desc(metricFailed, "Handler calls that failed (each attempt of an event counts), in this process."),
-			dead:    desc(metricDeadLetters, "Events this process moved to the dead letters (out of attempts, DeadLetterNow, blocked too long)."),
-			owned:   desc(metricOwned, "1 when a live worker (any process) owns the slot, 0 when nobody runs it."),
-			pending: desc(metricPending, "Events of the slot's share not yet handled."),
-			lag:     desc(metricLag, "Age of the last tick the slot finished: how far behind its reading is."),
-			blocked: desc(metricBlocked, "Keys of the slot blocked behind a failed event (pause policy)."),
-			parked:  desc(metricParked, "Events of the slot set aside in the engine's retry queue: blocked heads, the events waiting behind them, and timed retries."),
+			handled:  desc(metricHandled, "Events the handler finished successfully, in this process."),
+			failed:   desc(metricFailed, "Handler calls that failed (each attempt of an event counts), in this process."),
+			dead:     desc(metricDeadLetters, "Events this process moved to the dead letters (out of attempts, DeadLetterNow, blocked too long)."),
+			owned:    desc(metricOwned, "1 when a live worker (any process) owns the slot, 0 when nobody runs it."),
+			pending:  desc(metricPending, "Events of the slot's share not yet handled."),
+			lag:      desc(metricLag, "Age of the last tick the slot finished: how far behind its reading is."),
+			blocked:  desc(metricBlocked, "Keys of the slot blocked behind a failed event (pause policy)."),
+			setAside: desc(metricSetAside, "Events of the slot set aside in the engine's retry queue: blocked heads, the events waiting behind them, and timed retries."),
+			parked: desc(metricParked, "Deprecated: use "+metricSetAside+", the same value under its new name; this name goes in the next minor release. "+
+				"Events of the slot set aside in the engine's retry queue."),
 			busiest: desc(metricBusiestKey, "Pending events of the slot's busiest key (the key with the most; its name is not a label): exact, or a sampled estimate above 200,000 pending events in the group."),
 			longest: desc(metricLongestBlocked, "How long the slot's longest-blocked key has been blocked (since its head first failed); 0 when none is."),
 			duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: metricDuration, ConstLabels: labels, Buckets: durationBuckets,
@@ -185,7 +193,7 @@ func (m *workerMetrics) observe(slot int, d time.Duration) {
 // Describe implements prometheus.Collector.
 func (m *workerMetrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range m.slots {
-		for _, desc := range []*prometheus.Desc{d.handled, d.failed, d.dead, d.owned, d.pending, d.lag, d.blocked, d.parked, d.longest, d.busiest} {
+		for _, desc := range []*prometheus.Desc{d.handled, d.failed, d.dead, d.owned, d.pending, d.lag, d.blocked, d.setAside, d.parked, d.longest, d.busiest} {
 			ch <- desc
 		}
 		d.duration.Describe(ch)
@@ -200,7 +208,7 @@ func (m *workerMetrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	for i, s := range m.gr.slots {
 		d, st := &m.slots[i], m.gr.stats[s]
-		counter(d.handled, st.Processed.Load())
+		counter(d.handled, st.Handled.Load())
 		counter(d.failed, st.Failed.Load())
 		counter(d.dead, st.DeadLettered.Load())
 		d.duration.Collect(ch)
@@ -230,6 +238,7 @@ func (m *workerMetrics) Collect(ch chan<- prometheus.Metric) {
 		gauge(d.pending, float64(slotPendingEvents(ss)))
 		gauge(d.lag, ss.Lag.Seconds())
 		gauge(d.blocked, float64(ss.BlockedKeys))
+		gauge(d.setAside, float64(ss.SetAside))
 		gauge(d.parked, float64(ss.SetAside))
 		gauge(d.longest, ss.LongestBlocked.Seconds())
 	}

@@ -126,7 +126,7 @@ func TestMetricsScrapedAgreeWithStatsAndStatus(t *testing.T) {
 	pgtest.WaitFor(t, 60*time.Second, "30 handled, 2 failed, 1 dead letter, 1 blocked key, every batch finished", func() (bool, error) {
 		var handled, failed, dead int64
 		for _, s := range w.Stats() {
-			handled, failed, dead = handled+s.Processed, failed+s.Failed, dead+s.DeadLettered
+			handled, failed, dead = handled+s.Handled, failed+s.Failed, dead+s.DeadLettered
 		}
 		if handled != 30 || failed != 2 || dead != 1 {
 			return false, nil
@@ -150,12 +150,12 @@ func TestMetricsScrapedAgreeWithStatsAndStatus(t *testing.T) {
 		series(t, fams, "partitionq_dead_letters_total")
 	calls := series(t, fams, "partitionq_handler_duration_seconds")
 	for _, s := range stats {
-		if handled[s.Slot] != float64(s.Processed) || failed[s.Slot] != float64(s.Failed) || dead[s.Slot] != float64(s.DeadLettered) {
+		if handled[s.Slot] != float64(s.Handled) || failed[s.Slot] != float64(s.Failed) || dead[s.Slot] != float64(s.DeadLettered) {
 			t.Errorf("slot %d: scraped handled %v failed %v dead %v, worker counted %d %d %d", s.Slot,
-				handled[s.Slot], failed[s.Slot], dead[s.Slot], s.Processed, s.Failed, s.DeadLettered)
+				handled[s.Slot], failed[s.Slot], dead[s.Slot], s.Handled, s.Failed, s.DeadLettered)
 		}
-		if calls[s.Slot] != float64(s.Processed+s.Failed) {
-			t.Errorf("slot %d: %v handler durations observed, want one per call (%d)", s.Slot, calls[s.Slot], s.Processed+s.Failed)
+		if calls[s.Slot] != float64(s.Handled+s.Failed) {
+			t.Errorf("slot %d: %v handler durations observed, want one per call (%d)", s.Slot, calls[s.Slot], s.Handled+s.Failed)
 		}
 	}
 	if sum(handled) != 30 || sum(failed) != 2 || sum(dead) != 1 || sum(calls) != 32 {
@@ -165,14 +165,16 @@ func TestMetricsScrapedAgreeWithStatsAndStatus(t *testing.T) {
 	// The gauges, from one status read, agree with Status.
 	owned, pending, lag := series(t, fams, "partitionq_slot_owned"), series(t, fams, "partitionq_slot_pending_events"),
 		series(t, fams, "partitionq_slot_lag_seconds")
-	blocked, parked, longest := series(t, fams, "partitionq_blocked_keys"), series(t, fams, "partitionq_parked_events"),
+	blocked, setAside, longest := series(t, fams, "partitionq_blocked_keys"), series(t, fams, "partitionq_set_aside_events"),
 		series(t, fams, "partitionq_slot_longest_blocked_seconds")
+	parked := series(t, fams, "partitionq_parked_events") // the deprecated name of set_aside_events
 	for _, s := range st.SlotStatus {
 		if owned[s.Slot] != 1 {
 			t.Errorf("slot %d: partitionq_slot_owned %v, want 1 (owner %+v)", s.Slot, owned[s.Slot], s.Owner)
 		}
-		if blocked[s.Slot] != float64(s.BlockedKeys) || parked[s.Slot] != float64(s.SetAside) {
-			t.Errorf("slot %d: scraped blocked keys %v, parked %v; Status says %d, %d", s.Slot, blocked[s.Slot], parked[s.Slot], s.BlockedKeys, s.SetAside)
+		if blocked[s.Slot] != float64(s.BlockedKeys) || setAside[s.Slot] != float64(s.SetAside) || parked[s.Slot] != setAside[s.Slot] {
+			t.Errorf("slot %d: scraped blocked keys %v, set aside %v (deprecated parked %v); Status says %d, %d",
+				s.Slot, blocked[s.Slot], setAside[s.Slot], parked[s.Slot], s.BlockedKeys, s.SetAside)
 		}
 		if pending[s.Slot] != float64(s.Pending) {
 			t.Errorf("slot %d: scraped pending %v, Status says %d", s.Slot, pending[s.Slot], s.Pending)
@@ -181,8 +183,8 @@ func TestMetricsScrapedAgreeWithStatsAndStatus(t *testing.T) {
 			t.Errorf("slot %d: scraped lag %v s, Status says %s", s.Slot, lag[s.Slot], s.Lag)
 		}
 	}
-	if blocked[slotBad] != 1 || parked[slotBad] != 2 {
-		t.Errorf("slot %d of key bad: blocked keys %v, parked events %v; want 1 and 2", slotBad, blocked[slotBad], parked[slotBad])
+	if blocked[slotBad] != 1 || setAside[slotBad] != 2 {
+		t.Errorf("slot %d of key bad: blocked keys %v, set-aside events %v; want 1 and 2", slotBad, blocked[slotBad], setAside[slotBad])
 	}
 	if l := longest[slotBad]; l <= 0 || l > 60 {
 		t.Errorf("slot %d: longest blocked %v s, want the age of bad's first failure", slotBad, l)

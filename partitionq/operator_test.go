@@ -178,12 +178,12 @@ func TestDroppedGroupRecordsStayReachable(t *testing.T) {
 	if err != nil || len(audit) != 2 || audit[0].Action != "drop_group" || audit[1].Action != "skip" {
 		t.Fatalf("audit of the dropped group = %+v, %v", audit, err)
 	}
-	rp, err := b.client.Replay(b.ctx, "q", "g", dls[0].ID, "fixed", "alice")
+	rp, err := b.client.Replay(b.ctx, partitionq.ReplayRequest{Queue: "q", Group: "g", ID: dls[0].ID, Reason: "fixed", Actor: "alice"})
 	if err != nil || rp.Outcome != partitionq.OutcomeReplayed || rp.NewEventID <= bk.Head.ID {
 		t.Fatalf("replay of a dropped group's dead letter = %+v, %v", rp, err)
 	}
-	if n, err := b.client.Purge(b.ctx, partitionq.PurgeRequest{Queue: "q", Group: "g", Reason: "done"}); err != nil || n != 1 {
-		t.Fatalf("purge of the dropped group = %d, %v", n, err)
+	if pr, err := b.client.PurgeMatching(b.ctx, partitionq.BulkRequest{Match: partitionq.DeadLetterQuery{Queue: "q", Group: "g"}, All: true, Reason: "done"}); err != nil || pr.Count != 1 {
+		t.Fatalf("purge of the dropped group = %+v, %v", pr, err)
 	}
 	// None of it registered a consumer of the group again.
 	var consumers int

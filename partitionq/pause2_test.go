@@ -364,7 +364,7 @@ func TestQuarantineAndReplay(t *testing.T) {
 	mu.Unlock()
 	// Replay in order: each goes to the tail of the key's order.
 	for _, d := range dls {
-		r, err := b.client.Replay(b.ctx, "q", "g", d.ID, "fixed", "bob")
+		r, err := b.client.Replay(b.ctx, partitionq.ReplayRequest{Queue: "q", Group: "g", ID: d.ID, Reason: "fixed", Actor: "bob"})
 		if err != nil || r.Outcome != partitionq.OutcomeReplayed {
 			t.Fatalf("replay %d: %+v %v", d.ID, r, err)
 		}
@@ -373,13 +373,13 @@ func TestQuarantineAndReplay(t *testing.T) {
 	if got := l.okSeq("k"); !reflect.DeepEqual(got, []string{"1", "2", "3"}) {
 		t.Fatalf("replayed k handled %v", got)
 	}
-	r, err := b.client.Replay(b.ctx, "q", "g", dls[0].ID, "again", "bob")
+	r, err := b.client.Replay(b.ctx, partitionq.ReplayRequest{Queue: "q", Group: "g", ID: dls[0].ID, Reason: "again", Actor: "bob"})
 	if err != nil || r.Outcome != partitionq.OutcomeAlreadyReplayed {
 		t.Fatalf("second replay: %+v %v", r, err)
 	}
-	n, err := b.client.Purge(b.ctx, partitionq.PurgeRequest{Queue: "q", Group: "g", Reason: "done", Actor: "bob"})
-	if err != nil || n != 3 {
-		t.Fatalf("purge = %d, %v", n, err)
+	pr, err := b.client.PurgeMatching(b.ctx, partitionq.BulkRequest{Match: partitionq.DeadLetterQuery{Queue: "q", Group: "g"}, All: true, Reason: "done", Actor: "bob"})
+	if err != nil || pr.Count != 3 {
+		t.Fatalf("purge = %+v, %v", pr, err)
 	}
 	audit, err := b.client.Audit(b.ctx, "q", "g", 100)
 	if err != nil {

@@ -91,8 +91,8 @@ func TestActorAndReasonFollowTheTextRule(t *testing.T) {
 		_, calls["Skip"] = b.client.Skip(b.ctx, a)
 		_, calls["RetryNow"] = b.client.RetryNow(b.ctx, a)
 		_, calls["Quarantine"] = b.client.Quarantine(b.ctx, a)
-		_, calls["Replay"] = b.client.Replay(b.ctx, "q", "g", 1, bad.reason, bad.actor)
-		_, calls["Purge"] = b.client.Purge(b.ctx, partitionq.PurgeRequest{Queue: "q", Group: "g", Actor: bad.actor, Reason: bad.reason})
+		_, calls["Replay"] = b.client.Replay(b.ctx, partitionq.ReplayRequest{Queue: "q", Group: "g", ID: 1, Reason: bad.reason, Actor: bad.actor})
+		_, calls["PurgeMatching"] = b.client.PurgeMatching(b.ctx, partitionq.BulkRequest{Match: partitionq.DeadLetterQuery{Queue: "q", Group: "g"}, All: true, Actor: bad.actor, Reason: bad.reason})
 		calls["DropGroup"] = b.client.DropGroup(b.ctx, partitionq.DropGroupRequest{Queue: "q", Group: "g", Force: true, Actor: bad.actor, Reason: bad.reason})
 		for call, err := range calls {
 			var ve *partitionq.ValidationError

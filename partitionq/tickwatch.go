@@ -20,7 +20,7 @@ type TickStatus struct {
 	Unticked int64
 	// Stalled is set when events wait (Unticked > 0) and no tick has come
 	// for TickStallAfter: nothing makes ticks. Run a ticker: partitionq tick
-	// (Client.RunTicker) as the owner, workers with RunTicker (--ticker),
+	// (Client.RunTicker) as the owner, workers with a Ticker (--ticker),
 	// or pgqd.
 	Stalled bool
 	// StallAfter is the bound Stalled uses for this queue: TickStallAfter

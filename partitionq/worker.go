@@ -73,9 +73,14 @@ type WorkerConfig struct {
 	// Queue and Group name the consumer group; it must have been set up.
 	Queue, Group string
 
-	// N, when not zero, is the number of slots the caller expects the group
-	// to have; NewWorker fails with a *SlotCountMismatchError otherwise.
-	N int
+	// SlotCount, when not zero, is the number of slots (N) the caller
+	// expects the group to have; NewWorker fails with a
+	// *SlotCountMismatchError otherwise. It pins the worker to that
+	// generation, as Slots does: when a resize ends it, the worker stops
+	// (Err returns a *ResizedError). Defaults to 0: the group's number of
+	// slots, following every resize. Not to be confused with Slots, the
+	// list of slots to run.
+	SlotCount int
 
 	// Slots lists the slots to run. Defaults to all slots of the group.
 	// Each slot is run by one worker at a time: a worker asking for a slot
@@ -122,7 +127,7 @@ type WorkerConfig struct {
 
 	// PollInterval is the longest wait between two looks for new events
 	// (one cheap read for all of the worker's slots). partitionq's ticker
-	// (RunTicker, partitionq tick) and PgQue's own ticker announce every
+	// (Ticker, partitionq tick) and PgQue's own ticker announce every
 	// tick, which wakes the worker at once; with another ticker (pgqd), or
 	// through a connection pooler (which does not pass notifications on),
 	// this is the latency. Defaults to 500ms.
@@ -189,13 +194,14 @@ type WorkerConfig struct {
 	// than only flag it. Defaults to false.
 	MaxBlockedDeadLetter bool
 
-	// RunTicker runs the engine's ticker and maintenance (every 30s,
-	// TickerConfig.MaintInterval's default) in this worker, in place of
-	// pgqd. Safe when several workers run it. Defaults to false.
-	RunTicker bool
-
-	// TickInterval is how often the in-process ticker runs. Defaults to 100ms.
-	TickInterval time.Duration
+	// Ticker, when not nil, runs the engine's ticker and maintenance in
+	// this worker, in place of pgqd or partitionq tick, with these settings
+	// (zero fields take TickerConfig's defaults: a tick every 100ms,
+	// maintenance every 30s). Safe when several workers run it: each round
+	// is done by one of them. The client's role must be allowed to tick
+	// (the engine's admin, docs/security.md): Start fails at once
+	// otherwise. Defaults to nil: no ticker in this worker.
+	Ticker *TickerConfig
 
 	// Identity names this worker in status output (and is the
 	// application_name of its sessions). Defaults to "partitionq:<host>:<pid>".
@@ -256,8 +262,9 @@ func (cfg WorkerConfig) withDefaults() WorkerConfig {
 	if cfg.HeadScanInterval == 0 {
 		cfg.HeadScanInterval = HeadScanIntervalDefault
 	}
-	if cfg.TickInterval == 0 {
-		cfg.TickInterval = TickIntervalDefault
+	if cfg.Ticker != nil { // a copy: the caller's TickerConfig stays as it was
+		t := cfg.Ticker.withDefaults()
+		cfg.Ticker = &t
 	}
 	if cfg.DrainConcurrency == 0 {
 		cfg.DrainConcurrency = DrainConcurrencyDefault
@@ -296,6 +303,9 @@ func (cfg WorkerConfig) validate() error {
 		return bad("Handler", "nil", "it is required", "pass a Handler or HandlerFunc (or a TxHandler)")
 	case cfg.Handler != nil && cfg.TxHandler != nil:
 		return bad("TxHandler", "set", "Handler is set too", "pass one of Handler and TxHandler")
+	case cfg.SlotCount < 0 || cfg.SlotCount > MaxSlots:
+		return bad("SlotCount", strconv.Itoa(cfg.SlotCount), fmt.Sprintf("it must be between 1 and %d", MaxSlots),
+			"give the group's number of slots (partitionq status shows it), or 0 to take the group's and follow its resizes")
 	case cfg.Concurrency < 1 || cfg.Concurrency > 4096:
 		return bad("Concurrency", strconv.Itoa(cfg.Concurrency), "it must be between 1 and 4096", "use 0 for the default (16)")
 	case cfg.Policy != PolicyPause && cfg.Policy != PolicyRetryLater:
@@ -321,9 +331,14 @@ func (cfg WorkerConfig) validate() error {
 		name string
 		d    time.Duration
 	}{{"ShutdownTimeout", cfg.ShutdownTimeout}, {"PollInterval", cfg.PollInterval}, {"StandbyPoll", cfg.StandbyPoll},
-		{"HeadScanInterval", cfg.HeadScanInterval}, {"MaxBlocked", cfg.MaxBlocked}, {"TickInterval", cfg.TickInterval}} {
+		{"HeadScanInterval", cfg.HeadScanInterval}, {"MaxBlocked", cfg.MaxBlocked}} {
 		if f.d < 0 {
 			return bad(f.name, f.d.String(), "it is negative", "use 0 for the default")
+		}
+	}
+	if cfg.Ticker != nil {
+		if err := cfg.Ticker.validate("WorkerConfig.Ticker."); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -344,7 +359,7 @@ func backoff(minD, maxD time.Duration, n int) time.Duration {
 // A worker follows the group through resizes (Client.Resize): it runs the
 // slots of every live generation, the old one's until they are handed off
 // and the new one's from the cutover on, without a restart. A worker
-// started with WorkerConfig.Slots or WorkerConfig.N runs the slots of one
+// started with WorkerConfig.Slots or WorkerConfig.SlotCount runs the slots of one
 // generation only: when a resize ends that generation (its slots drained
 // to the cutover and handed off), the worker stops, and Err returns a
 // *ResizedError naming the new number of slots.
@@ -352,7 +367,7 @@ type Worker struct {
 	c      *Client
 	cfg    WorkerConfig
 	group  Group // as NewWorker read it
-	pinned int   // the one generation (its N) a worker with Slots or N runs; 0: every generation
+	pinned int   // the one generation (its N) a worker with Slots or SlotCount runs; 0: every generation
 	log    *slog.Logger
 
 	mu           sync.Mutex
@@ -391,7 +406,7 @@ type genRun struct {
 }
 
 // ResizedError reports that a worker pinned to one generation's slots
-// (WorkerConfig.Slots or N, partitionq work --slots) stopped because a
+// (WorkerConfig.Slots or SlotCount, partitionq work --slots) stopped because a
 // resize ended that generation: its slots were drained to the cutover and
 // handed off to the new ones.
 type ResizedError struct {
@@ -400,7 +415,7 @@ type ResizedError struct {
 }
 
 func (e *ResizedError) Error() string {
-	return fmt.Sprintf("group %q on queue %q was resized from %d to %d slots: this worker ran slots of the %d-slot generation (WorkerConfig.Slots or N, or --slots), which are drained and handed off; start it again with slots of %d, or without --slots to follow every resize",
+	return fmt.Sprintf("group %q on queue %q was resized from %d to %d slots: this worker ran slots of the %d-slot generation (WorkerConfig.Slots or SlotCount, or --slots), which are drained and handed off; start it again with slots of %d, or without --slots to follow every resize",
 		e.Group, e.Queue, e.From, e.To, e.From, e.To)
 }
 
@@ -419,11 +434,11 @@ func (c *Client) NewWorker(ctx context.Context, cfg WorkerConfig) (*Worker, erro
 	w := &Worker{c: c, cfg: cfg, group: g, done: make(chan struct{}), gens: map[int]*genRun{}, changed: make(chan struct{}, 1),
 		log: c.log.With(slog.String("queue", cfg.Queue), slog.String("group", cfg.Group))}
 	switch {
-	case cfg.N != 0:
-		if _, ok := g.gen(cfg.N); !ok || (g.Resize != nil && cfg.N == g.Resize.To && g.Resize.Cutover == 0) {
-			return nil, &SlotCountMismatchError{Queue: cfg.Queue, Group: cfg.Group, Existing: g.Slots, Requested: cfg.N}
+	case cfg.SlotCount != 0:
+		if _, ok := g.gen(cfg.SlotCount); !ok || (g.Resize != nil && cfg.SlotCount == g.Resize.To && g.Resize.Cutover == 0) {
+			return nil, &SlotCountMismatchError{Queue: cfg.Queue, Group: cfg.Group, Existing: g.Slots, Requested: cfg.SlotCount}
 		}
-		w.pinned = cfg.N
+		w.pinned = cfg.SlotCount
 	case len(cfg.Slots) > 0:
 		w.pinned = g.Slots
 		if g.Resize != nil && g.Resize.Cutover == 0 {
@@ -494,7 +509,7 @@ func pickSlots(want []int, n int) ([]int, error) {
 	return out, nil
 }
 
-// Start starts the worker's slots (and its ticker when RunTicker is set)
+// Start starts the worker's slots (and its ticker when Ticker is set)
 // and returns once the worker holds its lease: each slot runs when this
 // worker owns it, or waits as its standby. ctx is the worker's lifetime:
 // cancelling it is the same as Stop. Start fails if the worker was started
@@ -511,7 +526,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.stoppedEarly {
 		return errors.New("partitionq: worker was stopped before it started: make a new one")
 	}
-	if w.cfg.RunTicker { // refuse at once rather than fail every tick (issue 28)
+	if w.cfg.Ticker != nil { // refuse at once rather than fail every tick (issue 28)
 		if err := ticker.CheckRights(ctx, w.c.eng, w.c.pool); err != nil {
 			return err
 		}
@@ -569,12 +584,12 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.stopSoft, w.stopHard = stopSoft, stopHard
 
 	var wg sync.WaitGroup
-	if w.cfg.RunTicker {
+	if t := w.cfg.Ticker; t != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			ticker.Run(soft, ticker.Config{Eng: w.c.eng, Pool: pool, Log: w.log,
-				Interval: w.cfg.TickInterval, MaintInterval: maintIntervalDefault})
+				Interval: t.Interval, MaintInterval: t.MaintInterval})
 		}()
 	}
 	superDone := make(chan struct{})
@@ -899,14 +914,15 @@ type SlotStats struct {
 	// or, for a worker that ran both sides of a resize, the old one's).
 	Slots        int
 	Owned        bool  // this worker owns the slot now (else it is standby)
-	Processed    int64 // events handled successfully
+	Handled      int64 // events the handler returned nil for
 	Failed       int64 // handler failures
 	SetAside     int64 // events set aside behind a blocked key (pause)
 	DeadLettered int64
 	Batches      int64
-	// Skipped counts events of batches left open by a previous owner that
-	// its recorded progress showed done: not run again.
-	Skipped   int64
+	// Resumed counts events of batches left open by a previous owner (a
+	// worker that stopped or lost the slot mid-batch) that its recorded
+	// progress showed resolved: they were not run again.
+	Resumed   int64
 	LastBatch time.Time // when this worker last finished a batch of the slot
 }
 
@@ -925,8 +941,8 @@ func (w *Worker) Stats() []SlotStats {
 		seen[n] = true
 		for _, s := range gr.slots {
 			st := gr.stats[s]
-			ss := SlotStats{Slot: s, Slots: n, Owned: st.Owned.Load(), Processed: st.Processed.Load(), Failed: st.Failed.Load(),
-				SetAside: st.Parked.Load(), DeadLettered: st.DeadLettered.Load(), Batches: st.Batches.Load(), Skipped: st.Skipped.Load()}
+			ss := SlotStats{Slot: s, Slots: n, Owned: st.Owned.Load(), Handled: st.Handled.Load(), Failed: st.Failed.Load(),
+				SetAside: st.Parked.Load(), DeadLettered: st.DeadLettered.Load(), Batches: st.Batches.Load(), Resumed: st.Resumed.Load()}
 			if ns := st.LastBatch.Load(); ns != 0 {
 				ss.LastBatch = time.Unix(0, ns)
 			}

@@ -17,7 +17,7 @@ type Client interface {
 	RetryNow(ctx context.Context, a partitionq.Action) (partitionq.ActionResult, error)
 	Quarantine(ctx context.Context, a partitionq.Action) (partitionq.ActionResult, error)
 	DeadLetters(ctx context.Context, q partitionq.DeadLetterQuery) ([]partitionq.DeadLetter, error)
-	Replay(ctx context.Context, queue, group string, id int64, reason, actor string) (partitionq.ReplayResult, error)
+	Replay(ctx context.Context, r partitionq.ReplayRequest) (partitionq.ReplayResult, error)
 	Audit(ctx context.Context, queue, group string, limit int) ([]partitionq.AuditEntry, error)
 	AllGroups(ctx context.Context) ([]partitionq.GroupOverview, error)
 	Key(ctx context.Context, queue, group, key string) (partitionq.KeyInfo, error)

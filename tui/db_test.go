@@ -69,8 +69,7 @@ func (b *dbBundle) startWorker(t *testing.T) *poisonWorker {
 		p.handled = append(p.handled, ev.Key+" "+string(ev.Payload))
 		return nil
 	})
-	w, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "files", Group: "indexer", Handler: h, RunTicker: true,
-		TickInterval: 10 * time.Millisecond, PollInterval: 10 * time.Millisecond, HeadScanInterval: 50 * time.Millisecond,
+	w, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "files", Group: "indexer", Handler: h, Ticker: &partitionq.TickerConfig{Interval: 10 * time.Millisecond}, PollInterval: 10 * time.Millisecond, HeadScanInterval: 50 * time.Millisecond,
 		BackoffMin: 200 * time.Millisecond, BackoffMax: time.Second})
 	if err != nil {
 		t.Fatal(err)

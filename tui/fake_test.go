@@ -93,10 +93,10 @@ func (f *fakeClient) DeadLetters(ctx context.Context, q partitionq.DeadLetterQue
 	return incidentDeadMatching(q), f.err
 }
 
-func (f *fakeClient) Replay(ctx context.Context, queue, group string, id int64, reason, actor string) (partitionq.ReplayResult, error) {
+func (f *fakeClient) Replay(ctx context.Context, r partitionq.ReplayRequest) (partitionq.ReplayResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.actions = append(f.actions, fmt.Sprintf("replay %d %s", id, reason))
+	f.actions = append(f.actions, fmt.Sprintf("replay %d %s", r.ID, r.Reason))
 	return f.replay, f.actErr
 }
 

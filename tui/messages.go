@@ -262,7 +262,7 @@ func act(sh *shared, req actionRequest) tea.Cmd {
 			case actQuarantine:
 				msg.result, err = sh.client.Quarantine(ctx, a)
 			case actReplay:
-				msg.replay, err = sh.client.Replay(ctx, sh.queue, sh.group, req.dead.ID, req.reason, sh.actor)
+				msg.replay, err = sh.client.Replay(ctx, partitionq.ReplayRequest{Queue: sh.queue, Group: sh.group, ID: req.dead.ID, Reason: req.reason, Actor: sh.actor})
 			case actReplayMany:
 				msg.bulk, err = sh.client.ReplayMatching(ctx, sh.bulkRequest(req, false))
 			case actPurgeMany:

@@ -45,8 +45,7 @@ func TestQueriesPerRefreshFlatInN(t *testing.T) {
 			t.Fatal(err)
 		}
 		group := fmt.Sprintf("g%d", n)
-		w, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "files", Group: group, RunTicker: true,
-			TickInterval: 10 * time.Millisecond, PollInterval: 10 * time.Millisecond, HeadScanInterval: 50 * time.Millisecond,
+		w, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "files", Group: group, Ticker: &partitionq.TickerConfig{Interval: 10 * time.Millisecond}, PollInterval: 10 * time.Millisecond, HeadScanInterval: 50 * time.Millisecond,
 			BackoffMin: time.Hour, Handler: partitionq.HandlerFunc(func(ctx context.Context, ev *partitionq.Event) error {
 				if strings.Contains(string(ev.Payload), "poison") {
 					return fmt.Errorf("poison")

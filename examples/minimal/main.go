@@ -44,7 +44,7 @@ func run(ctx context.Context, databaseURL string) error {
 	// Idempotent: creates the queue and registers the group's 4 slots once.
 	// A queue Setup creates ticks whenever the ticker runs and events wait
 	// (GroupSpec.TickMaxLag): events are handled within about a tenth of a
-	// second (WorkerConfig.TickInterval, 100ms).
+	// second (TickerConfig.Interval, 100ms).
 	spec := partitionq.GroupSpec{Queue: "files", Group: "indexer", Slots: 4}
 	if _, err := client.Setup(ctx, spec); err != nil {
 		return err
@@ -86,7 +86,7 @@ func run(ctx context.Context, databaseURL string) error {
 			}
 			return nil
 		}),
-		RunTicker: true, // make the engine's ticks in this process (no pgqd needed)
+		Ticker: &partitionq.TickerConfig{}, // make the engine's ticks in this process (no pgqd needed)
 	})
 	if err != nil {
 		return err

@@ -22,7 +22,7 @@ func (h *harness) deadLetters() {
 	h.setup(2)
 	c := h.client()
 	var ended atomic.Int64
-	w, err := c.NewWorker(h.t.Context(), partitionq.WorkerConfig{Queue: "q", Group: "g", RunTicker: true, TickInterval: 10 * time.Millisecond,
+	w, err := c.NewWorker(h.t.Context(), partitionq.WorkerConfig{Queue: "q", Group: "g", Ticker: &partitionq.TickerConfig{Interval: 10 * time.Millisecond},
 		PollInterval: 10 * time.Millisecond, Identity: "w-test",
 		Handler: partitionq.HandlerFunc(func(_ context.Context, ev *partitionq.Event) error {
 			ended.Add(1)

@@ -151,7 +151,7 @@ than --max matches are refused, and nothing changes.`,
 }
 
 func replayOne(cmd *cobra.Command, s *session, t target, id int64, who actorFlags, actor string, asJSON bool) error {
-	res, err := s.client.Replay(cmd.Context(), t.queue, t.group, id, who.reason, actor)
+	res, err := s.client.Replay(cmd.Context(), partitionq.ReplayRequest{Queue: t.queue, Group: t.group, ID: id, Reason: who.reason, Actor: actor})
 	if err != nil {
 		return err
 	}

@@ -180,7 +180,7 @@ var flagOf = map[string]struct{ flag, fix string }{
 	"WorkerConfig.HandlerTimeout":        {"--handler-timeout", "give a positive duration, or 0 for no timeout"},
 	"WorkerConfig.ShutdownTimeout":       {"--shutdown-timeout", "give a positive duration"},
 	"WorkerConfig.PollInterval":          {"--poll-interval", "give a positive duration"},
-	"WorkerConfig.TickInterval":          {"--tick-interval", "give a positive duration"},
+	"WorkerConfig.Ticker.Interval":       {"--tick-interval", "give a positive duration"},
 	"WorkerConfig.Slots":                 {"--slots", `give "all" or slots of the group`},
 	"GroupSpec.TickMaxLag":               {"--tick-max-lag", "give a positive duration, or leave it out to keep the queue's setting"},
 	"GroupSpec.DedupWindow":              {"--dedup-window", "give 1ms to 168h (7 days), or leave it out to keep the queue's window"},

@@ -181,8 +181,11 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 		Handler:     &execHandler{command: w.exec, environ: os.Environ(), stdout: a.env.Stdout, stderr: a.env.Stderr},
 		Concurrency: w.concurrency, Policy: partitionq.Policy(w.policy), MaxAttempts: w.maxAttempts,
 		BackoffMin: w.backoffMin, HandlerTimeout: w.handlerTimeout, ShutdownTimeout: w.shutdownTimeout,
-		PollInterval: w.pollInterval, RunTicker: w.ticker, TickInterval: w.tickInterval, Identity: w.identity,
+		PollInterval: w.pollInterval, Identity: w.identity,
 		DrainConcurrency: w.drains, LeaseDuration: w.lease, DeadHostTimeout: w.deadHost, DisableProgress: w.noProgress,
+	}
+	if w.ticker { // --tick-interval alone changes nothing: no ticker runs
+		cfg.Ticker = &partitionq.TickerConfig{Interval: w.tickInterval}
 	}
 	if cmd.Flags().Changed("backoff-max") {
 		cfg.BackoffMax = w.backoffMax // else the library's default, raised to BackoffMin
@@ -242,7 +245,7 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 // printStats writes this worker's per-slot counts.
 func printStats(w io.Writer, stats []partitionq.SlotStats) {
 	fmt.Fprintln(w, "partitionq: worker stopped; per slot:")
-	tb := newTable(w, "SLOT", "PROCESSED", "FAILED", "SET ASIDE", "DEAD LETTERED", "BATCHES", "LAST BATCH")
+	tb := newTable(w, "SLOT", "HANDLED", "FAILED", "SET ASIDE", "DEAD LETTERED", "BATCHES", "LAST BATCH")
 	multi := false
 	for _, st := range stats {
 		multi = multi || st.Slots != stats[0].Slots
@@ -252,7 +255,7 @@ func printStats(w io.Writer, stats []partitionq.SlotStats) {
 		if multi { // both generations of a resize: "3/4" is slot 3 of 4
 			slot += "/" + strconv.Itoa(st.Slots)
 		}
-		tb.row(slot, i64(st.Processed), i64(st.Failed), i64(st.SetAside),
+		tb.row(slot, i64(st.Handled), i64(st.Failed), i64(st.SetAside),
 			i64(st.DeadLettered), i64(st.Batches), fmtTime(st.LastBatch))
 	}
 	tb.flush() // stderr

@@ -92,7 +92,7 @@ echo "handled $PARTITIONQ_EVENT_ID"
 	if n := strings.Count(r.stdout, "handled "); n != 20 {
 		t.Errorf("handlers' standard output: %d lines, want 20:\n%s", n, r.stdout)
 	}
-	for _, want := range []string{"worker stopped; per slot", "PROCESSED", "FAILED", "SET ASIDE", "DEAD LETTERED"} {
+	for _, want := range []string{"worker stopped; per slot", "HANDLED", "FAILED", "SET ASIDE", "DEAD LETTERED"} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("stats at exit lack %q:\n%s", want, r.stderr)
 		}

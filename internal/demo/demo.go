@@ -225,13 +225,13 @@ func (d *Demo) Start(ctx context.Context) error {
 		return errors.New("demo: already started")
 	}
 	w, err := d.c.NewWorker(ctx, partitionq.WorkerConfig{
-		Queue: d.cfg.Queue, Group: d.cfg.Group, N: d.cfg.Slots,
+		Queue: d.cfg.Queue, Group: d.cfg.Group, SlotCount: d.cfg.Slots,
 		Handler:     d.svc,
 		Concurrency: d.cfg.Concurrency, Policy: partitionq.PolicyPause, MaxAttempts: d.cfg.MaxAttempts,
 		BackoffMin: d.cfg.BackoffMin, BackoffMax: d.cfg.BackoffMax,
 		HandlerTimeout: 10 * time.Second, ShutdownTimeout: 5 * time.Second,
 		PollInterval: 50 * time.Millisecond, HeadScanInterval: 250 * time.Millisecond,
-		RunTicker: true, TickInterval: 50 * time.Millisecond,
+		Ticker:   &partitionq.TickerConfig{Interval: 50 * time.Millisecond},
 		Identity: "demo-worker:" + strconv.Itoa(os.Getpid()),
 	})
 	if err != nil {

@@ -249,7 +249,7 @@ func TestRunWithReplay(t *testing.T) {
 			if dl.ReplayID != nil || replayed[dl.ID] {
 				continue
 			}
-			if _, err := c.Replay(t.Context(), "files", "storage", dl.ID, "test", "tester"); err != nil {
+			if _, err := c.Replay(t.Context(), partitionq.ReplayRequest{Queue: "files", Group: "storage", ID: dl.ID, Reason: "test", Actor: "tester"}); err != nil {
 				return 0, err
 			}
 			replayed[dl.ID] = true

@@ -91,7 +91,7 @@ func (p *inproc) Handle(ctx context.Context, ev *partitionq.Event) error {
 func (p *inproc) start(cfg partitionq.WorkerConfig) *partitionq.Worker {
 	p.t.Helper()
 	cfg.Queue, cfg.Group, cfg.Handler = "q", "g", p
-	cfg.RunTicker, cfg.TickInterval, cfg.PollInterval = true, 10*time.Millisecond, 10*time.Millisecond
+	cfg.Ticker, cfg.PollInterval = &partitionq.TickerConfig{Interval: 10 * time.Millisecond}, 10*time.Millisecond
 	cfg.StandbyPoll, cfg.HeadScanInterval = 100*time.Millisecond, 50*time.Millisecond
 	cfg.BackoffMin, cfg.BackoffMax = 5*time.Millisecond, 50*time.Millisecond
 	w, err := p.client.NewWorker(p.ctx, cfg)

@@ -443,7 +443,7 @@ func operate(ctx context.Context, c *partitionq.Client, cfg SoakConfig, skips, r
 		}
 		dls, err := c.DeadLetters(ctx, partitionq.DeadLetterQuery{Queue: queueName, Group: groupName, Pending: true, Limit: 1})
 		if err == nil && len(dls) == 1 {
-			if _, err := c.Replay(ctx, queueName, groupName, dls[0].ID, "soak", "soak"); err == nil {
+			if _, err := c.Replay(ctx, partitionq.ReplayRequest{Queue: queueName, Group: groupName, ID: dls[0].ID, Reason: "soak", Actor: "soak"}); err == nil {
 				replays.Add(1)
 			}
 		}

@@ -324,7 +324,7 @@ func TestReplayedNeedsAReplay(t *testing.T) {
 
 	// A real replay is recorded, once, with its event and an audit entry
 	// under the operator's role.
-	res, err := oc.Replay(e.ctx, "q", "g", dlID, "fixed", "alice")
+	res, err := oc.Replay(e.ctx, partitionq.ReplayRequest{Queue: "q", Group: "g", ID: dlID, Reason: "fixed", Actor: "alice"})
 	if err != nil || res.Outcome != partitionq.OutcomeReplayed {
 		t.Fatalf("Replay: %+v, %v", res, err)
 	}
@@ -332,7 +332,7 @@ func TestReplayedNeedsAReplay(t *testing.T) {
 	if err != nil || d.ReplayID == nil || *d.ReplayID != res.NewEventID {
 		t.Fatalf("dead letter after replay: %+v, %v", d, err)
 	}
-	again, err := oc.Replay(e.ctx, "q", "g", dlID, "again", "alice")
+	again, err := oc.Replay(e.ctx, partitionq.ReplayRequest{Queue: "q", Group: "g", ID: dlID, Reason: "again", Actor: "alice"})
 	if err != nil || again.Outcome != partitionq.OutcomeAlreadyReplayed || again.NewEventID != res.NewEventID {
 		t.Fatalf("Replay again: %+v, %v", again, err)
 	}

@@ -126,10 +126,10 @@ func TestWorkerConsumesOnly(t *testing.T) {
 	denied(t, "Send", err)
 	_, err = wc.Skip(e.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k"})
 	denied(t, "Skip", err)
-	_, err = wc.Replay(e.ctx, "q", "g", sc.deadP, "", "")
+	_, err = wc.Replay(e.ctx, partitionq.ReplayRequest{Queue: "q", Group: "g", ID: sc.deadP})
 	denied(t, "Replay", err)
-	_, err = wc.Purge(e.ctx, partitionq.PurgeRequest{Queue: "q", Group: "g"})
-	denied(t, "Purge", err)
+	_, err = wc.PurgeMatching(e.ctx, partitionq.BulkRequest{Match: partitionq.DeadLetterQuery{Queue: "q", Group: "g"}, All: true})
+	denied(t, "PurgeMatching", err)
 	_, err = wc.Audit(e.ctx, "q", "g", 10)
 	denied(t, "Audit", err)
 	_, err = e.pool("worker", 2).Exec(e.ctx, e.db.SQL(`select pgq.create_queue('other')`))
@@ -209,7 +209,7 @@ func TestOperatorActs(t *testing.T) {
 		}
 	})
 	t.Run("replay", func(t *testing.T) {
-		res, err := oc.Replay(e.ctx, "q", "g", sc.deadP, "test", "")
+		res, err := oc.Replay(e.ctx, partitionq.ReplayRequest{Queue: "q", Group: "g", ID: sc.deadP, Reason: "test"})
 		if err != nil || res.Outcome != partitionq.OutcomeReplayed {
 			t.Fatalf("Replay: %+v, %v", res, err)
 		}
@@ -238,8 +238,6 @@ func TestOperatorActs(t *testing.T) {
 		_, err := e.pool("operator", 2).Exec(e.ctx, e.db.SQL(consumeSQL))
 		denied(t, "next_batch", err)
 		before := e.state()
-		_, err = oc.Purge(e.ctx, partitionq.PurgeRequest{Queue: "q", Group: "g"})
-		denied(t, "Purge", err)
 		_, err = oc.PurgeMatching(e.ctx, partitionq.BulkRequest{Match: partitionq.DeadLetterQuery{Queue: "q", Group: "g"}, All: true})
 		denied(t, "PurgeMatching", err)
 		// A worker may dead-letter more meanwhile; a purge would only remove.
@@ -324,10 +322,8 @@ func TestViewerOnlyLooks(t *testing.T) {
 		a.Key, a.HeadID = "k2", sc.headK2
 		_, err = vc.Quarantine(e.ctx, a)
 		denied(t, "Quarantine", err)
-		_, err = vc.Replay(e.ctx, "q", "g", sc.deadP, "viewer tries", "")
+		_, err = vc.Replay(e.ctx, partitionq.ReplayRequest{Queue: "q", Group: "g", ID: sc.deadP, Reason: "viewer tries"})
 		denied(t, "Replay", err)
-		_, err = vc.Purge(e.ctx, partitionq.PurgeRequest{Queue: "q", Group: "g"})
-		denied(t, "Purge", err)
 		bulk := partitionq.BulkRequest{Match: partitionq.DeadLetterQuery{Queue: "q", Group: "g"}, All: true, Reason: "viewer tries"}
 		_, err = vc.ReplayMatching(e.ctx, bulk)
 		denied(t, "ReplayMatching", err)

@@ -12,7 +12,7 @@ import (
 // A role of sql/roles.sql asked to tick (the ticker is the owner's: the
 // engine's ticker and maintenance are its admin's) is refused at once,
 // with one error naming the fix, never a warning per tick: a worker with
-// RunTicker does not start, work --ticker and tick exit 1. And a command's
+// a Ticker does not start, work --ticker and tick exit 1. And a command's
 // error from the library is told with one "partitionq:", not two.
 func TestTickerNeedsTheOwner(t *testing.T) {
 	t.Parallel()
@@ -20,10 +20,10 @@ func TestTickerNeedsTheOwner(t *testing.T) {
 	if _, err := e.ac.Setup(e.ctx, partitionq.GroupSpec{Queue: "tq", Group: "g", Slots: 1}); err != nil {
 		t.Fatal(err)
 	}
-	const fix = "run the ticker as the owner (partitionq tick, or pgqd), and the workers without RunTicker (--ticker)"
+	const fix = "run the ticker as the owner (partitionq tick, or pgqd), and the workers without WorkerConfig.Ticker (--ticker)"
 	log := &logBuffer{}
 	wc := e.client("worker", 8, log)
-	w, err := wc.NewWorker(e.ctx, partitionq.WorkerConfig{Queue: "tq", Group: "g", RunTicker: true, Handler: partitionq.HandlerFunc(
+	w, err := wc.NewWorker(e.ctx, partitionq.WorkerConfig{Queue: "tq", Group: "g", Ticker: &partitionq.TickerConfig{}, Handler: partitionq.HandlerFunc(
 		func(context.Context, *partitionq.Event) error { return nil })})
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +31,7 @@ func TestTickerNeedsTheOwner(t *testing.T) {
 	err = w.Start(e.ctx)
 	if err == nil || !strings.Contains(err.Error(), "this role may not run the engine's ticker (it lacks execute on "+e.db.Schema+".ticker()") ||
 		!strings.Contains(err.Error(), fix) {
-		t.Fatalf("a worker of the worker role with RunTicker started, or said: %v", err)
+		t.Fatalf("a worker of the worker role with a Ticker started, or said: %v", err)
 	}
 	_ = w.Stop(e.ctx)
 	if wc.RunTicker(e.ctx, partitionq.TickerConfig{}) == nil {

@@ -328,7 +328,7 @@ func (b *batchRun) add(ev engine.SlotEvent) {
 		if b.track != nil {
 			b.track.Add(ev.ID, true)
 		}
-		b.s.stats.Skipped.Add(1)
+		b.s.stats.Resumed.Add(1)
 		return
 	}
 	if b.track != nil {

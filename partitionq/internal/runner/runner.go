@@ -70,12 +70,12 @@ type Handler func(ctx context.Context, c Call) Result
 
 // Stats are counters of one slot in this process; safe for concurrent use.
 type Stats struct {
-	Processed    atomic.Int64 // handled successfully
+	Handled      atomic.Int64 // the handler returned nil
 	Failed       atomic.Int64 // handler failures
 	Parked       atomic.Int64 // events set aside behind a blocked head
 	DeadLettered atomic.Int64
 	Batches      atomic.Int64
-	Skipped      atomic.Int64 // events a previous owner had resolved, not run again
+	Resumed      atomic.Int64 // events a previous owner had resolved, not run again
 	Owned        atomic.Bool
 	LastBatch    atomic.Int64 // unix nanoseconds of the last finished batch
 }

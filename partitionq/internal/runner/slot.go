@@ -140,7 +140,7 @@ func (s *slotRun) call(c Call) (res Result, aborted bool) {
 		return res, true
 	}
 	if res.Err == nil {
-		s.stats.Processed.Add(1)
+		s.stats.Handled.Add(1)
 		return res, false
 	}
 	s.stats.Failed.Add(1)

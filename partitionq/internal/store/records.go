@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"time"
 )
 
 // The record functions (docs/security.md, "Records nobody can forge"; their
@@ -112,18 +111,17 @@ func nullIfEmpty(s string) *string {
 	return &s
 }
 
-// PurgeDeadLetters deletes the dead letters of a group (only the given ids
-// when ids is not nil; only those dead before `before` when it is not zero),
-// writes one audit entry with the count (and note in parentheses when not
-// empty), and returns the count and the entry's id, through
-// partitionq.purge_dead_letters.
-func PurgeDeadLetters(ctx context.Context, db DB, queue, group string, ids []int64, before time.Time, reason, actor, note string) (n, auditID int64, err error) {
-	var b *time.Time
-	if !before.IsZero() {
-		b = &before
+// PurgeDeadLetters deletes the given dead letters of a group, writes one
+// audit entry with the count (and note in parentheses when not empty), and
+// returns the count and the entry's id, through
+// partitionq.purge_dead_letters. No ids (nil too) deletes nothing: the SQL
+// function reads a NULL array as the whole group, which this never sends.
+func PurgeDeadLetters(ctx context.Context, db DB, queue, group string, ids []int64, reason, actor, note string) (n, auditID int64, err error) {
+	if ids == nil {
+		ids = []int64{}
 	}
-	if err := db.QueryRow(ctx, `select * from partitionq.purge_dead_letters($1, $2, $3, $4, $5, $6, $7)`,
-		queue, group, ids, b, reason, actor, nullIfEmpty(note)).Scan(&n, &auditID); err != nil {
+	if err := db.QueryRow(ctx, `select * from partitionq.purge_dead_letters($1, $2, $3, null, $4, $5, $6)`,
+		queue, group, ids, reason, actor, nullIfEmpty(note)).Scan(&n, &auditID); err != nil {
 		return 0, 0, fmt.Errorf("purge dead letters: %w", err)
 	}
 	return n, auditID, nil

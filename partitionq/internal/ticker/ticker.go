@@ -71,7 +71,7 @@ func (e *RightsError) Error() string {
 	if e.Err != nil {
 		s = fmt.Sprintf("this role may not run the engine's ticker: %v", e.Err)
 	}
-	return s + ": run the ticker as the owner (partitionq tick, or pgqd), and the workers without RunTicker (--ticker)"
+	return s + ": run the ticker as the owner (partitionq tick, or pgqd), and the workers without WorkerConfig.Ticker (--ticker)"
 }
 
 func (e *RightsError) Unwrap() error { return e.Err }

@@ -209,7 +209,10 @@ func run(ctx context.Context, log *slog.Logger, o opts) error {
 		Queue: o.queue, Group: o.group, Slots: slots, Concurrency: o.conc, MaxAttempts: o.maxAttempts,
 		BackoffMin: 5 * time.Millisecond, BackoffMax: o.backoffMax,
 		PollInterval: 10 * time.Millisecond, StandbyPoll: 100 * time.Millisecond, HeadScanInterval: 50 * time.Millisecond,
-		RunTicker: o.ticker, TickInterval: 10 * time.Millisecond, Identity: fmt.Sprintf("testworker:%d", pid), LeaseDuration: o.lease, DeadHostTimeout: o.deadHost,
+		Identity: fmt.Sprintf("testworker:%d", pid), LeaseDuration: o.lease, DeadHostTimeout: o.deadHost,
+	}
+	if o.ticker {
+		wc.Ticker = &partitionq.TickerConfig{Interval: 10 * time.Millisecond}
 	}
 	if o.tx {
 		wc.TxHandler = partitionq.TxHandlerFunc(func(ctx context.Context, tx pgx.Tx, ev *partitionq.Event) error { return handle(ctx, tx, ev) })

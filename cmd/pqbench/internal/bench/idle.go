@@ -85,8 +85,12 @@ func (b *bench) idleRun(ctx context.Context, queue, group string, n int, ticker 
 	if err != nil {
 		return nil, err
 	}
-	w, err := client.NewWorker(ctx, partitionq.WorkerConfig{Queue: queue, Group: group, N: n, RunTicker: ticker, Identity: "pqbench-idle",
-		ShutdownTimeout: 5 * time.Second, Handler: partitionq.HandlerFunc(func(context.Context, *partitionq.Event) error { return nil })})
+	wc := partitionq.WorkerConfig{Queue: queue, Group: group, SlotCount: n, Identity: "pqbench-idle",
+		ShutdownTimeout: 5 * time.Second, Handler: partitionq.HandlerFunc(func(context.Context, *partitionq.Event) error { return nil })}
+	if ticker {
+		wc.Ticker = &partitionq.TickerConfig{}
+	}
+	w, err := client.NewWorker(ctx, wc)
 	if err != nil {
 		return nil, err
 	}

@@ -267,7 +267,7 @@ func (b *bench) runPartitionq(ctx context.Context, wl *Workload, queue string, i
 			if err != nil {
 				return err
 			}
-			wc := partitionq.WorkerConfig{Queue: queue, Group: groupName(p, trial), N: n,
+			wc := partitionq.WorkerConfig{Queue: queue, Group: groupName(p, trial), SlotCount: n,
 				Concurrency: c, Policy: partitionq.PolicyPause, BackoffMin: backoff, ShutdownTimeout: 10 * time.Second,
 				Identity: fmt.Sprintf("pqbench-%d", i), DisableProgress: p.Variant == VariantNoProgress}
 			if p.workers() > 1 {

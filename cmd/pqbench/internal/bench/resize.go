@@ -50,7 +50,7 @@ func (b *bench) resize(ctx context.Context, wl *Workload) error {
 			return rec.Handle(idx, 0)
 		})
 		w, err := client.NewWorker(ctx, partitionq.WorkerConfig{Queue: queue, Group: "split", Handler: h, Concurrency: c,
-			RunTicker: true, ShutdownTimeout: 10 * time.Second, Identity: "pqbench"})
+			Ticker: &partitionq.TickerConfig{}, ShutdownTimeout: 10 * time.Second, Identity: "pqbench"})
 		if err != nil {
 			return err
 		}
