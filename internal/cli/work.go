@@ -143,6 +143,9 @@ func (w workFlags) validateZeros(backoffMaxGiven bool) error {
 			return usagef("invalid %s 0s: give a positive duration (default %s)", d.flag, d.def)
 		}
 	}
+	if w.tickInterval < 0 { // refused with or without --ticker, which alone passes it on
+		return usagef("invalid --tick-interval %s: give a positive duration (default %s)", w.tickInterval, partitionq.TickIntervalDefault)
+	}
 	return nil
 }
 
