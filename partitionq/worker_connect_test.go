@@ -1,13 +1,11 @@
 package partitionq_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,24 +16,6 @@ import (
 	"github.com/partitionq/partitionq/test/netproxy"
 	"github.com/partitionq/partitionq/test/pgtest"
 )
-
-// lockedBuffer is a log sink safe for the worker's goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
 
 // A worker's own connections time out on a server they cannot reach
 // although the client's pool sets no connect_timeout: the worker gives up
@@ -72,7 +52,7 @@ func TestWorkerConnectAttemptsTimeOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	var logs lockedBuffer
+	var logs pgtest.SyncBuffer
 	c, err := partitionq.NewClient(b.ctx, pool, partitionq.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

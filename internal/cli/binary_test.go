@@ -15,6 +15,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/partitionq/partitionq/internal/cli"
+
+	"github.com/partitionq/partitionq/test/pgtest"
 )
 
 // binDir holds the partitionq binary built for the tests; TestMain makes
@@ -121,7 +123,7 @@ func TestBinaryWorkStopsOnSIGTERM(t *testing.T) {
 	cmd := exec.Command(binary(t), "work", "--queue", "q", "--group", "g", "--ticker", "--tick-interval", "10ms",
 		"--identity", "bin-worker", "--exec", "cat")
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+h.url)
-	var out, errb lockedBuffer
+	var out, errb pgtest.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -149,24 +151,6 @@ func TestBinaryWorkStopsOnSIGTERM(t *testing.T) {
 			t.Errorf("slot %d still owned by %+v after the worker stopped", s.Slot, s.Owner)
 		}
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe to read while a process writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // A work --exec command never outlives its worker: kill -9 the worker while

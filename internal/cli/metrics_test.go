@@ -1,7 +1,6 @@
 package cli_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -21,7 +20,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,25 +29,9 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/partitionq/partitionq/internal/cli"
+
+	"github.com/partitionq/partitionq/test/pgtest"
 )
-
-// syncBuffer is a buffer a running command writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // scrapeSlots fetches url and returns, for each metric of the group q/g,
 // its value by slot (a histogram's count).
@@ -131,7 +113,7 @@ func TestWorkMetricsAddr(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr pgtest.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- cli.Main(ctx, with(qg, "work", "--ticker", "--tick-interval", "10ms", "--poll-interval", "10ms",
@@ -295,7 +277,7 @@ func TestWorkMetricsWebConfig(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr pgtest.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- cli.Main(ctx, with(qg, "work", "--ticker", "--tick-interval", "10ms", "--poll-interval", "10ms",

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/partitionq/partitionq/internal/cli"
+
+	"github.com/partitionq/partitionq/test/pgtest"
 )
 
 // shellWords splits a command line as sh would, for the plain lines of
@@ -71,7 +73,7 @@ func TestOpeningExampleWorksAsWritten(t *testing.T) {
 	}
 	h.ok(cmds[0]...)
 	h.ok(cmds[1]...)
-	var stdout, stderr syncBuffer
+	var stdout, stderr pgtest.SyncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {
@@ -97,7 +99,7 @@ func TestNoTickerIsNotSilent(t *testing.T) {
 	h := newHarness(t)
 	h.setup(2) // ticker_max_lag 20ms: a stall after 2s
 	h.ok("send", "--queue", "q", "--key", "k", "--payload", "x")
-	var stdout, stderr syncBuffer
+	var stdout, stderr pgtest.SyncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -77,22 +76,21 @@ func TestMaintenanceExpiresDedupRecordsInBoundedBatches(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink that tests read while the ticker writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+// lockRetryQueue locks the engine's retry queue in exclusive mode (reads go
+// on; maint_retry_events, which deletes from it, waits) until the returned
+// transaction ends (at the latest when the test does).
+func lockRetryQueue(t *testing.T, pool *pgxpool.Pool, db pgtest.DB) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	lock, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lock.Rollback(ctx) }) // only a lock
+	if _, err := lock.Exec(ctx, "lock table "+db.Schema+".retry_queue in exclusive mode"); err != nil {
+		t.Fatal(err)
+	}
+	return lock
 }
 
 func migrated(t *testing.T) (pgtest.DB, *pgxpool.Pool, *engine.Engine) {
@@ -124,16 +122,8 @@ func TestTicksGoOnWhileMaintenanceWaitsForALock(t *testing.T) {
 	if err := eng.SetQueueConfig(ctx, pool, "q", "ticker_max_count", "1"); err != nil {
 		t.Fatal(err)
 	}
-	// Reads of the retry queue go on (a tick round looks for due retries);
-	// maint_retry_events, which deletes from it, waits.
-	lock, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Rollback(ctx) // only a lock
-	if _, err := lock.Exec(ctx, "lock table "+db.Schema+".retry_queue in exclusive mode"); err != nil {
-		t.Fatal(err)
-	}
+	// A tick round's look for due retries goes on; maintenance waits.
+	lock := lockRetryQueue(t, pool, db)
 	ticks := func() (n int64, err error) {
 		err = pool.QueryRow(ctx, db.SQL(`select count(*) from pgq.tick t join pgq.queue q on q.queue_id = t.tick_queue where q.queue_name = 'q'`)).Scan(&n)
 		return n, err
@@ -142,7 +132,7 @@ func TestTicksGoOnWhileMaintenanceWaitsForALock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var log syncBuffer
+	var log pgtest.SyncBuffer
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -198,14 +188,7 @@ func TestMaintenanceTurnOfARoundKilledMidway(t *testing.T) {
 	expiredRecords(5)
 
 	// A round waits for a lock; its session is terminated.
-	lock, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Rollback(ctx) // only a lock
-	if _, err := lock.Exec(ctx, "lock table "+db.Schema+".retry_queue in exclusive mode"); err != nil {
-		t.Fatal(err)
-	}
+	lock := lockRetryQueue(t, pool, db)
 	res := make(chan error, 1)
 	go func() { res <- ticker.Maintain(ctx, eng, pool) }()
 	var pid int32
