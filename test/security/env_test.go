@@ -176,7 +176,7 @@ func (e *env) pool(role string, maxConns int) *pgxpool.Pool {
 }
 
 // client is a library client that acts as role, logging to log if given.
-func (e *env) client(role string, maxConns int, log *logBuffer) *partitionq.Client {
+func (e *env) client(role string, maxConns int, log *pgtest.SyncBuffer) *partitionq.Client {
 	e.t.Helper()
 	cfg := partitionq.Config{Actor: role + "-person"}
 	if log != nil {
@@ -221,24 +221,6 @@ func denied(t *testing.T, what string, err error) {
 	if !errors.As(err, &pe) || pe.Code != "42501" {
 		t.Errorf("%s: got %v, want PostgreSQL's permission denied (SQLSTATE 42501)", what, err)
 	}
-}
-
-// logBuffer collects a client's logs.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // handler is the worker's handler in the scene: an event whose payload

@@ -25,7 +25,7 @@ func TestProducerOnlySends(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	pool := e.pool("producer", 4)
-	log := &logBuffer{}
+	log := &pgtest.SyncBuffer{}
 	pc := e.client("producer", 8, log)
 
 	t.Run("can send", func(t *testing.T) {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/partitionq/partitionq/partitionq"
+
+	"github.com/partitionq/partitionq/test/pgtest"
 )
 
 // A role of sql/roles.sql asked to tick (the ticker is the owner's: the
@@ -21,7 +23,7 @@ func TestTickerNeedsTheOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	const fix = "run the ticker as the owner (partitionq tick, or pgqd), and the workers without WorkerConfig.Ticker (--ticker)"
-	log := &logBuffer{}
+	log := &pgtest.SyncBuffer{}
 	wc := e.client("worker", 8, log)
 	w, err := wc.NewWorker(e.ctx, partitionq.WorkerConfig{Queue: "tq", Group: "g", Ticker: &partitionq.TickerConfig{}, Handler: partitionq.HandlerFunc(
 		func(context.Context, *partitionq.Event) error { return nil })})
