@@ -301,23 +301,37 @@ func maintain(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) (expi
 	// The round's steps run in transactions of their own (as pgqd runs
 	// them), so its turn is a lease on the row, renewed before each step,
 	// rather than a row lock.
+	// Without partitionq's schema there are no turns: every ticker has it.
 	holder := fmt.Sprintf("%d", time.Now().UnixNano())
-	got, err := maintTurn(ctx, pool, holder, false)
-	if err != nil || !got {
+	var turns bool
+	if err := pool.QueryRow(ctx, `select to_regclass('partitionq.ticker_turn') is not null`).Scan(&turns); err != nil {
 		return 0, err
 	}
-	defer func() {
-		// Given back on a connection of its own: the round's may be the
-		// reason it failed (its session ended).
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		pool.Exec(rctx, `update partitionq.ticker_turn set holder = null, until = null where name = $1 and holder = $2`, maintTurnName, holder) // the lease runs out
-	}()
+	if turns {
+		got, err := maintTurn(ctx, pool, holder, false)
+		if err != nil || !got {
+			return 0, err
+		}
+		defer func() {
+			// Given back on a connection of its own: the round's may be the
+			// reason it failed (its session ended).
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			pool.Exec(rctx, `update partitionq.ticker_turn set holder = null, until = null where name = $1 and holder = $2`, maintTurnName, holder) // the lease runs out
+		}()
+	}
+	renew := func() error {
+		if !turns {
+			return nil
+		}
+		got, err := maintTurn(ctx, pool, holder, true)
+		if err == nil && !got {
+			err = errTurnLost
+		}
+		return err
+	}
 	step := func(what string, f func(tx pgx.Tx) error) error {
-		if got, err := maintTurn(ctx, pool, holder, true); err != nil || !got {
-			if err == nil {
-				err = errTurnLost
-			}
+		if err := renew(); err != nil {
 			return err
 		}
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -352,10 +366,7 @@ func maintain(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) (expi
 		what := "maintenance step " + op.Func
 		if op.Func == "vacuum" {
 			// vacuum runs outside a transaction; it waits for no lock.
-			if got, err := maintTurn(ctx, pool, holder, true); err != nil || !got {
-				if err == nil {
-					err = errTurnLost
-				}
+			if err := renew(); err != nil {
 				return 0, err
 			}
 			if err := eng.RunMaintOp(ctx, pool, op); err != nil {
@@ -379,13 +390,8 @@ func maintain(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) (expi
 
 // maintTurn takes the maintenance turn as holder unless another ticker's
 // round holds it (and its lease has not run out), or, renew set, renews
-// holder's lease; it reports whether holder has the turn. Without
-// partitionq's schema every ticker has it.
+// holder's lease; it reports whether holder has the turn.
 func maintTurn(ctx context.Context, pool *pgxpool.Pool, holder string, renew bool) (bool, error) {
-	var exists bool
-	if err := pool.QueryRow(ctx, `select to_regclass('partitionq.ticker_turn') is not null`).Scan(&exists); err != nil || !exists {
-		return err == nil, err
-	}
 	cond := `(until is null or until < clock_timestamp())`
 	if renew {
 		cond = `holder = $2`
