@@ -19,9 +19,13 @@ import (
 // so that the server ends it within the worker's DeadHostTimeout of its
 // last traffic: keepalive probes start after half of it without traffic,
 // one a second, and the connection is dropped when they or data sent go
-// unanswered for the rest (tcp_user_timeout bounds the whole). Behind a
-// pooler the settings would apply to the pooler's server connections, not
-// to the worker's host: nothing is set there.
+// unanswered for the rest (tcp_user_timeout bounds the whole). A session
+// busy in a statement when the host vanished (waiting for a lock, say)
+// does not read its socket until the statement ends: from PostgreSQL 14
+// on, client_connection_check_interval (a second here) makes it look at
+// the connection while it runs, and end with it. Behind a pooler the
+// settings would apply to the pooler's server connections, not to the
+// worker's host: nothing is set there.
 
 // deadHostTimeouts returns an AfterConnect that sets a session's TCP
 // timeouts for d (see above), after next (the pool's own, if any).
@@ -41,11 +45,17 @@ func deadHostTimeouts(d time.Duration, next func(context.Context, *pgx.Conn) err
 			return nil
 		}
 		_, err := conn.Exec(ctx, `select set_config('tcp_keepalives_idle', $1, false), set_config('tcp_keepalives_interval', $2, false),
-			set_config('tcp_keepalives_count', $3, false), set_config('tcp_user_timeout', $4, false)`,
-			strconv.Itoa(idle), strconv.Itoa(interval), strconv.Itoa(count), strconv.Itoa(user))
+			set_config('tcp_keepalives_count', $3, false), set_config('tcp_user_timeout', $4, false),
+			case when current_setting('server_version_num')::int >= 140000
+			     then set_config('client_connection_check_interval', $5, false) end`,
+			strconv.Itoa(idle), strconv.Itoa(interval), strconv.Itoa(count), strconv.Itoa(user), strconv.Itoa(connectionCheckMs))
 		return err
 	}
 }
+
+// connectionCheckMs is the client_connection_check_interval a worker's
+// sessions set (see above): a second.
+const connectionCheckMs = 1000
 
 // tcpTimeouts splits d into the server's keepalive settings (seconds) and
 // its tcp_user_timeout (milliseconds): probes start after half of d without

@@ -111,14 +111,23 @@ func TestDeadHostTimeoutsSetOnTheSession(t *testing.T) {
 		t.Skip("the test database is reached over a Unix socket: the server keeps no TCP settings for it")
 	}
 	got := map[string]string{}
-	for _, name := range []string{"tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count", "tcp_user_timeout"} {
+	var version int
+	if err := pool.QueryRow(ctx, `select current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count", "tcp_user_timeout"}
+	want := map[string]string{"tcp_keepalives_idle": "7", "tcp_keepalives_interval": "1", "tcp_keepalives_count": "8", "tcp_user_timeout": "15000"}
+	if version >= 140000 { // the setting is PostgreSQL 14's
+		names = append(names, "client_connection_check_interval")
+		want["client_connection_check_interval"] = "1s"
+	}
+	for _, name := range names {
 		var v string
 		if err := pool.QueryRow(ctx, `select current_setting($1)`, name).Scan(&v); err != nil {
 			t.Fatal(err)
 		}
 		got[name] = v
 	}
-	want := map[string]string{"tcp_keepalives_idle": "7", "tcp_keepalives_interval": "1", "tcp_keepalives_count": "8", "tcp_user_timeout": "15000"}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s = %q, want %q (all: %v)", k, got[k], v, got)

@@ -12,8 +12,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partitionq/partitionq/internal/freshdb"
 	"github.com/partitionq/partitionq/internal/ordercheck"
@@ -289,8 +292,13 @@ func RunDeadHost(ctx context.Context, cfg DeadHostConfig) (rep DeadHostReport, e
 	cfg.Logf("deadhost: the worker in the namespace (%d sessions) lost its network", rep.Sessions)
 	gone := make(chan time.Duration, 1)
 	go func() {
+		told := false
 		err := poll(ctx, cfg.Watch, "the vanished worker's sessions ended", func(ctx context.Context) (bool, error) {
 			n, err := sessions(ctx)
+			if err == nil && n > 0 && !told && cfg.DeadHost > 0 && time.Since(at) > cfg.DeadHost+time.Second {
+				told = true // what keeps a session past its bound, for the log
+				cfg.Logf("deadhost: %d sessions left %s after the drop:%s", n, time.Since(at).Round(10*time.Millisecond), leftSessions(ctx, pool, ns.nsIP, a.Process.Pid))
+			}
 			return n == 0, err
 		})
 		if err != nil {
@@ -331,4 +339,25 @@ func RunDeadHost(ctx context.Context, cfg DeadHostConfig) (rep DeadHostReport, e
 	}
 	rep.Report = ordercheck.Check(sent, hs, nil).WithRuns(runs)
 	return rep, nil
+}
+
+// leftSessions describes the vanished worker's sessions still on the
+// server: state, wait, statement.
+func leftSessions(ctx context.Context, pool *pgxpool.Pool, ip string, pid int) string {
+	rows, err := pool.Query(ctx, `select pid, coalesce(state, ''), coalesce(wait_event_type || ':' || wait_event, ''), left(query, 80)
+		from pg_stat_activity where client_addr = $1::inet and application_name = $2`, ip, fmt.Sprintf("testworker:%d", pid))
+	if err != nil {
+		return " " + err.Error()
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var p int
+		var state, wait, query string
+		if err := rows.Scan(&p, &state, &wait, &query); err != nil {
+			return " " + err.Error()
+		}
+		fmt.Fprintf(&b, "\n  backend %d: %s, waiting %q, %q", p, state, wait, query)
+	}
+	return b.String()
 }
