@@ -91,6 +91,7 @@ type generation struct {
 	parentSubs []int32 // its consumers' subscriptions (the new slots' reads take their retries)
 	cutover    int64
 	resizing   bool // made by a resize in flight
+	recorded   int  // its number in partitionq.generation (0: the group has no generation rows)
 }
 
 func (g generation) registered() int {
@@ -319,7 +320,8 @@ func (c *Client) lookupGroup(ctx context.Context, db engine.DB, queue, group str
 		}
 		byN[sn][slot] = s
 	}
-	if len(rows) == 0 { // a group set up before generations were recorded: its consumers are its first
+	recorded := len(rows) > 0
+	if !recorded { // a group set up before generations were recorded: its consumers are its first
 		if len(byN) == 0 {
 			return Group{}, noSuchGroup(queue, group)
 		}
@@ -339,6 +341,9 @@ func (c *Client) lookupGroup(ctx context.Context, db engine.DB, queue, group str
 	for _, r := range rows {
 		x := generation{n: r.Slots, number: r.Number, consumers: make([]string, r.Slots), subIDs: make([]int32, r.Slots),
 			parent: r.Parent, parentSubs: r.ParentSubs, cutover: r.Cutover, resizing: r.Resizing}
+		if recorded {
+			x.recorded = r.Number
+		}
 		for s, sub := range byN[r.Slots] {
 			if s < r.Slots {
 				x.consumers[s], x.subIDs[s] = sub.Consumer, sub.SubID

@@ -263,6 +263,68 @@ func testResize(t *testing.T, from, to int) {
 	}
 }
 
+// A group resized again and again, and back to an N it had (4 to 8, 8 to
+// 4, 4 to 8, 8 to 3), while a producer sends, some events fail and a
+// worker is replaced before each resize (its slots start afresh, as after
+// a crash): every resize completes, and nothing is lost, out of order or
+// run twice at once. A generation keeps its parent's N after its resize;
+// the second and later resizes once found the previous resize's
+// generation instead of their own and never completed.
+func TestResizeAgainAndBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.group(t, 4)
+	h := newRunLog(7, 2, 2*time.Millisecond)
+	start := func(i int) *partitionq.Worker {
+		return b.worker(t, partitionq.WorkerConfig{Handler: h, Identity: fmt.Sprintf("w%d", i), BackoffMin: 20 * time.Millisecond,
+			BackoffMax: 50 * time.Millisecond, Concurrency: 4})
+	}
+	workers := []*partitionq.Worker{start(0), start(1)}
+	keys := make([]string, 24)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("tenant-%02d", i)
+	}
+	p := startProducer(t, b, keys, 25*time.Millisecond)
+	pgtest.WaitFor(t, 30*time.Second, "events flowing", func() (bool, error) { return p.count.Load() >= 200, nil })
+	for i, to := range []int{8, 4, 8, 3} {
+		if i > 0 { // a worker replaced: its successor's slots start afresh
+			if err := workers[0].Stop(b.ctx); err != nil {
+				t.Fatal(err)
+			}
+			workers = append(workers[1:], start(i+1))
+		}
+		if _, err := b.client.Resize(b.ctx, partitionq.ResizeRequest{Queue: "q", Group: "g", Slots: to, Reason: "again", Actor: "tester"}); err != nil {
+			t.Fatalf("resize %d, to %d slots: %v", i+1, to, err)
+		}
+		wctx, cancel := context.WithTimeout(b.ctx, 60*time.Second)
+		g, err := b.client.WaitResize(wctx, "q", "g", 20*time.Millisecond)
+		cancel()
+		if err != nil {
+			dumpEngine(t, b)
+			t.Fatalf("resize %d, to %d slots: %v", i+1, to, err)
+		}
+		if g.Slots != to || g.Generation != i+2 {
+			t.Fatalf("after resize %d: %d slots, generation %d; want %d, %d", i+1, g.Slots, g.Generation, to, i+2)
+		}
+		before := p.count.Load()
+		pgtest.WaitFor(t, 30*time.Second, "events flowing after the resize", func() (bool, error) { return p.count.Load() >= before+100, nil })
+	}
+	sent := p.end()
+	r := h.report(sent, nil)
+	lost, moved := r.Lost, time.Now()
+	for r.Lost > 0 && time.Since(moved) < 30*time.Second {
+		time.Sleep(20 * time.Millisecond)
+		if r = h.report(sent, nil); r.Lost < lost {
+			lost, moved = r.Lost, time.Now()
+		}
+	}
+	t.Logf("4 to 8 to 4 to 8 to 3: %s", r)
+	if !r.OK() {
+		t.Errorf("%s; examples: %s", r, strings.Join(r.Examples, "; "))
+		dumpEngine(t, b)
+	}
+}
+
 // dumpEngine logs the engine's view of queue q (its consumers' positions and
 // batches, the newest tick, the retry queue by owner) and partitionq's
 // generations and ownership rows: what a failed resize test needs to say

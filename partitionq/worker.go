@@ -397,6 +397,7 @@ type Worker struct {
 // genRun is the run of one generation's slots.
 type genRun struct {
 	n       int
+	number  int // the generation's number: a later one may have the same N
 	slots   []int
 	stats   map[int]*runner.Stats
 	metrics *workerMetrics // nil without a Registerer
@@ -642,7 +643,7 @@ func (w *Worker) startGen(x generation) (chan error, error) {
 			}
 		}
 	}
-	gr := &genRun{n: x.n, slots: slots, stats: map[int]*runner.Stats{}, done: make(chan struct{})}
+	gr := &genRun{n: x.n, number: x.number, slots: slots, stats: map[int]*runner.Stats{}, done: make(chan struct{})}
 	for _, s := range slots {
 		gr.stats[s] = &runner.Stats{}
 	}
@@ -706,8 +707,11 @@ func (w *Worker) supervise() {
 				continue
 			default:
 			}
-			if _, ok := want[n]; !ok {
-				stop = append(stop, gr) // its generation ended: every slot of it was handed off
+			if x, ok := want[n]; !ok || x.number != gr.number {
+				// Its generation ended: every slot of it was handed off. (A
+				// later generation with the same N starts once this run is
+				// done: its done signals changed.)
+				stop = append(stop, gr)
 			}
 		}
 		var start []generation
@@ -806,7 +810,7 @@ func (w *Worker) newRunner(x generation, gr *genRun) *runner.Runner {
 	lease := w.cfg.LeaseDuration
 	return runner.New(runner.Config{
 		Eng: w.c.eng, Pool: w.pool, Log: w.log.With(slog.Int("slots", x.n)), Queue: w.cfg.Queue, Group: w.cfg.Group, N: x.n,
-		Slots: gr.slots, Consumers: x.consumers, SubIDs: x.subIDs, Stats: gr.stats, Identity: w.cfg.Identity,
+		Generation: x.recorded, Slots: gr.slots, Consumers: x.consumers, SubIDs: x.subIDs, Stats: gr.stats, Identity: w.cfg.Identity,
 		Parent: x.parent, ParentSubs: x.parentSubs, SchemaVersion: store.Latest(), OnRenew: w.onRenew,
 		Concurrency: w.cfg.Concurrency, DrainConcurrency: w.cfg.DrainConcurrency, Policy: policy, MaxAttempts: maxAttempts,
 		Backoff:        func(n int) time.Duration { return backoff(w.cfg.BackoffMin, w.cfg.BackoffMax, n) },

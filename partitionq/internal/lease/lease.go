@@ -57,9 +57,15 @@ type Config struct {
 	Pool         *pgxpool.Pool // the worker's own pool; the lease session is one of its connections
 	Log          *slog.Logger
 	Queue, Group string
-	N            int   // the generation's number of slots
-	Slots        []int // the slots to own when they are free (or their owner is gone)
-	Identity     string
+	N            int // the generation's number of slots
+	// Generation is the generation's number (0: the group has no
+	// generation rows, as before version 5): slots are taken only while
+	// the group's generation with N slots is this one. A generation that
+	// ended leaves its runs stopping for a moment, and a later resize may
+	// make a generation with the same N whose slot rows they must not take.
+	Generation int
+	Slots      []int // the slots to own when they are free (or their owner is gone)
+	Identity   string
 	// SchemaVersion is the partitionq schema version the worker was built
 	// for, recorded with its lease (the schema refuses workers that say
 	// none: they predate resizing).
@@ -477,7 +483,9 @@ func (h *Holder) claim(ctx context.Context) {
 			 where s.queue = $1 and s.grp = $2 and s.n = $5 and s.slot = any($3::int4[])
 			   and (s.worker_id is null or s.worker_id = $4 or s.worker_id in (select id from gone)
 			        or not exists (select 1 from partitionq.worker w where w.id = s.worker_id))
-			returning s.slot, s.epoch`, h.cfg.Queue, h.cfg.Group, want, id, h.cfg.N)
+			   and ($6 = 0 or exists (select 1 from partitionq.generation g
+			                          where g.queue = $1 and g.grp = $2 and g.slots = $5 and g.number = $6))
+			returning s.slot, s.epoch`, h.cfg.Queue, h.cfg.Group, want, id, h.cfg.N, h.cfg.Generation)
 		if err != nil {
 			return err
 		}

@@ -88,6 +88,7 @@ type Config struct {
 	Log          *slog.Logger
 	Queue, Group string
 	N            int
+	Generation   int      // the generation's number (lease.Config.Generation)
 	Slots        []int    // the slots to run
 	Consumers    []string // engine consumer of every slot of the group, by slot
 	SubIDs       []int32  // subscription of every slot of the group, by slot
@@ -170,7 +171,7 @@ func New(cfg Config) *Runner {
 		readerSem: make(chan struct{}, max(1, cfg.MaxReaders)), drainSem: make(chan struct{}, max(1, cfg.DrainConcurrency)),
 		slots: map[int]*slotRun{}, retired: map[int]*slotRun{}}
 	r.lease = lease.New(lease.Config{
-		Pool: cfg.Pool, Log: cfg.Log, Queue: cfg.Queue, Group: cfg.Group, N: cfg.N, Slots: cfg.Slots, Identity: cfg.Identity,
+		Pool: cfg.Pool, Log: cfg.Log, Queue: cfg.Queue, Group: cfg.Group, N: cfg.N, Generation: cfg.Generation, Slots: cfg.Slots, Identity: cfg.Identity,
 		SchemaVersion: cfg.SchemaVersion, OnRenew: cfg.OnRenew,
 		TTL: cfg.LeaseTTL, Renew: cfg.LeaseRenew, Margin: cfg.LeaseMargin, Poll: cfg.StandbyPoll,
 		Channels: cfg.Eng.TickChannels(cfg.Queue),

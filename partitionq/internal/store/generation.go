@@ -156,10 +156,17 @@ func Handoff(ctx context.Context, q db.DB, engineSchema, queue, group string, sl
 }
 
 // RemainingSlots returns which slots of the generation with n slots still
-// have an ownership row (not handed off), for new slots waiting for their
-// parents.
-func RemainingSlots(ctx context.Context, q db.DB, queue, group string, n int) (map[int]bool, error) {
-	rows, err := q.Query(ctx, `select slot from partitionq.slot where queue = $1 and grp = $2 and n = $3`, queue, group, n)
+// have an ownership row (not handed off), for the new slots of the
+// generation with m slots waiting for their parents: none once the resize
+// from n to m slots has ended. (A generation keeps its parent's N after
+// its resize; a later resize may make a generation with that N again,
+// whose slots are not its parents.)
+func RemainingSlots(ctx context.Context, q db.DB, queue, group string, n, m int) (map[int]bool, error) {
+	rows, err := q.Query(ctx, `select s.slot from partitionq.slot s
+		where s.queue = $1 and s.grp = $2 and s.n = $3
+		  and exists (select 1 from partitionq.generation g
+		               where g.queue = $1 and g.grp = $2 and g.slots = $4 and g.parent_slots = $3 and g.resize_txid is not null)`,
+		queue, group, n, m)
 	if err != nil {
 		return nil, err
 	}
