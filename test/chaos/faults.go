@@ -88,6 +88,14 @@ type FaultConfig struct {
 	// WorkerBin (test/cmd/testworker) and ExecBin (cmd/partitionq), and
 	// RunWatchBin (test/cmd/runwatch) for the exec handlers.
 	WorkerBin, ExecBin, RunWatchBin string
+	// Resizes, when set, resizes the group once before each fault, to
+	// each of these slot counts in turn (Rounds is then their number): a
+	// round starts its resize (Client.Resize, as partitionq resize does)
+	// and the fault hits 0-500ms later, before the resize's cutover, while
+	// the old slots drain and hand off, or just after its end
+	// (FaultReport.ResizeHits says which); the next round waits for the
+	// resize to end, and so does the end of the run.
+	Resizes []int
 	// Engine is the database's queue engine. Defaults to PgQ.
 	Engine freshdb.Engine
 	// Dir holds the run logs. Required.
@@ -109,6 +117,9 @@ func (c FaultConfig) withDefaults() FaultConfig {
 	def(&c.Keys, 16)
 	def(&c.EventsPerKey, 8)
 	def(&c.Rounds, 3)
+	if len(c.Resizes) > 0 {
+		c.Rounds = len(c.Resizes)
+	}
 	def(&c.Concurrency, 4)
 	def(&c.FailEvery, 4)
 	if c.Hold == 0 {
@@ -151,7 +162,22 @@ type FaultReport struct {
 	// Skipped counts the poison heads an operator skipped, Blocked the
 	// keys seen blocked at a fault.
 	Skipped, Blocked int
+	// ResizeHits counts the faults by the state of the resize each hit,
+	// as read just before it (FaultConfig.Resizes): "before the cutover",
+	// "old slots draining" (past the cutover, some old slot not handed
+	// off), "after the end".
+	ResizeHits map[string]int
 }
+
+// The states of a resize a fault can hit (FaultReport.ResizeHits).
+const (
+	HitBeforeCutover = "before the cutover"
+	HitDraining      = "old slots draining"
+	HitAfterEnd      = "after the end"
+)
+
+// InFlightHits is how many faults hit a resize in flight.
+func (r FaultReport) InFlightHits() int { return r.ResizeHits[HitBeforeCutover] + r.ResizeHits[HitDraining] }
 
 func (r FaultReport) String() string {
 	mode := "library"
@@ -162,8 +188,13 @@ func (r FaultReport) String() string {
 	if r.Faults > 0 {
 		per = float64(r.Repeats) / float64(r.Faults)
 	}
-	return fmt.Sprintf("%s/%s: %d faults (seed %d): %s; repeats per fault %.1f (in flight at most %d); takeovers %v; slots kept %d times; keys blocked at the faults %d, poison heads skipped %d",
+	s := fmt.Sprintf("%s/%s: %d faults (seed %d): %s; repeats per fault %.1f (in flight at most %d); takeovers %v; slots kept %d times; keys blocked at the faults %d, poison heads skipped %d",
 		r.Fault, mode, r.Faults, r.Seed, r.Report, per, r.InFlight, r.Takeovers, r.Kept, r.Blocked, r.Skipped)
+	if r.ResizeHits != nil {
+		s += fmt.Sprintf("; resizes hit %s %d times, with %s %d, %s %d", HitBeforeCutover, r.ResizeHits[HitBeforeCutover],
+			HitDraining, r.ResizeHits[HitDraining], HitAfterEnd, r.ResizeHits[HitAfterEnd])
+	}
+	return s
 }
 
 // OK reports a clean run: nothing lost, no order violation, no overlap.
@@ -213,9 +244,22 @@ func RunFault(ctx context.Context, cl *Cluster, cfg FaultConfig) (FaultReport, e
 	if cfg.Dir == "" || (cfg.Exec && (cfg.ExecBin == "" || cfg.RunWatchBin == "")) || (!cfg.Exec && cfg.WorkerBin == "") {
 		return FaultReport{}, errors.New("chaos.FaultConfig needs Dir and the worker binary of its mode")
 	}
+	// During a resize the old generation's slots and the new one's run at
+	// once.
+	slots := cfg.Slots
+	for i, n := range cfg.Resizes {
+		prev := cfg.Slots
+		if i > 0 {
+			prev = cfg.Resizes[i-1]
+		}
+		slots = max(slots, prev+n)
+	}
 	r := &faultRun{cfg: cfg, cl: cl, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x51)), died: map[string]time.Time{},
 		poison: map[int64]bool{}, dead: map[string][]int{}, seqOf: map[int64]int{},
-		rep: &FaultReport{Fault: cfg.Fault, Exec: cfg.Exec, Seed: cfg.Seed, InFlight: cfg.Slots*cfg.Concurrency + partitionq.DrainConcurrencyDefault}}
+		rep: &FaultReport{Fault: cfg.Fault, Exec: cfg.Exec, Seed: cfg.Seed, InFlight: slots*cfg.Concurrency + partitionq.DrainConcurrencyDefault}}
+	if len(cfg.Resizes) > 0 {
+		r.rep.ResizeHits = map[string]int{}
+	}
 	var err error
 	if r.url, err = NewDatabase(ctx, cl, cfg.Engine); err != nil {
 		return *r.rep, err
@@ -240,8 +284,8 @@ func RunFault(ctx context.Context, cl *Cluster, cfg FaultConfig) (FaultReport, e
 		}
 	}
 	if err := poll(ctx, 30*time.Second, "every slot owned", func(ctx context.Context) (bool, error) {
-		o, err := r.owners(ctx)
-		return len(o) == cfg.Slots, err
+		_, all, err := r.owners(ctx)
+		return all, err
 	}); err != nil {
 		return *r.rep, err
 	}
@@ -250,7 +294,7 @@ func RunFault(ctx context.Context, cl *Cluster, cfg FaultConfig) (FaultReport, e
 		return *r.rep, err
 	}
 	total := cfg.Keys * cfg.EventsPerKey
-	for range cfg.Rounds {
+	for round := range cfg.Rounds {
 		// Let handlers get going (and hold events) before each fault.
 		if err := sleepCtx(ctx, time.Duration(300+r.rng.IntN(700))*time.Millisecond); err != nil {
 			return *r.rep, err
@@ -262,6 +306,11 @@ func RunFault(ctx context.Context, cl *Cluster, cfg FaultConfig) (FaultReport, e
 			return len(bks) > 0, err
 		}); err != nil && ctx.Err() != nil {
 			return *r.rep, err
+		}
+		if len(cfg.Resizes) > 0 {
+			if err := r.resize(ctx, cfg.Resizes[round]); err != nil {
+				return *r.rep, err
+			}
 		}
 		skipped := make(chan error, 1)
 		go func() { skipped <- r.skipPoison(ctx, true) }()
@@ -285,6 +334,11 @@ func RunFault(ctx context.Context, cl *Cluster, cfg FaultConfig) (FaultReport, e
 	}); err != nil {
 		return *r.rep, fmt.Errorf("%w\nthe database:%s", err, diagnose(ctx, r.pool, r.client.EngineSchema()))
 	}
+	if len(cfg.Resizes) > 0 {
+		if err := r.resizeEnded(ctx, cfg.Resizes[len(cfg.Resizes)-1]); err != nil {
+			return *r.rep, err
+		}
+	}
 	r.stopAll()
 	handlings, err := r.handlings(ctx)
 	if err != nil {
@@ -296,6 +350,51 @@ func RunFault(ctx context.Context, cl *Cluster, cfg FaultConfig) (FaultReport, e
 	}
 	r.rep.Report = ordercheck.Check(sent, handlings, r.dead).WithRuns(runs)
 	return *r.rep, nil
+}
+
+// resize waits for the previous resize to end, starts one to n slots, and
+// lets it run 0-500ms; then it notes the state the fault will hit.
+func (r *faultRun) resize(ctx context.Context, n int) error {
+	if err := poll(ctx, 2*time.Minute, "the previous resize ended", func(ctx context.Context) (bool, error) {
+		g, err := r.client.Group(ctx, queueName, groupName)
+		return err == nil && g.Resize == nil, err
+	}); err != nil {
+		return err
+	}
+	if _, err := r.client.Resize(ctx, partitionq.ResizeRequest{Queue: queueName, Group: groupName, Slots: n, Reason: "faults during a resize", Actor: "faults"}); err != nil {
+		return fmt.Errorf("resize to %d slots: %w", n, err)
+	}
+	if err := sleepCtx(ctx, time.Duration(r.rng.IntN(500))*time.Millisecond); err != nil {
+		return err
+	}
+	g, err := r.client.Group(ctx, queueName, groupName)
+	if err != nil {
+		return err
+	}
+	hit := HitAfterEnd
+	switch {
+	case g.Resize != nil && g.Resize.Cutover == 0:
+		hit = HitBeforeCutover
+	case g.Resize != nil:
+		hit = HitDraining
+	}
+	r.rep.ResizeHits[hit]++
+	r.cfg.Logf("faults: resizing to %d slots; the fault hits %s", n, hit)
+	return nil
+}
+
+// resizeEnded waits for the last resize to end, at n slots.
+func (r *faultRun) resizeEnded(ctx context.Context, n int) error {
+	return poll(ctx, 2*time.Minute, fmt.Sprintf("the resize to %d slots ended", n), func(ctx context.Context) (bool, error) {
+		g, err := r.client.Group(ctx, queueName, groupName)
+		if err != nil || g.Resize != nil {
+			return false, err
+		}
+		if g.Slots != n {
+			return false, endPoll{fmt.Errorf("the group has %d slots after its resizes, want %d", g.Slots, n)}
+		}
+		return true, nil
+	})
 }
 
 // skipPoison skips, as an operator would, every key blocked on a poison
@@ -502,42 +601,55 @@ func (r *faultRun) send(ctx context.Context) (map[string]int, error) {
 	return sent, nil
 }
 
-// owners maps each owned slot to its owner's process id.
-func (r *faultRun) owners(ctx context.Context) (map[int]partitionq.Owner, error) {
+// slotID names a slot: slot Slot of the generation with N slots (during a
+// resize, two generations have slots).
+type slotID struct{ N, Slot int }
+
+// owners maps each owned slot to its owner, and reports whether every slot
+// that runs is owned (during a resize, a new slot runs from its resize's
+// cutover on, an old one until it hands off).
+func (r *faultRun) owners(ctx context.Context) (map[slotID]partitionq.Owner, bool, error) {
 	st, err := r.client.Status(ctx, queueName, groupName)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	out := map[int]partitionq.Owner{}
+	out := map[slotID]partitionq.Owner{}
+	all := true
 	for _, s := range st.SlotStatus {
-		if s.Owner != nil {
-			out[s.Slot] = *s.Owner
+		switch {
+		case s.Owner != nil:
+			out[slotID{s.Slots, s.Slot}] = *s.Owner
+		case s.Consumer != "":
+			all = false
 		}
 	}
-	return out, nil
+	return out, all, nil
 }
 
 // victim picks the owner of a random owned slot.
-func (r *faultRun) victim(ctx context.Context) (*faultProc, map[int]partitionq.Owner, error) {
-	var o map[int]partitionq.Owner
+func (r *faultRun) victim(ctx context.Context) (*faultProc, map[slotID]partitionq.Owner, error) {
+	var o map[slotID]partitionq.Owner
 	if err := poll(ctx, 30*time.Second, "every slot owned", func(ctx context.Context) (bool, error) {
+		var all bool
 		var err error
-		o, err = r.owners(ctx)
-		return len(o) == r.cfg.Slots, err
+		o, all, err = r.owners(ctx)
+		return all && len(o) > 0, err
 	}); err != nil {
 		return nil, nil, err
 	}
-	slots := make([]int, 0, len(o))
+	slots := make([]slotID, 0, len(o))
 	for s := range o {
 		slots = append(slots, s)
 	}
-	sort.Ints(slots)
+	sort.Slice(slots, func(i, j int) bool {
+		return slots[i].N < slots[j].N || (slots[i].N == slots[j].N && slots[i].Slot < slots[j].Slot)
+	})
 	pid := int(o[slots[r.rng.IntN(len(slots))]].PID)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, p := range r.procs {
 		if p.pid() == pid {
-			mine := map[int]partitionq.Owner{}
+			mine := map[slotID]partitionq.Owner{}
 			for s, ow := range o {
 				if int(ow.PID) == pid {
 					mine[s] = ow
@@ -604,18 +716,19 @@ func (r *faultRun) fault(ctx context.Context) error {
 		// Once awake it stops what it ran (its lease lapsed) and takes its
 		// slots again, unless a standby is first: either is safe.
 		return poll(ctx, 60*time.Second, "every slot owned after the pause", func(ctx context.Context) (bool, error) {
-			o, err := r.owners(ctx)
-			return len(o) == r.cfg.Slots, err
+			_, all, err := r.owners(ctx)
+			return all, err
 		})
 	}
 	// Wait until every slot has a live owner again (a killed or cut-off
 	// victim's slots: another worker), and note whether the victim's slots
 	// changed hands.
 	gone := r.cfg.Fault == FaultKill || r.cfg.Fault == FaultPartition
-	var after map[int]partitionq.Owner
+	var after map[slotID]partitionq.Owner
 	if err := poll(ctx, 60*time.Second, "every slot owned after the fault", func(ctx context.Context) (bool, error) {
+		var all bool
 		var err error
-		if after, err = r.owners(ctx); err != nil || len(after) != r.cfg.Slots {
+		if after, all, err = r.owners(ctx); err != nil || !all {
 			return false, err
 		}
 		for _, o := range after {
@@ -629,7 +742,7 @@ func (r *faultRun) fault(ctx context.Context) error {
 	}
 	moved := false // to another worker (the victim itself may take them again at a new epoch)
 	for s, before := range mine {
-		if after[s].PID != before.PID {
+		if now, ok := after[s]; ok && now.PID != before.PID { // an old slot handed off meanwhile is gone
 			moved = true
 		}
 	}
@@ -648,10 +761,10 @@ func (r *faultRun) fault(ctx context.Context) error {
 	return nil
 }
 
-func slotsOf(m map[int]partitionq.Owner) []int32 {
+func slotsOf(m map[slotID]partitionq.Owner) []int32 {
 	out := make([]int32, 0, len(m))
 	for s := range m {
-		out = append(out, int32(s))
+		out = append(out, int32(s.Slot))
 	}
 	return out
 }

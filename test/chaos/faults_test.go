@@ -94,3 +94,58 @@ func seed(t *testing.T) uint64 {
 	}
 	return uint64(time.Now().UnixNano())
 }
+
+// Faults during a resize: the group is resized three times (4 to 8 slots,
+// each new slot with one parent; 8 to 3, a shrink whose new slots wait for
+// several parents; 3 to 6), and each resize is hit 0-500ms after it starts
+// by SIGKILL of an owner, pg_terminate_backend of every worker session or
+// an immediate restart of the server, with library workers and with
+// `partitionq work --exec` workers, while keys are blocked and draining.
+// Judged as the fault matrix is (every handler run: 0 lost, 0 order
+// violations, 0 overlaps, repeats bounded), and every resize must end.
+// The resize's own faults at forced steps (the old slots held back by a
+// gated event, the resizing command killed) are test/crash's
+// TestResizeUnderFaults.
+func TestFaultsDuringResize(t *testing.T) {
+	cl := needCluster(t)
+	for _, f := range []chaos.Fault{chaos.FaultKill, chaos.FaultTerminateAll, chaos.FaultRestart} {
+		t.Run(string(f), func(t *testing.T) {
+			for _, execMode := range []bool{false, true} {
+				mode := "library"
+				if execMode {
+					mode = "exec"
+				}
+				t.Run(mode, func(t *testing.T) {
+					if f != chaos.FaultRestart { // a restart would hit both runs
+						t.Parallel()
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+					defer cancel()
+					rep, err := chaos.RunFault(ctx, cl, chaos.FaultConfig{Fault: f, Exec: execMode, Resizes: []int{8, 3, 6},
+						WorkerBin: workerBin, ExecBin: cliBin, RunWatchBin: watchBin,
+						Engine: pgtest.Engine(t), Dir: t.TempDir(), WorkerLog: workerLog(t), Logf: t.Logf, Seed: seed(t)})
+					t.Logf("%s", rep)
+					if err != nil {
+						t.Fatalf("fault run: %v", err)
+					}
+					if rep.Faults != 3 {
+						t.Fatalf("%d faults were done, want 3", rep.Faults)
+					}
+					if !rep.OK() {
+						t.Fatalf("%s: %v", rep, rep.Examples)
+					}
+					// A fault 0-500ms after its resize starts: the cutover comes
+					// with the next tick (10ms) and the old slots' drain takes
+					// their handlers' holds (up to 1.2s), so most faults hit a
+					// resize in flight; at least one must, or nothing was tested.
+					if rep.InFlightHits() == 0 {
+						t.Fatalf("no fault hit a resize in flight: %v", rep.ResizeHits)
+					}
+					if limit := rep.Faults * 2 * rep.InFlight; rep.Repeats > limit {
+						t.Fatalf("%d repeats after %d faults: more than %d (twice what can be in flight per fault)", rep.Repeats, rep.Faults, limit)
+					}
+				})
+			}
+		})
+	}
+}

@@ -51,7 +51,11 @@ func TestMain(m *testing.M) {
 		}
 	}
 	clusterMu.Unlock()
-	os.RemoveAll(workDir)
+	if os.Getenv("PQ_CHAOS_KEEP") != "" && code != 0 {
+		fmt.Fprintf(os.Stderr, "chaos: the workers' logs and binaries kept in %s\n", workDir)
+	} else {
+		os.RemoveAll(workDir)
+	}
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
