@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strconv"
@@ -196,16 +197,23 @@ func (h *harness) startWork(args ...string) *worker {
 func (w *worker) stop(t *testing.T) result {
 	t.Helper()
 	w.cancel()
-	select {
-	case r, ok := <-w.done:
-		if ok {
-			close(w.done)
+	slow, deadline := time.After(10*time.Second), time.After(60*time.Second)
+	for {
+		select {
+		case r, ok := <-w.done:
+			if ok {
+				close(w.done)
+			}
+			return r
+		case <-slow:
+			// What a slow stop waits for (the worker runs in this process).
+			var b strings.Builder
+			pprof.Lookup("goroutine").WriteTo(&b, 1)
+			t.Logf("the worker has not stopped 10s after its context was cancelled; goroutines:\n%s", b.String())
+		case <-deadline:
+			t.Fatal("the worker did not stop within 60s of its context being cancelled")
 		}
-		return r
-	case <-time.After(60 * time.Second):
-		t.Fatal("the worker did not stop within 60s of its context being cancelled")
 	}
-	return result{}
 }
 
 // waitFor polls cond every 20ms until it holds or the deadline passes.
