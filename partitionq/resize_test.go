@@ -78,6 +78,21 @@ func (l *runLog) report(sent map[string]int, dead map[string][]int) ordercheck.R
 	return ordercheck.Check(sent, l.log, dead).WithRuns(l.runs)
 }
 
+// settled is the report once the workers have caught up: when nothing is
+// lost, or when nothing more was handled for 30 s (a stall, whatever the
+// machine's load).
+func (l *runLog) settled(sent map[string]int, dead map[string][]int) ordercheck.Report {
+	r := l.report(sent, dead)
+	lost, moved := r.Lost, time.Now()
+	for r.Lost > 0 && time.Since(moved) < 30*time.Second {
+		time.Sleep(20 * time.Millisecond)
+		if r = l.report(sent, dead); r.Lost < lost {
+			lost, moved = r.Lost, time.Now()
+		}
+	}
+	return r
+}
+
 // producer sends keyed events {"seq": n} for keys, one small batch at a time,
 // until stopped; sent counts each key's events.
 type producer struct {
@@ -222,16 +237,7 @@ func testResize(t *testing.T, from, to int) {
 	}
 	sent["stuck"] = 3
 	dead := map[string][]int{"stuck": {0}}
-	// The workers catch up: judged when nothing is lost, or when nothing
-	// more was handled for 30 s (a stall, whatever the machine's load).
-	r := h.report(sent, dead)
-	lost, moved := r.Lost, time.Now()
-	for r.Lost > 0 && time.Since(moved) < 30*time.Second {
-		time.Sleep(20 * time.Millisecond)
-		if r = h.report(sent, dead); r.Lost < lost {
-			lost, moved = r.Lost, time.Now()
-		}
-	}
+	r := h.settled(sent, dead)
 	t.Logf("%d to %d: %s", from, to, r)
 	if !r.OK() {
 		t.Errorf("%s; examples: %s", r, strings.Join(r.Examples, "; "))
@@ -310,14 +316,7 @@ func TestResizeAgainAndBack(t *testing.T) {
 		pgtest.WaitFor(t, 30*time.Second, "events flowing after the resize", func() (bool, error) { return p.count.Load() >= before+100, nil })
 	}
 	sent := p.end()
-	r := h.report(sent, nil)
-	lost, moved := r.Lost, time.Now()
-	for r.Lost > 0 && time.Since(moved) < 30*time.Second {
-		time.Sleep(20 * time.Millisecond)
-		if r = h.report(sent, nil); r.Lost < lost {
-			lost, moved = r.Lost, time.Now()
-		}
-	}
+	r := h.settled(sent, nil)
 	t.Logf("4 to 8 to 4 to 8 to 3: %s", r)
 	if !r.OK() {
 		t.Errorf("%s; examples: %s", r, strings.Join(r.Examples, "; "))
@@ -446,14 +445,7 @@ func TestResizeAfterAFailedHandoff(t *testing.T) {
 		t.Fatalf("the resize did not end once the lock was gone: %v", err)
 	}
 	sent := p.end()
-	r := h.report(sent, nil)
-	lost, moved := r.Lost, time.Now()
-	for r.Lost > 0 && time.Since(moved) < 30*time.Second {
-		time.Sleep(20 * time.Millisecond)
-		if r = h.report(sent, nil); r.Lost < lost {
-			lost, moved = r.Lost, time.Now()
-		}
-	}
+	r := h.settled(sent, nil)
 	if !r.OK() {
 		t.Errorf("%s; examples: %s", r, strings.Join(r.Examples, "; "))
 	}

@@ -22,7 +22,48 @@ import (
 // `make chaos CHAOS='faults -long'`.
 func TestFaultMatrix(t *testing.T) {
 	cl := needCluster(t)
-	for _, f := range chaos.Faults {
+	eachFaultMode(t, chaos.Faults, func(t *testing.T, f chaos.Fault, execMode bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		rep, err := chaos.RunFault(ctx, cl, chaos.FaultConfig{Fault: f, Exec: execMode, WorkerBin: workerBin, ExecBin: cliBin, RunWatchBin: watchBin,
+			Engine: pgtest.Engine(t), Dir: runDir(t), WorkerLog: workerLog(t), Logf: t.Logf, Seed: seed(t)})
+		t.Logf("%s", rep)
+		if err != nil {
+			t.Fatalf("fault run: %v", err)
+		}
+		if rep.Faults < 3 {
+			t.Fatalf("only %d faults were done", rep.Faults)
+		}
+		if !rep.OK() {
+			t.Fatalf("%s: %v", rep, rep.Examples)
+		}
+		switch f {
+		case chaos.FaultKill, chaos.FaultPartition:
+			// The victim is gone or cut off: its slots move, each time.
+			if len(rep.Takeovers) != rep.Faults {
+				t.Fatalf("slots moved after %d of %d faults, want all", len(rep.Takeovers), rep.Faults)
+			}
+		case chaos.FaultTerminateOwner, chaos.FaultTerminateAll, chaos.FaultStop:
+			// The owner reconnects and renews within its lease; a paused
+			// owner keeps its connection: its slots are not taken.
+			if rep.Kept != rep.Faults {
+				t.Fatalf("the owner kept its slots after %d of %d faults, want all (takeovers %v)", rep.Kept, rep.Faults, rep.Takeovers)
+			}
+		}
+		// What repeats after a fault is what was in flight (slots x
+		// concurrency) plus the progress not yet flushed; a margin of
+		// as much again for a loaded machine.
+		if limit := rep.Faults * 2 * rep.InFlight; rep.Repeats > limit {
+			t.Fatalf("%d repeats after %d faults: more than %d (twice what can be in flight per fault)", rep.Repeats, rep.Faults, limit)
+		}
+	})
+}
+
+// eachFaultMode runs run for each fault, with library workers and with
+// --exec workers: a fault's two runs at once, each in a database of its
+// own, except the server's restart, which would hit both.
+func eachFaultMode(t *testing.T, faults []chaos.Fault, run func(t *testing.T, f chaos.Fault, execMode bool)) {
+	for _, f := range faults {
 		t.Run(string(f), func(t *testing.T) {
 			for _, execMode := range []bool{false, true} {
 				mode := "library"
@@ -30,54 +71,28 @@ func TestFaultMatrix(t *testing.T) {
 					mode = "exec"
 				}
 				t.Run(mode, func(t *testing.T) {
-					// The library and --exec runs of a fault at once, each in
-					// a database of its own, except the server's restart,
-					// which would hit both.
 					if f != chaos.FaultRestart {
 						t.Parallel()
 					}
-					ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-					defer cancel()
-					dir := t.TempDir()
-					if keep := os.Getenv("PQ_FAULTS_KEEP"); keep != "" { // keep the run logs for a post-mortem
-						dir = filepath.Join(keep, strings.ReplaceAll(t.Name(), "/", "_"))
-						os.MkdirAll(dir, 0o755)
-					}
-					rep, err := chaos.RunFault(ctx, cl, chaos.FaultConfig{Fault: f, Exec: execMode, WorkerBin: workerBin, ExecBin: cliBin, RunWatchBin: watchBin,
-						Engine: pgtest.Engine(t), Dir: dir, WorkerLog: workerLog(t), Logf: t.Logf, Seed: seed(t)})
-					t.Logf("%s", rep)
-					if err != nil {
-						t.Fatalf("fault run: %v", err)
-					}
-					if rep.Faults < 3 {
-						t.Fatalf("only %d faults were done", rep.Faults)
-					}
-					if !rep.OK() {
-						t.Fatalf("%s: %v", rep, rep.Examples)
-					}
-					switch f {
-					case chaos.FaultKill, chaos.FaultPartition:
-						// The victim is gone or cut off: its slots move, each time.
-						if len(rep.Takeovers) != rep.Faults {
-							t.Fatalf("slots moved after %d of %d faults, want all", len(rep.Takeovers), rep.Faults)
-						}
-					case chaos.FaultTerminateOwner, chaos.FaultTerminateAll, chaos.FaultStop:
-						// The owner reconnects and renews within its lease; a paused
-						// owner keeps its connection: its slots are not taken.
-						if rep.Kept != rep.Faults {
-							t.Fatalf("the owner kept its slots after %d of %d faults, want all (takeovers %v)", rep.Kept, rep.Faults, rep.Takeovers)
-						}
-					}
-					// What repeats after a fault is what was in flight (slots x
-					// concurrency) plus the progress not yet flushed; a margin of
-					// as much again for a loaded machine.
-					if limit := rep.Faults * 2 * rep.InFlight; rep.Repeats > limit {
-						t.Fatalf("%d repeats after %d faults: more than %d (twice what can be in flight per fault)", rep.Repeats, rep.Faults, limit)
-					}
+					run(t, f, execMode)
 				})
 			}
 		})
 	}
+}
+
+// runDir is a run's directory for its logs: PQ_FAULTS_KEEP/<test> when set
+// (kept for a post-mortem), else a temporary one.
+func runDir(t *testing.T) string {
+	keep := os.Getenv("PQ_FAULTS_KEEP")
+	if keep == "" {
+		return t.TempDir()
+	}
+	dir := filepath.Join(keep, strings.ReplaceAll(t.Name(), "/", "_"))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // seed is PQ_CHAOS_SEED when set (to replay a run), else the clock.
@@ -108,44 +123,31 @@ func seed(t *testing.T) uint64 {
 // TestResizeUnderFaults.
 func TestFaultsDuringResize(t *testing.T) {
 	cl := needCluster(t)
-	for _, f := range []chaos.Fault{chaos.FaultKill, chaos.FaultTerminateAll, chaos.FaultRestart} {
-		t.Run(string(f), func(t *testing.T) {
-			for _, execMode := range []bool{false, true} {
-				mode := "library"
-				if execMode {
-					mode = "exec"
-				}
-				t.Run(mode, func(t *testing.T) {
-					if f != chaos.FaultRestart { // a restart would hit both runs
-						t.Parallel()
-					}
-					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-					defer cancel()
-					rep, err := chaos.RunFault(ctx, cl, chaos.FaultConfig{Fault: f, Exec: execMode, Resizes: []int{8, 3, 6},
-						WorkerBin: workerBin, ExecBin: cliBin, RunWatchBin: watchBin,
-						Engine: pgtest.Engine(t), Dir: t.TempDir(), WorkerLog: workerLog(t), Logf: t.Logf, Seed: seed(t)})
-					t.Logf("%s", rep)
-					if err != nil {
-						t.Fatalf("fault run: %v", err)
-					}
-					if rep.Faults != 3 {
-						t.Fatalf("%d faults were done, want 3", rep.Faults)
-					}
-					if !rep.OK() {
-						t.Fatalf("%s: %v", rep, rep.Examples)
-					}
-					// A fault 0-500ms after its resize starts: the cutover comes
-					// with the next tick (10ms) and the old slots' drain takes
-					// their handlers' holds (up to 1.2s), so most faults hit a
-					// resize in flight; at least one must, or nothing was tested.
-					if rep.InFlightHits() == 0 {
-						t.Fatalf("no fault hit a resize in flight: %v", rep.ResizeHits)
-					}
-					if limit := rep.Faults * 2 * rep.InFlight; rep.Repeats > limit {
-						t.Fatalf("%d repeats after %d faults: more than %d (twice what can be in flight per fault)", rep.Repeats, rep.Faults, limit)
-					}
-				})
-			}
-		})
-	}
+	eachFaultMode(t, []chaos.Fault{chaos.FaultKill, chaos.FaultTerminateAll, chaos.FaultRestart}, func(t *testing.T, f chaos.Fault, execMode bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		rep, err := chaos.RunFault(ctx, cl, chaos.FaultConfig{Fault: f, Exec: execMode, Resizes: []int{8, 3, 6},
+			WorkerBin: workerBin, ExecBin: cliBin, RunWatchBin: watchBin,
+			Engine: pgtest.Engine(t), Dir: runDir(t), WorkerLog: workerLog(t), Logf: t.Logf, Seed: seed(t)})
+		t.Logf("%s", rep)
+		if err != nil {
+			t.Fatalf("fault run: %v", err)
+		}
+		if rep.Faults != 3 {
+			t.Fatalf("%d faults were done, want 3", rep.Faults)
+		}
+		if !rep.OK() {
+			t.Fatalf("%s: %v", rep, rep.Examples)
+		}
+		// A fault 0-500ms after its resize starts: the cutover comes
+		// with the next tick (10ms) and the old slots' drain takes
+		// their handlers' holds (up to 1.2s), so most faults hit a
+		// resize in flight; at least one must, or nothing was tested.
+		if rep.InFlightHits() == 0 {
+			t.Fatalf("no fault hit a resize in flight: %v", rep.ResizeHits)
+		}
+		if limit := rep.Faults * 2 * rep.InFlight; rep.Repeats > limit {
+			t.Fatalf("%d repeats after %d faults: more than %d (twice what can be in flight per fault)", rep.Repeats, rep.Faults, limit)
+		}
+	})
 }
