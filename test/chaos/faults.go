@@ -96,6 +96,11 @@ type FaultConfig struct {
 	// (FaultReport.ResizeHits says which); the next round waits for the
 	// resize to end, and so does the end of the run.
 	Resizes []int
+	// SendDuringResize sends 8 events of keys of their own as each resize
+	// starts: they make the tick that is its cutover at once, so that the
+	// fault hits the old slots' drain (a quiet queue ticks only after its
+	// idle period, and most faults then hit before the cutover).
+	SendDuringResize bool
 	// Engine is the database's queue engine. Defaults to PgQ.
 	Engine freshdb.Engine
 	// Dir holds the run logs. Required.
@@ -177,7 +182,9 @@ const (
 )
 
 // InFlightHits is how many faults hit a resize in flight.
-func (r FaultReport) InFlightHits() int { return r.ResizeHits[HitBeforeCutover] + r.ResizeHits[HitDraining] }
+func (r FaultReport) InFlightHits() int {
+	return r.ResizeHits[HitBeforeCutover] + r.ResizeHits[HitDraining]
+}
 
 func (r FaultReport) String() string {
 	mode := "library"
@@ -217,6 +224,10 @@ type faultRun struct {
 	poison  map[int64]bool   // the poison events' ids: skipped by the operator
 	dead    map[string][]int // the poison events skipped, by key (their seqs)
 	seqOf   map[int64]int    // every event's seq
+	// sentDuring counts, by key, the events sent as resizes start (keys of
+	// their own, ordinary events): they make the tick that is the resize's
+	// cutover, so that faults hit its drain too, not only its wait.
+	sentDuring map[string]int
 }
 
 // faultProc is one worker process (and its proxy, in the partition runs).
@@ -255,7 +266,7 @@ func RunFault(ctx context.Context, cl *Cluster, cfg FaultConfig) (FaultReport, e
 		slots = max(slots, prev+n)
 	}
 	r := &faultRun{cfg: cfg, cl: cl, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x51)), died: map[string]time.Time{},
-		poison: map[int64]bool{}, dead: map[string][]int{}, seqOf: map[int64]int{},
+		poison: map[int64]bool{}, dead: map[string][]int{}, seqOf: map[int64]int{}, sentDuring: map[string]int{},
 		rep: &FaultReport{Fault: cfg.Fault, Exec: cfg.Exec, Seed: cfg.Seed, InFlight: slots*cfg.Concurrency + partitionq.DrainConcurrencyDefault}}
 	if len(cfg.Resizes) > 0 {
 		r.rep.ResizeHits = map[string]int{}
@@ -322,6 +333,10 @@ func RunFault(ctx context.Context, cl *Cluster, cfg FaultConfig) (FaultReport, e
 		}
 		r.rep.Faults++
 	}
+	for k, n := range r.sentDuring {
+		sent[k] = n
+		total += n
+	}
 	if err := poll(ctx, 2*time.Minute, fmt.Sprintf("all %d events handled or skipped", total), func(ctx context.Context) (bool, error) {
 		if err := r.skipPoison(ctx, false); err != nil {
 			return false, err
@@ -364,6 +379,11 @@ func (r *faultRun) resize(ctx context.Context, n int) error {
 	if _, err := r.client.Resize(ctx, partitionq.ResizeRequest{Queue: queueName, Group: groupName, Slots: n, Reason: "faults during a resize", Actor: "faults"}); err != nil {
 		return fmt.Errorf("resize to %d slots: %w", n, err)
 	}
+	if r.cfg.SendDuringResize {
+		if err := r.sendDuringResize(ctx); err != nil {
+			return err
+		}
+	}
 	if err := sleepCtx(ctx, time.Duration(r.rng.IntN(500))*time.Millisecond); err != nil {
 		return err
 	}
@@ -380,6 +400,29 @@ func (r *faultRun) resize(ctx context.Context, n int) error {
 	}
 	r.rep.ResizeHits[hit]++
 	r.cfg.Logf("faults: resizing to %d slots; the fault hits %s", n, hit)
+	return nil
+}
+
+// sendDuringResize sends one event for each of 8 keys of their own
+// (FaultConfig.SendDuringResize).
+func (r *faultRun) sendDuringResize(ctx context.Context) error {
+	var ms []partitionq.Message
+	var keys []string
+	for k := range 8 {
+		key := fmt.Sprintf("r-%d", k)
+		b, _ := json.Marshal(map[string]any{"k": key, "s": r.sentDuring[key]})
+		ms, keys = append(ms, partitionq.Message{Key: key, Type: "FileCreated", Payload: b}), append(keys, key)
+	}
+	res, err := r.client.SendBatch(ctx, queueName, ms)
+	if err != nil {
+		return fmt.Errorf("send as a resize starts: %w", err)
+	}
+	r.mu.Lock()
+	for i, x := range res {
+		r.seqOf[x.ID] = r.sentDuring[keys[i]]
+		r.sentDuring[keys[i]]++
+	}
+	r.mu.Unlock()
 	return nil
 }
 

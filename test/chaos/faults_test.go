@@ -126,7 +126,12 @@ func TestFaultsDuringResize(t *testing.T) {
 	eachFaultMode(t, []chaos.Fault{chaos.FaultKill, chaos.FaultTerminateAll, chaos.FaultRestart}, func(t *testing.T, f chaos.Fault, execMode bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		rep, err := chaos.RunFault(ctx, cl, chaos.FaultConfig{Fault: f, Exec: execMode, Resizes: []int{8, 3, 6},
+		// PQ_RESIZE_DRAIN_FAULTS=1 sends events as each resize starts, so
+		// that the faults hit the old slots' drain: an open finding
+		// (docs/chaos.md, "Faults during a resize") makes kill/exec fail
+		// then, so make test leaves it out.
+		drain := os.Getenv("PQ_RESIZE_DRAIN_FAULTS") != ""
+		rep, err := chaos.RunFault(ctx, cl, chaos.FaultConfig{Fault: f, Exec: execMode, Resizes: []int{8, 3, 6}, SendDuringResize: drain,
 			WorkerBin: workerBin, ExecBin: cliBin, RunWatchBin: watchBin,
 			Engine: pgtest.Engine(t), Dir: runDir(t), WorkerLog: workerLog(t), Logf: t.Logf, Seed: seed(t)})
 		t.Logf("%s", rep)
