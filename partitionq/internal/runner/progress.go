@@ -156,6 +156,7 @@ func resetProgress(ctx context.Context, tx pgx.Tx, queue, group string, n int, s
 	batch.Queue(`
 		insert into partitionq.slot_progress as p (queue, grp, n, slot, batch_id, done_below, done, handled, failed, updated_at, finished_at)
 		select $1, $2, $6, u.slot, null, 0, '', u.h, u.f, clock_timestamp(), clock_timestamp() from unnest($3::int4[], $4::int8[], $5::int8[]) u(slot, h, f)
+		 order by u.slot -- rows locked in slot order, as every write of several slots' rows does: no deadlock
 		on conflict (queue, grp, n, slot) do update
 		   set batch_id = null, done_below = 0, done = '', handled = p.handled + excluded.handled,
 		       failed = p.failed + excluded.failed, updated_at = excluded.updated_at, finished_at = excluded.finished_at`, queue, group, slots, handled, failed, n)
@@ -259,6 +260,7 @@ func (r *Runner) flushLocked(ctx context.Context) error {
 			select $1, $2, $10, u.slot, u.batch, u.below, u.done, u.h, u.f, clock_timestamp()
 			  from unnest($3::int4[], $4::int8[], $5::int8[], $6::bytea[], $7::int8[], $8::int8[], $9::bool[]) u(slot, batch, below, done, h, f, keep)
 			 where u.keep
+			 order by u.slot -- in slot order, as the finish's reset: a flush and a finish never deadlock
 			on conflict (queue, grp, n, slot) do update
 			   set batch_id = excluded.batch_id, done_below = excluded.done_below, done = excluded.done,
 			       handled = p.handled + excluded.handled, failed = p.failed + excluded.failed, updated_at = excluded.updated_at`,

@@ -58,6 +58,7 @@ func recordStmt(queue, group string, n int, slots []int32, handled, failed []int
 		               where r.queue = $1 and r.grp = $2 and r.n = $7 and r.slot = any($3::int4[]) and r.sec < now.sec - $6)
 		insert into partitionq.slot_rate as r (queue, grp, n, slot, sec, handled, failed)
 		select $1, $2, $7, u.slot, now.sec, u.h, u.f from now, unnest($3::int4[], $4::int8[], $5::int8[]) u(slot, h, f)
+		 order by u.slot -- in slot order: two writers never deadlock
 		on conflict (queue, grp, n, slot, sec) do update set handled = r.handled + excluded.handled, failed = r.failed + excluded.failed`,
 		[]any{queue, group, ss, hs, fs, int64(Keep / time.Second), n}, true
 }
