@@ -319,6 +319,11 @@ func RunFault(ctx context.Context, cl *Cluster, cfg FaultConfig) (FaultReport, e
 			return *r.rep, err
 		}
 		if len(cfg.Resizes) > 0 {
+			if round > 0 {
+				if err := r.resizeEnded(ctx, cfg.Resizes[round-1]); err != nil {
+					return *r.rep, err
+				}
+			}
 			if err := r.resize(ctx, cfg.Resizes[round]); err != nil {
 				return *r.rep, err
 			}
@@ -367,15 +372,9 @@ func RunFault(ctx context.Context, cl *Cluster, cfg FaultConfig) (FaultReport, e
 	return *r.rep, nil
 }
 
-// resize waits for the previous resize to end, starts one to n slots, and
-// lets it run 0-500ms; then it notes the state the fault will hit.
+// resize starts a resize to n slots and lets it run 0-500ms; then it
+// notes the state the fault will hit.
 func (r *faultRun) resize(ctx context.Context, n int) error {
-	if err := poll(ctx, 2*time.Minute, "the previous resize ended", func(ctx context.Context) (bool, error) {
-		g, err := r.client.Group(ctx, queueName, groupName)
-		return err == nil && g.Resize == nil, err
-	}); err != nil {
-		return err
-	}
 	if _, err := r.client.Resize(ctx, partitionq.ResizeRequest{Queue: queueName, Group: groupName, Slots: n, Reason: "faults during a resize", Actor: "faults"}); err != nil {
 		return fmt.Errorf("resize to %d slots: %w", n, err)
 	}
@@ -426,7 +425,8 @@ func (r *faultRun) sendDuringResize(ctx context.Context) error {
 	return nil
 }
 
-// resizeEnded waits for the last resize to end, at n slots.
+// resizeEnded waits for the resize to n slots to end (before the next
+// one, and at the end of the run).
 func (r *faultRun) resizeEnded(ctx context.Context, n int) error {
 	return poll(ctx, 2*time.Minute, fmt.Sprintf("the resize to %d slots ended", n), func(ctx context.Context) (bool, error) {
 		g, err := r.client.Group(ctx, queueName, groupName)
