@@ -118,7 +118,7 @@ CHAOS ?= run -long
 FUZZTIME ?= 10s
 FUZZ_TARGETS := partitionq:FuzzValidateKey partitionq:FuzzMessageValidate partitionq:FuzzValidateName \
 	partitionq:FuzzSendBatch partitionq:FuzzSetup internal/cli:FuzzDecodeLine internal/cli:FuzzSendLines \
-	internal/termsafe:FuzzEscape
+	partitionq/termsafe:FuzzLine partitionq/termsafe:FuzzEcho
 
 .PHONY: chaos soak fuzz
 
@@ -135,4 +135,6 @@ soak: ## Soak with faults for SOAK (default 5m; SOAK=1h for the long form), own 
 	go run ./test/cmd/chaos soak -duration $(SOAK) $(SOAKFLAGS)
 
 fuzz: ## Run each fuzz target for FUZZTIME (default 10s)
-	@$(WITH_DB) set -x; for t in $(FUZZ_TARGETS); do go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*}; done
+	@$(WITH_DB) set -e; for t in $(FUZZ_TARGETS); do \
+		go test -list "^$${t#*:}$$" ./$${t%%:*} | grep -x "$${t#*:}" >/dev/null || { echo "make fuzz: no fuzz target $${t#*:} in ./$${t%%:*} (FUZZ_TARGETS in the Makefile)"; exit 1; }; \
+		set -x; go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*}; set +x; done

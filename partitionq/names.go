@@ -7,7 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/partitionq/partitionq/internal/termsafe"
+	"github.com/partitionq/partitionq/partitionq/termsafe"
 )
 
 // Limits on names, keys and the number of slots.
@@ -111,7 +111,7 @@ func validateActorReason(actor, reason string) error {
 }
 
 // shorten quotes a value for a ValidationError: clipped, escaped
-// (internal/termsafe.Echo, the helper of every error that echoes input).
+// (partitionq/termsafe.Echo, the helper of every error that echoes input).
 func shorten(v string) string { return termsafe.Echo(v) }
 
 // consumerName is the engine consumer of one slot: "<group>#<slot>/<n>".

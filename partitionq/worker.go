@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/partitionq/partitionq/internal/connstr"
+	"github.com/partitionq/partitionq/partitionq/connstr"
 	"github.com/partitionq/partitionq/partitionq/internal/runner"
 	"github.com/partitionq/partitionq/partitionq/internal/store"
 	"github.com/partitionq/partitionq/partitionq/internal/ticker"

@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/partitionq/partitionq/internal/connstr"
 	"github.com/partitionq/partitionq/partitionq"
+	"github.com/partitionq/partitionq/partitionq/connstr"
 	"github.com/partitionq/partitionq/test/netproxy"
 	"github.com/partitionq/partitionq/test/pgtest"
 )

@@ -9,7 +9,7 @@ import (
 	"github.com/charmbracelet/bubbles/textinput"
 	tea "github.com/charmbracelet/bubbletea"
 
-	"github.com/partitionq/partitionq/internal/dlqfilter"
+	"github.com/partitionq/partitionq/partitionq/dlqfilter"
 
 	"github.com/partitionq/partitionq/partitionq"
 )
@@ -62,7 +62,7 @@ type deadView struct {
 
 	filter     textinput.Model
 	filtering  bool   // the filter input has the keyboard
-	filterExpr string // the filter applied (internal/dlqfilter's words)
+	filterExpr string // the filter applied (partitionq/dlqfilter's words)
 	filterErr  error  // why the filter applied selects nothing
 }
 

@@ -11,7 +11,7 @@ import (
 	"github.com/charmbracelet/lipgloss"
 	"github.com/muesli/termenv"
 
-	"github.com/partitionq/partitionq/internal/dlqfilter"
+	"github.com/partitionq/partitionq/partitionq/dlqfilter"
 
 	"github.com/partitionq/partitionq/partitionq"
 )

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/partitionq/partitionq/internal/connstr"
-	"github.com/partitionq/partitionq/internal/dlqfilter"
+	"github.com/partitionq/partitionq/partitionq/connstr"
+	"github.com/partitionq/partitionq/partitionq/dlqfilter"
 
 	tea "github.com/charmbracelet/bubbletea"
 
@@ -26,7 +26,7 @@ type tickMsg struct{ gen int }
 type fetchPlan struct {
 	deadLetters bool
 	deadAll     bool   // replayed ones too
-	deadFilter  string // the dead-letter filter expression (internal/dlqfilter), if any
+	deadFilter  string // the dead-letter filter expression (partitionq/dlqfilter), if any
 	audit       bool
 	hotKeys     bool   // the hot keys view shows
 	previewKey  string // the key whose waiting events to read, if any
@@ -49,7 +49,7 @@ const (
 // snapshotMsg is the result of one refresh. Its texts are as the library
 // returned them: untrusted (keys, types, payloads, errors, reasons, names
 // come from tenants, producers, handlers and operators). Views show them
-// only through line and text (safe.go), which apply internal/termsafe's
+// only through line and text (safe.go), which apply partitionq/termsafe's
 // rule, so that none can act on the operator's terminal; actions use them
 // as they are.
 type snapshotMsg struct {

@@ -13,8 +13,8 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/partitionq/partitionq/internal/connstr"
 	"github.com/partitionq/partitionq/partitionq"
+	"github.com/partitionq/partitionq/partitionq/connstr"
 	"github.com/partitionq/partitionq/test/netproxy"
 )
 

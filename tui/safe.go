@@ -3,13 +3,13 @@ package tui
 import (
 	"strings"
 
-	"github.com/partitionq/partitionq/internal/termsafe"
+	"github.com/partitionq/partitionq/partitionq/termsafe"
 )
 
 // Every text of a snapshot that comes from tenants, producers, handlers or
 // operators (keys, types, payloads, errors, reasons, actors, roles, worker
 // names) reaches the screen through one of these, which apply the one
-// escaping rule of internal/termsafe (the CLI applies the same): nothing
+// escaping rule of partitionq/termsafe (the CLI applies the same): nothing
 // can act on the operator's terminal, and nothing breaks a row or the
 // frame. Actions use the texts as the library returned them.
 

@@ -11,9 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/partitionq/partitionq/internal/connstr"
-	"github.com/partitionq/partitionq/internal/termsafe"
 	"github.com/partitionq/partitionq/partitionq"
+	"github.com/partitionq/partitionq/partitionq/connstr"
+	"github.com/partitionq/partitionq/partitionq/termsafe"
 )
 
 // session is an open pool and the client built on it. close closes the pool.

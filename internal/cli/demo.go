@@ -16,11 +16,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/partitionq/partitionq/internal/connstr"
 	"github.com/partitionq/partitionq/internal/demo"
 	"github.com/partitionq/partitionq/internal/freshdb"
-	"github.com/partitionq/partitionq/internal/termsafe"
 	"github.com/partitionq/partitionq/partitionq"
+	"github.com/partitionq/partitionq/partitionq/connstr"
+	"github.com/partitionq/partitionq/partitionq/termsafe"
 	"github.com/partitionq/partitionq/tui"
 )
 

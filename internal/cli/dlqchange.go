@@ -9,8 +9,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/partitionq/partitionq/internal/dlqfilter"
 	"github.com/partitionq/partitionq/partitionq"
+	"github.com/partitionq/partitionq/partitionq/dlqfilter"
 )
 
 // bulkFlags are what dlq replay and dlq purge share beyond the filters.

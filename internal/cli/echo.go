@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/partitionq/partitionq/internal/termsafe"
+	"github.com/partitionq/partitionq/partitionq/termsafe"
 )
 
 // Every error that echoes what the user gave (a flag value, an argument, a

@@ -10,9 +10,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/partitionq/partitionq/internal/dlqfilter"
-	"github.com/partitionq/partitionq/internal/termsafe"
 	"github.com/partitionq/partitionq/partitionq"
+	"github.com/partitionq/partitionq/partitionq/dlqfilter"
+	"github.com/partitionq/partitionq/partitionq/termsafe"
 )
 
 // target is the queue and consumer group a command acts on.

@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	"go.yaml.in/yaml/v2"
 
-	"github.com/partitionq/partitionq/internal/termsafe"
+	"github.com/partitionq/partitionq/partitionq/termsafe"
 )
 
 // checkMetricsAddr refuses a --metrics-addr that is not HOST:PORT with a

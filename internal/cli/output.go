@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/partitionq/partitionq/internal/termsafe"
+	"github.com/partitionq/partitionq/partitionq/termsafe"
 )
 
 // lockedWriter serializes writes from many goroutines.
@@ -32,7 +32,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 }
 
 // writeJSON writes v as indented JSON followed by a newline. Values are
-// exact; the characters the escaping rule of internal/termsafe escapes are
+// exact; the characters the escaping rule of partitionq/termsafe escapes are
 // written as JSON escapes, never raw.
 func writeJSON(w io.Writer, v any) error {
 	var b bytes.Buffer
@@ -52,7 +52,7 @@ func writeJSON(w io.Writer, v any) error {
 const cellMax = 60
 
 // table writes aligned columns. Every cell is untrusted text until shown:
-// it is escaped by the rule of internal/termsafe (one line) and clipped to
+// it is escaped by the rule of partitionq/termsafe (one line) and clipped to
 // its column's width, keeping both ends.
 type table struct {
 	tw    *tabwriter.Writer
@@ -105,7 +105,7 @@ func (t *table) row(cells ...string) {
 func (t *table) flush() error { return t.tw.Flush() }
 
 // quote writes an untrusted text inside a sentence: escaped by the rule of
-// internal/termsafe, between double quotes.
+// partitionq/termsafe, between double quotes.
 func quote(s string) string { return termsafe.Quote(s) }
 
 // Times in tables are local, to the second; in JSON they are UTC RFC 3339.
@@ -147,7 +147,7 @@ func dash(s string) string {
 }
 
 // indent indents a multi-line untrusted text shown whole (escaped by the
-// rule of internal/termsafe, its lines kept).
+// rule of partitionq/termsafe, its lines kept).
 func indent(s string) string {
 	return "  " + strings.ReplaceAll(termsafe.Text(s), "\n", "\n  ")
 }

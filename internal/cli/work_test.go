@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/partitionq/partitionq/internal/cli"
-	"github.com/partitionq/partitionq/internal/connstr"
+	"github.com/partitionq/partitionq/partitionq/connstr"
 )
 
 // script writes a shell script into dir and returns the --exec to run it.

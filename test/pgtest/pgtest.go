@@ -22,8 +22,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/partitionq/partitionq/internal/connstr"
 	"github.com/partitionq/partitionq/internal/freshdb"
+	"github.com/partitionq/partitionq/partitionq/connstr"
 )
 
 // AdminURL returns the URL of the server's maintenance database.
@@ -107,7 +107,7 @@ func New(t testing.TB) DB {
 }
 
 // ReplaceDB points a URL or keyword/value connection string at the
-// database to, wherever the string names its database (internal/connstr);
+// database to, wherever the string names its database (partitionq/connstr);
 // from is not needed.
 func ReplaceDB(connStr, from, to string) string {
 	s, err := connstr.WithDatabase(connStr, to)

@@ -19,8 +19,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partitionq/partitionq/internal/cli"
-	"github.com/partitionq/partitionq/internal/connstr"
 	"github.com/partitionq/partitionq/partitionq"
+	"github.com/partitionq/partitionq/partitionq/connstr"
 	"github.com/partitionq/partitionq/test/pgtest"
 )
 

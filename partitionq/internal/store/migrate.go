@@ -13,8 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/partitionq/partitionq/internal/pglock"
 	"github.com/partitionq/partitionq/partitionq/internal/db"
+	"github.com/partitionq/partitionq/partitionq/internal/pglock"
 )
 
 // The schema is the numbered SQL files of migration/, each upgrading the

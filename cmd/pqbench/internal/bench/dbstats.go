@@ -16,7 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/partitionq/partitionq/internal/connstr"
+	"github.com/partitionq/partitionq/partitionq/connstr"
 )
 
 // Server is the PostgreSQL server under test.
@@ -251,7 +251,7 @@ func (s *Server) clusterCPU() time.Duration {
 // ---------------------------------------------------------------- URLs
 
 // replaceDB points the connection string connStr at the database db
-// (internal/connstr). Run has checked that connStr parses.
+// (partitionq/connstr). Run has checked that connStr parses.
 func replaceDB(connStr, db string) string {
 	s, err := connstr.WithDatabase(connStr, db)
 	if err != nil {

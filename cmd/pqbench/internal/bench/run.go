@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/partitionq/partitionq/internal/connstr"
 	"github.com/partitionq/partitionq/internal/freshdb"
+	"github.com/partitionq/partitionq/partitionq/connstr"
 )
 
 // Main runs pqbench with args and returns the exit code: 0 when every run

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/partitionq/partitionq/internal/connstr"
+	"github.com/partitionq/partitionq/partitionq/connstr"
 )
 
 // forms are the connection strings users write: the README's URL, each

@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/partitionq/partitionq/internal/termsafe"
 	"github.com/partitionq/partitionq/partitionq"
+	"github.com/partitionq/partitionq/partitionq/termsafe"
 )
 
 // Fields names the fields a filter takes, for help texts.

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/partitionq/partitionq/internal/connstr"
+	"github.com/partitionq/partitionq/partitionq/connstr"
 	"github.com/partitionq/partitionq/test/pgtest"
 )
 
