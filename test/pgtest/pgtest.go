@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -68,43 +69,154 @@ func Engine(t testing.TB) freshdb.Engine {
 // by default) and registers its drop with t.Cleanup.
 func New(t testing.TB) DB {
 	t.Helper()
-	eng := Engine(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	admin, err := pgx.ParseConfig(AdminURL())
+	f, skip, err := prepare(ctx)
 	if err != nil {
-		t.Fatalf("PARTITIONQ_TEST_DATABASE_URL or DATABASE_URL: %v", err)
-	}
-	if conn, err := pgx.ConnectConfig(ctx, admin); err != nil {
-		if os.Getenv("PARTITIONQ_REQUIRE_DB") != "" {
-			t.Fatalf("no test database server at %s: %v (run scripts/devdb.sh)", AdminURL(), err)
-		}
-		t.Skipf("no test database server at %s: %v (run `make test`, which brings one up)", AdminURL(), err)
-	} else {
-		conn.Close(ctx)
-	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	name := "pqtest_" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		if t.Failed() && os.Getenv("PQ_TEST_KEEP_FAILED") != "" { // debug aid: keep a failed test's database
-			t.Logf("kept the failed test's database %s (PQ_TEST_KEEP_FAILED)", name)
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := freshdb.Drop(ctx, admin, name); err != nil {
-			t.Errorf("drop database %s: %v", name, err)
-		}
-	})
-	if _, err := freshdb.Create(ctx, admin, freshdb.Spec{Name: name, Engine: eng}); err != nil {
-		if eng.Name == freshdb.PgQ {
-			t.Fatalf("%v (install postgresql-<major>-pgq3; scripts/devdb.sh does)", err)
-		}
 		t.Fatal(err)
 	}
-	return DB{Name: name, URL: ReplaceDB(AdminURL(), admin.Database, name), Schema: eng.Schema()}
+	if skip != "" {
+		t.Skip(skip)
+	}
+	t.Cleanup(func() {
+		if t.Failed() && keepFailed() { // debug aid: keep a failed test's database
+			t.Logf("kept the failed test's database %s (PQ_TEST_KEEP_FAILED)", f.name)
+			return
+		}
+		if err := f.drop(); err != nil {
+			t.Errorf("drop database %s: %v", f.name, err)
+		}
+	})
+	db, err := f.create(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
 }
+
+// Shared is one test database for a whole package, for tests that would
+// spend more on making a database and installing the engine than on what
+// they check. The zero value is ready: the first test that calls DB makes
+// the database, and TestMain drops it with Close:
+//
+//	var shared pgtest.Shared
+//
+//	func TestMain(m *testing.M) { os.Exit(shared.Close(m.Run())) }
+//
+// The tests must keep out of each other's way (a queue each, or work in a
+// transaction rolled back, as with InTx). DB is safe for concurrent use by
+// the package's tests; Close comes after them.
+type Shared struct {
+	once sync.Once
+	f    fresh // f.name is set once the database is named: Close drops it, made or half made
+	db   DB
+	skip string // why tests are skipped: no server answers
+	err  error  // why tests fail
+}
+
+// DB returns the package's database, made on the first call with the
+// engine of PARTITIONQ_ENGINE as New installs it. As with New, t is
+// skipped when no server answers and PARTITIONQ_REQUIRE_DB is not set, and
+// fails when the database cannot be made; so is every later test.
+func (s *Shared) DB(t testing.TB) DB {
+	t.Helper()
+	s.once.Do(s.make)
+	if s.skip != "" {
+		t.Skip(s.skip)
+	}
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	return s.db
+}
+
+func (s *Shared) make() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	f, skip, err := prepare(ctx)
+	if err != nil || skip != "" {
+		s.skip, s.err = skip, err
+		return
+	}
+	s.f = f // named before it is made: a database half made is dropped too
+	s.db, s.err = f.create(ctx)
+}
+
+// Close drops the database, if one was made, for TestMain once the tests
+// have run with exit code code; as with New, a failed run's database
+// (code != 0) is kept when PQ_TEST_KEEP_FAILED is set. It returns the exit
+// code: code, or 1 when the drop failed. Close the package's pools on the
+// database first.
+func (s *Shared) Close(code int) int {
+	if s.f.name == "" {
+		return code
+	}
+	if code != 0 && keepFailed() {
+		fmt.Fprintf(os.Stderr, "kept the failed tests' database %s (PQ_TEST_KEEP_FAILED)\n", s.f.name)
+		return code
+	}
+	if err := s.f.drop(); err != nil {
+		fmt.Fprintf(os.Stderr, "drop database %s: %v\n", s.f.name, err)
+		return 1
+	}
+	s.f.name = "" // dropped
+	return code
+}
+
+// fresh is a database to make: its name, the engine to install and the
+// server, as New and Shared make them.
+type fresh struct {
+	name  string
+	eng   freshdb.Engine
+	admin *pgx.ConnConfig
+}
+
+// prepare reads the engine (PARTITIONQ_ENGINE) and the server, checks that
+// the server answers and names a new database. When no server answers it
+// returns why in skip, or, with PARTITIONQ_REQUIRE_DB set, in err.
+func prepare(ctx context.Context) (f fresh, skip string, err error) {
+	if f.eng, err = freshdb.FromEnv(nil); err != nil {
+		return fresh{}, "", err
+	}
+	if f.admin, err = pgx.ParseConfig(AdminURL()); err != nil {
+		return fresh{}, "", fmt.Errorf("PARTITIONQ_TEST_DATABASE_URL or DATABASE_URL: %w", err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, f.admin)
+	if err != nil {
+		if os.Getenv("PARTITIONQ_REQUIRE_DB") != "" {
+			return fresh{}, "", fmt.Errorf("no test database server at %s: %w (run scripts/devdb.sh)", AdminURL(), err)
+		}
+		return fresh{}, fmt.Sprintf("no test database server at %s: %v (run `make test`, which brings one up)", AdminURL(), err), nil
+	}
+	conn.Close(ctx)
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	f.name = "pqtest_" + hex.EncodeToString(b)
+	return f, "", nil
+}
+
+// create makes the database with the engine installed. On an error it may
+// exist, half made: drop it.
+func (f fresh) create(ctx context.Context) (DB, error) {
+	if _, err := freshdb.Create(ctx, f.admin, freshdb.Spec{Name: f.name, Engine: f.eng}); err != nil {
+		if f.eng.Name == freshdb.PgQ {
+			return DB{}, fmt.Errorf("%w (install postgresql-<major>-pgq3; scripts/devdb.sh does)", err)
+		}
+		return DB{}, err
+	}
+	return DB{Name: f.name, URL: ReplaceDB(AdminURL(), f.admin.Database, f.name), Schema: f.eng.Schema()}, nil
+}
+
+// drop drops the database, made or half made.
+func (f fresh) drop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return freshdb.Drop(ctx, f.admin, f.name)
+}
+
+// keepFailed reports whether a failed test's database is to be kept
+// (PQ_TEST_KEEP_FAILED, a debug aid).
+func keepFailed() bool { return os.Getenv("PQ_TEST_KEEP_FAILED") != "" }
 
 // ReplaceDB points a URL or keyword/value connection string at the
 // database to, wherever the string names its database (partitionq/connstr);
