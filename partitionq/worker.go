@@ -392,6 +392,7 @@ type Worker struct {
 	sig        atomic.Value    // string: store.Signature at the last look
 	status     statusCache     // the metrics' gauges (one read for every generation)
 	runners    sync.WaitGroup
+	keys       runner.KeyGuard // one run of a key at a time, across the runs of every generation
 }
 
 // genRun is the run of one generation's slots.
@@ -814,7 +815,7 @@ func (w *Worker) newRunner(x generation, gr *genRun) *runner.Runner {
 		Parent: x.parent, ParentSubs: x.parentSubs, SchemaVersion: store.Latest(), OnRenew: w.onRenew,
 		Concurrency: w.cfg.Concurrency, DrainConcurrency: w.cfg.DrainConcurrency, Policy: policy, MaxAttempts: maxAttempts,
 		Backoff:        func(n int) time.Duration { return backoff(w.cfg.BackoffMin, w.cfg.BackoffMax, n) },
-		HandlerTimeout: hto, Handle: w.handleFunc(gr),
+		HandlerTimeout: hto, Handle: w.handleFunc(gr), Keys: &w.keys,
 		PollInterval: w.cfg.PollInterval, StandbyPoll: w.cfg.StandbyPoll, HeadScanInterval: w.cfg.HeadScanInterval,
 		MaxBlocked: w.cfg.MaxBlocked, MaxBlockedDeadLetter: w.cfg.MaxBlockedDeadLetter,
 		ChunkSize: chunkSize, BatchMaxEvents: maxEvents, MaxReaders: workerReaders,

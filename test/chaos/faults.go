@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -172,6 +174,10 @@ type FaultReport struct {
 	// "old slots draining" (past the cutover, some old slot not handed
 	// off), "after the end".
 	ResizeHits map[string]int
+	// KeyWaits counts the handler runs that waited for another run of
+	// their key in the same worker (the worker's key guard logs each): a
+	// path that would have run a key twice at once, made safe there.
+	KeyWaits int64
 }
 
 // The states of a resize a fault can hit (FaultReport.ResizeHits).
@@ -201,7 +207,40 @@ func (r FaultReport) String() string {
 		s += fmt.Sprintf("; resizes hit %s %d times, with %s %d, %s %d", HitBeforeCutover, r.ResizeHits[HitBeforeCutover],
 			HitDraining, r.ResizeHits[HitDraining], HitAfterEnd, r.ResizeHits[HitAfterEnd])
 	}
+	if r.KeyWaits > 0 {
+		s += fmt.Sprintf("; runs that waited for another run of their key in the same worker %d", r.KeyWaits)
+	}
 	return s
+}
+
+// keyWaitLog is what a worker logs when a run waits for another run of its
+// key in the same process (partitionq/internal/runner, KeyGuard).
+const keyWaitLog = "waits for another run of the key in this worker"
+
+// lineCounter passes a worker's log on to w and counts its lines holding
+// keyWaitLog into n (one per worker: a line's parts come in order).
+type lineCounter struct {
+	w       io.Writer
+	n       *atomic.Int64
+	partial []byte
+}
+
+func (c *lineCounter) Write(p []byte) (int, error) {
+	c.partial = append(c.partial, p...)
+	for {
+		i := bytes.IndexByte(c.partial, '\n')
+		if i < 0 {
+			break
+		}
+		if bytes.Contains(c.partial[:i], []byte(keyWaitLog)) {
+			c.n.Add(1)
+		}
+		c.partial = c.partial[i+1:]
+	}
+	if len(c.partial) > 64<<10 { // no newline for that long: not a log line to look at
+		c.partial = c.partial[:0]
+	}
+	return c.w.Write(p)
 }
 
 // OK reports a clean run: nothing lost, no order violation, no overlap.
@@ -209,13 +248,14 @@ func (r FaultReport) OK() bool { return r.Report.OK() }
 
 // faultRun is one run's state.
 type faultRun struct {
-	cfg    FaultConfig
-	cl     *Cluster
-	rng    *rand.Rand
-	url    string
-	pool   *pgxpool.Pool
-	client *partitionq.Client
-	rep    *FaultReport
+	cfg      FaultConfig
+	keyWaits atomic.Int64 // the workers' key-guard waits (lineCounter)
+	cl       *Cluster
+	rng      *rand.Rand
+	url      string
+	pool     *pgxpool.Pool
+	client   *partitionq.Client
+	rep      *FaultReport
 
 	mu      sync.Mutex
 	procs   []*faultProc
@@ -369,6 +409,7 @@ func RunFault(ctx context.Context, cl *Cluster, cfg FaultConfig) (FaultReport, e
 		return *r.rep, err
 	}
 	r.rep.Report = ordercheck.Check(sent, handlings, r.dead).WithRuns(runs)
+	r.rep.KeyWaits = r.keyWaits.Load()
 	return *r.rep, nil
 }
 
@@ -541,7 +582,7 @@ func (r *faultRun) start(ctx context.Context, i int) error {
 		r.addRunLog(log)
 	}
 	cmd.Stdout = io.Discard
-	cmd.Stderr = r.cfg.WorkerLog
+	cmd.Stderr = &lineCounter{w: r.cfg.WorkerLog, n: &r.keyWaits}
 	if err := cmd.Start(); err != nil {
 		return err
 	}

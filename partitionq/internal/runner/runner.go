@@ -112,6 +112,9 @@ type Config struct {
 	Backoff          func(attempt int) time.Duration
 	HandlerTimeout   time.Duration // <= 0: none
 	Handle           Handler
+	// Keys, shared by every runner of a worker, lets one run of a key at a
+	// time in the process (nil: no such guard beyond the runner's own).
+	Keys *KeyGuard
 
 	PollInterval     time.Duration // between looks for new ticks (a notification wakes at once)
 	StandbyPoll      time.Duration // between tries to take wanted slots owned by others
@@ -388,6 +391,14 @@ var errLost = errors.New("the slot is no longer owned")
 // ErrStatementPooling reports a connection pooler in statement mode, which
 // refuses the transactions partitionq needs.
 var ErrStatementPooling = errors.New("partitionq: the database connection goes through a pooler in statement mode, which refuses transactions: connect directly, or through session or transaction mode (docs/operations.md, \"Poolers\")")
+
+// keyWait logs a handler run of key that waits for another run of the key
+// in this process to return (KeyGuard).
+func (r *Runner) keyWait(key string, here, other Where) {
+	r.log.Warn("partitionq: a key's event waits for another run of the key in this worker to return",
+		slog.String("key", key), slog.Int64("event_id", here.EventID), slog.Int("slot", here.Slot), slog.Int("slots", here.N), slog.Int64("epoch", here.Epoch),
+		slog.Int64("running_event_id", other.EventID), slog.Int("running_slot", other.Slot), slog.Int("running_slots", other.N), slog.Int64("running_epoch", other.Epoch))
+}
 
 // ownedSlots returns the owned slot runs, by slot.
 func (r *Runner) ownedSlots() []*slotRun {

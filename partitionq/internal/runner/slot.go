@@ -129,6 +129,17 @@ func (s *slotRun) call(c Call) (res Result, aborted bool) {
 	}
 	s.inflight.Add(1)
 	defer s.inflight.Done()
+	if g := s.r.cfg.Keys; g != nil {
+		key := c.Event.Key
+		here := Where{N: s.r.cfg.N, Slot: s.slot, Epoch: s.epoch, EventID: c.Event.ID}
+		if !g.enter(key, here, s.ctx.Done(), func(w Where) { s.r.keyWait(key, here, w) }) {
+			return Result{Err: context.Cause(s.ctx)}, true
+		}
+		defer g.leave(key)
+		if !s.active() {
+			return Result{Err: errLost}, true
+		}
+	}
 	ctx := s.ctx
 	if t := s.r.cfg.HandlerTimeout; t > 0 {
 		cc := newCallCtx(ctx, t)

@@ -19,6 +19,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -268,8 +270,20 @@ func runFaults(ctx context.Context, args []string) int {
 	mode := fs.String("mode", "both", "workers: library, exec or both")
 	fs.IntVar(&cfg.Rounds, "rounds", 0, "faults of each kind (default 3; long 10)")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "random seed (default: the clock)")
+	resizes := fs.String("resizes", "", "resize the group before each fault, to these slot counts in turn (e.g. 8,3,6; one fault each, sent as it starts so the faults hit the drain; the make test form of this is TestFaultsDuringResize: 8,3)")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
+	}
+	if *resizes != "" {
+		for _, f := range strings.Split(*resizes, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 || n > 256 {
+				logf("error: -resizes %q: give slot counts from 1 to 256, separated by commas (e.g. 8,3,6)", *resizes)
+				return 2
+			}
+			cfg.Resizes = append(cfg.Resizes, n)
+		}
+		cfg.SendDuringResize = true
 	}
 	if *long {
 		cfg.Workers, cfg.Slots, cfg.Keys, cfg.EventsPerKey, cfg.Hold = 5, 8, 64, 20, 1500*time.Millisecond
