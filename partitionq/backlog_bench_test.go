@@ -13,7 +13,7 @@ import (
 
 // BenchmarkStatusAtBacklog times what an operator's day reads while a
 // backlog waits (docs/benchmarks.md, "Status at any backlog"): Status of
-// groups of 4, 64 and 256 slots, AllGroups (partitionq groups), Key (the
+// groups of 4, 64 and 256 slots, Groups (partitionq groups), Key (the
 // key view) and one console refresh (Status and BlockedKeys), at 10,000,
 // 1,000,000 and 10,000,000 pending events (90% on one key), loaded straight
 // into the queue's current event table, 50,000 a transaction with a tick
@@ -105,7 +105,7 @@ func BenchmarkStatusAtBacklog(b *testing.B) {
 		}
 		b.Run(fmt.Sprintf("pending=%s/groups", level.name), func(b *testing.B) {
 			for range b.N {
-				if gs, err := c.AllGroups(ctx); err != nil || len(gs) != len(ns) {
+				if gs, err := c.Groups(ctx, partitionq.GroupsQuery{}); err != nil || len(gs) != len(ns) {
 					b.Fatal(gs, err)
 				}
 			}

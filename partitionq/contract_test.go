@@ -183,6 +183,13 @@ func TestBadInput(t *testing.T) {
 	if _, err := b.client.Send(b.ctx, "nosuch", partitionq.Message{Key: "k"}); !errors.Is(err, partitionq.ErrNoSuchQueue) {
 		t.Fatalf("send to a missing queue: %v", err)
 	}
+	// An empty batch sends nothing and checks the queue (a producer's check).
+	if _, err := b.client.SendBatch(b.ctx, "nosuch", nil); !errors.Is(err, partitionq.ErrNoSuchQueue) {
+		t.Fatalf("an empty batch to a missing queue: %v, want ErrNoSuchQueue", err)
+	}
+	if res, err := b.client.SendBatch(b.ctx, "q", nil); err != nil || len(res) != 0 {
+		t.Fatalf("an empty batch to q: %v, %v; want nothing sent and no error", res, err)
+	}
 	if _, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "q", Group: "nosuch", Handler: newRecorder(t)}); !errors.Is(err, partitionq.ErrNoSuchGroup) {
 		t.Fatalf("worker of a missing group: %v", err)
 	}

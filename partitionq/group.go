@@ -238,8 +238,9 @@ func (c *Client) Setup(ctx context.Context, spec GroupSpec) (SetupResult, error)
 }
 
 // Group reads a consumer group from the engine, including its number of
-// slots. It fails with ErrNoSuchQueue or ErrNoSuchGroup when they are
-// missing. ctx governs the queries.
+// slots and its slots' consumers. It fails with ErrNoSuchQueue or
+// ErrNoSuchGroup when they are missing. ctx governs the queries. Groups
+// lists the groups of a queue, or of every queue.
 func (c *Client) Group(ctx context.Context, queue, group string) (Group, error) {
 	if err := ValidateQueueName(queue); err != nil {
 		return Group{}, err
@@ -248,47 +249,6 @@ func (c *Client) Group(ctx context.Context, queue, group string) (Group, error) 
 		return Group{}, err
 	}
 	return c.lookupGroup(ctx, c.pool, queue, group)
-}
-
-// QueueExists reports whether the queue exists in the engine.
-func (c *Client) QueueExists(ctx context.Context, queue string) (bool, error) {
-	if err := ValidateQueueName(queue); err != nil {
-		return false, err
-	}
-	_, ok, err := c.eng.QueueID(ctx, c.pool, queue)
-	return ok, err
-}
-
-// Groups lists the consumer groups registered on queue.
-func (c *Client) Groups(ctx context.Context, queue string) ([]Group, error) {
-	if err := ValidateQueueName(queue); err != nil {
-		return nil, err
-	}
-	if _, ok, err := c.eng.QueueID(ctx, c.pool, queue); err != nil {
-		return nil, err
-	} else if !ok {
-		return nil, noSuchQueue(queue)
-	}
-	subs, err := c.eng.Subscriptions(ctx, c.pool, queue, "")
-	if err != nil {
-		return nil, err
-	}
-	names := map[string]bool{}
-	for _, s := range subs {
-		if g, _, _, ok := parseConsumerName(s.Consumer); ok {
-			names[g] = true
-		}
-	}
-	var out []Group
-	for g := range names {
-		grp, err := c.lookupGroup(ctx, c.pool, queue, g)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, grp)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Group < out[j].Group })
-	return out, nil
 }
 
 func (c *Client) lookupGroup(ctx context.Context, db engine.DB, queue, group string) (Group, error) {

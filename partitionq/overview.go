@@ -10,9 +10,9 @@ import (
 	"github.com/partitionq/partitionq/partitionq/internal/store"
 )
 
-// GroupOverview sums up one consumer group for the list of every group
-// (AllGroups): enough to see which group needs a look, not a slot-by-slot
-// status (see Status).
+// GroupOverview sums up one consumer group for the list of groups
+// (Groups): enough to see which group needs a look, not a slot-by-slot
+// status (see Status; Group has its consumers).
 type GroupOverview struct {
 	Queue, Group string
 	Slots        int // N
@@ -51,14 +51,36 @@ type GroupOverview struct {
 	Dropped bool
 }
 
-// AllGroups lists every consumer group of every queue, sorted by queue and
-// group, with its owners, backlog, blocked keys and dead letters, and the
-// dropped groups that left dead letters not yet replayed (Dropped). It reads
-// them for all groups at once: five queries (eight when some key is
-// parked), whatever the number of queues, groups and slots. ctx governs the
-// queries.
-func (c *Client) AllGroups(ctx context.Context) ([]GroupOverview, error) {
-	cons, err := c.eng.AllConsumers(ctx, c.pool)
+// GroupsQuery says which consumer groups Groups lists.
+type GroupsQuery struct {
+	// Queue, when not empty, lists the groups of this queue only; the
+	// queue must exist (Groups fails with ErrNoSuchQueue otherwise).
+	// Defaults to "": every group of every queue.
+	Queue string
+}
+
+// Groups lists the consumer groups of q.Queue, or of every queue when it is
+// empty, sorted by queue and group, with their owners, backlog, blocked keys
+// and dead letters, and the dropped groups that left dead letters not yet
+// replayed (Dropped). It fails with ErrNoSuchQueue when q.Queue is set and
+// the queue does not exist: that is checked first, with a read of the
+// engine's catalog that every role may make, so even a role that may not
+// read the groups (a producer) learns whether its queue exists. It reads
+// the groups all at once: at most seven queries (ten when some key is
+// parked), one more with q.Queue, whatever the number of queues, groups and
+// slots. ctx governs the queries. Group reads one group with its consumers.
+func (c *Client) Groups(ctx context.Context, q GroupsQuery) ([]GroupOverview, error) {
+	if q.Queue != "" {
+		if err := ValidateQueueName(q.Queue); err != nil {
+			return nil, err
+		}
+		if _, ok, err := c.eng.QueueID(ctx, c.pool, q.Queue); err != nil {
+			return nil, err
+		} else if !ok {
+			return nil, noSuchQueue(q.Queue)
+		}
+	}
+	cons, err := c.eng.AllConsumers(ctx, c.pool, q.Queue)
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +89,7 @@ func (c *Client) AllGroups(ctx context.Context) ([]GroupOverview, error) {
 		sub  int32
 		name string
 	}
-	gens, err := store.AllGenerations(ctx, c.pool)
+	gens, err := store.AllGenerations(ctx, c.pool, q.Queue)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +149,7 @@ func (c *Client) AllGroups(ctx context.Context) ([]GroupOverview, error) {
 		return nil, err
 	}
 	if installed {
-		owners, err := lease.AllOwners(ctx, c.pool)
+		owners, err := lease.AllOwners(ctx, c.pool, q.Queue)
 		if err != nil {
 			return nil, err
 		}
@@ -150,7 +172,7 @@ func (c *Client) AllGroups(ctx context.Context) ([]GroupOverview, error) {
 			}
 			sort.Strings(byGroup[k].Workers)
 		}
-		counts, err := store.CountAllDeadLetters(ctx, c.pool)
+		counts, err := store.CountAllDeadLetters(ctx, c.pool, q.Queue)
 		if err != nil {
 			return nil, err
 		}

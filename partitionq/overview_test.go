@@ -2,7 +2,9 @@ package partitionq_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,7 +16,7 @@ import (
 	"github.com/partitionq/partitionq/test/pgtest"
 )
 
-func TestAllGroupsAndKey(t *testing.T) {
+func TestGroupsAndKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	_, bk := b.blockedWithoutWorker(t) // q/g, 2 slots: k blocked on "2", "3" and "4" behind
@@ -36,7 +38,7 @@ func TestAllGroupsAndKey(t *testing.T) {
 	var all []partitionq.GroupOverview
 	pgtest.WaitFor(t, 30*time.Second, "billing's 3 slots owned", func() (bool, error) {
 		var err error
-		all, err = b.client.AllGroups(b.ctx)
+		all, err = b.client.Groups(b.ctx, partitionq.GroupsQuery{})
 		return err == nil && len(all) == 3 && all[1].Owned == 3, err
 	})
 	want := []partitionq.GroupOverview{
@@ -54,6 +56,25 @@ func TestAllGroupsAndKey(t *testing.T) {
 	}
 	if all[1].Workers[0] != "w-billing" {
 		t.Errorf("billing's workers = %v", all[1].Workers)
+	}
+	// One queue's groups: the same overviews, of that queue only.
+	other, err := b.client.Groups(b.ctx, partitionq.GroupsQuery{Queue: "other"})
+	if err != nil || len(other) != 2 || other[0].Group != "audit" || other[1].Group != "billing" || other[1].Owned != all[1].Owned ||
+		other[1].Workers[0] != "w-billing" {
+		t.Errorf("Groups of queue other = %+v, %v; want audit, then billing as in every group's list", other, err)
+	}
+	if qg, err := b.client.Groups(b.ctx, partitionq.GroupsQuery{Queue: "q"}); err != nil || len(qg) != 1 || qg[0].Group != "g" ||
+		qg[0].BlockedKeys != 1 || qg[0].SetAside != 3 {
+		t.Errorf("Groups of queue q = %+v, %v; want g with its blocked key", qg, err)
+	}
+	// A queue that does not exist is an error (not an empty list), and so
+	// is a name no queue can have.
+	if gs, err := b.client.Groups(b.ctx, partitionq.GroupsQuery{Queue: "nosuch"}); !errors.Is(err, partitionq.ErrNoSuchQueue) ||
+		!strings.Contains(err.Error(), `no such queue "nosuch": run partitionq setup`) {
+		t.Errorf("Groups of a missing queue = %v, %v; want ErrNoSuchQueue saying to run setup", gs, err)
+	}
+	if _, err := b.client.Groups(b.ctx, partitionq.GroupsQuery{Queue: "no such"}); !errors.Is(err, partitionq.ErrInvalid) {
+		t.Errorf("Groups of an invalid queue name: %v; want ErrInvalid", err)
 	}
 
 	// The blocked key, found.
@@ -74,7 +95,7 @@ func TestAllGroupsAndKey(t *testing.T) {
 		ki.DeadLetterCount != 1 || ki.PendingDeadLetters != 1 || len(ki.DeadLetters) != 1 || ki.DeadLetters[0].EventID != bk.Head.ID {
 		t.Fatalf("Key(k) after the skip = %+v, %v", ki, err)
 	}
-	all, err = b.client.AllGroups(b.ctx)
+	all, err = b.client.Groups(b.ctx, partitionq.GroupsQuery{})
 	if err != nil || all[2].DrainingKeys != 1 || all[2].BlockedKeys != 0 || all[2].DeadLetters != 1 {
 		t.Fatalf("q/g after the skip = %+v, %v", all[2], err)
 	}
@@ -97,10 +118,11 @@ func (c *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.T
 }
 func (c *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// AllGroups and Key cost a fixed number of queries: the same for one group
-// of 2 slots as for 12 groups of up to 64 slots on 3 queues (not a query
-// per group or per slot).
-func TestAllGroupsQueriesAreFlat(t *testing.T) {
+// Groups and Key cost a fixed number of queries: the same for one group of
+// 2 slots as for 12 groups of up to 64 slots on 3 queues (not a query per
+// group or per slot), and Groups the number its doc says: seven, ten when
+// some key is parked, one more for one queue's groups.
+func TestGroupsQueriesAreFlat(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	_, _ = b.blockedWithoutWorker(t) // q/g, 2 slots, one key blocked
@@ -127,7 +149,7 @@ func TestAllGroupsQueriesAreFlat(t *testing.T) {
 		}
 		return counter.n.Load() - before
 	}
-	allGroups := func() error { _, err := c.AllGroups(b.ctx); return err }
+	allGroups := func() error { _, err := c.Groups(b.ctx, partitionq.GroupsQuery{}); return err }
 	key := func() error { _, err := c.Key(b.ctx, "q", "g", "k"); return err }
 	small, smallKey := cost(allGroups), cost(key)
 	for i := range 11 {
@@ -137,12 +159,27 @@ func TestAllGroupsQueriesAreFlat(t *testing.T) {
 		}
 	}
 	var all []partitionq.GroupOverview
-	big := cost(func() error { var err error; all, err = c.AllGroups(b.ctx); return err })
+	big := cost(func() error { var err error; all, err = c.Groups(b.ctx, partitionq.GroupsQuery{}); return err })
 	if len(all) != 12 {
-		t.Fatalf("AllGroups found %d groups, want 12", len(all))
+		t.Fatalf("Groups found %d groups, want 12", len(all))
 	}
 	if big != small || smallKey != cost(key) {
-		t.Fatalf("AllGroups: %d queries for 1 group, %d for 12; Key: %d then %d: want them flat", small, big, smallKey, cost(key))
+		t.Fatalf("Groups: %d queries for 1 group, %d for 12; Key: %d then %d: want them flat", small, big, smallKey, cost(key))
 	}
-	t.Logf("AllGroups: %d queries (a key parked); Key: %d queries", big, smallKey)
+	// q/g has a parked key, q0's groups none.
+	parkedQueue := cost(func() error { _, err := c.Groups(b.ctx, partitionq.GroupsQuery{Queue: "q"}); return err })
+	var q0 []partitionq.GroupOverview
+	quietQueue := cost(func() error {
+		var err error
+		q0, err = c.Groups(b.ctx, partitionq.GroupsQuery{Queue: "q0"})
+		return err
+	})
+	if len(q0) != 4 {
+		t.Fatalf("Groups of queue q0 found %d groups, want 4", len(q0))
+	}
+	if big != 10 || parkedQueue != 11 || quietQueue != 8 {
+		t.Fatalf("Groups: %d queries (a key parked), %d for one queue with a parked key, %d for one without: want 10, 11 and 8 (its doc and cli.md say so)",
+			big, parkedQueue, quietQueue)
+	}
+	t.Logf("Groups: %d queries (a key parked); Key: %d queries", big, smallKey)
 }

@@ -103,8 +103,11 @@ func (c *Client) SendTx(ctx context.Context, tx pgx.Tx, queue string, m Message)
 // order. Every message is validated first: on any invalid message nothing
 // is sent and the error names its index. Messages with a DedupID take two
 // more statements (docs/guarantees.md, "Send once"); a DedupID given twice
-// in one batch is sent once, the later messages being its duplicates. ctx
-// governs the whole call.
+// in one batch is sent once, the later messages being its duplicates. A
+// batch of no messages sends nothing, and still fails with ErrNoSuchQueue
+// when the queue does not exist: a producer checks its queue that way,
+// with no right beyond sending (Groups needs the viewer's). ctx governs
+// the whole call.
 func (c *Client) SendBatch(ctx context.Context, queue string, ms []Message) ([]SendResult, error) {
 	if len(ms) <= sendChunk {
 		return c.send(ctx, c.pool, queue, ms)
@@ -122,7 +125,8 @@ func (c *Client) SendBatch(ctx context.Context, queue string, ms []Message) ([]S
 }
 
 // SendBatchTx is SendBatch inside the caller's transaction (a batch with
-// dedup ids in a savepoint of it, as SendTx).
+// dedup ids in a savepoint of it, as SendTx; a batch of no messages checks
+// the queue, as SendBatch).
 func (c *Client) SendBatchTx(ctx context.Context, tx pgx.Tx, queue string, ms []Message) ([]SendResult, error) {
 	return c.send(ctx, tx, queue, ms)
 }
@@ -141,6 +145,12 @@ func (c *Client) send(ctx context.Context, db engine.DB, queue string, ms []Mess
 		return nil, err
 	}
 	if len(ms) == 0 {
+		// Nothing to send: the queue is checked all the same (SendBatch).
+		if _, ok, err := c.eng.QueueID(ctx, db, queue); err != nil {
+			return nil, err
+		} else if !ok {
+			return nil, noSuchQueue(queue)
+		}
 		return nil, nil
 	}
 	evs := make([]engine.NewEvent, len(ms))

@@ -19,7 +19,7 @@ type Client interface {
 	DeadLetters(ctx context.Context, q partitionq.DeadLetterQuery) ([]partitionq.DeadLetter, error)
 	Replay(ctx context.Context, r partitionq.ReplayRequest) (partitionq.ReplayResult, error)
 	Audit(ctx context.Context, queue, group string, limit int) ([]partitionq.AuditEntry, error)
-	AllGroups(ctx context.Context) ([]partitionq.GroupOverview, error)
+	Groups(ctx context.Context, q partitionq.GroupsQuery) ([]partitionq.GroupOverview, error)
 	Key(ctx context.Context, queue, group, key string) (partitionq.KeyInfo, error)
 	ReplayMatching(ctx context.Context, r partitionq.BulkRequest) (partitionq.BulkResult, error)
 	PurgeMatching(ctx context.Context, r partitionq.BulkRequest) (partitionq.BulkResult, error)

@@ -153,10 +153,16 @@ func drive(t *testing.T, m *Model, msg tea.Msg) (seen []tea.Msg, ticks []armedTi
 	return seen, ticks
 }
 
-func (f *fakeClient) AllGroups(ctx context.Context) ([]partitionq.GroupOverview, error) {
+func (f *fakeClient) Groups(ctx context.Context, q partitionq.GroupsQuery) ([]partitionq.GroupOverview, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return incidentGroups(), f.err
+	var gs []partitionq.GroupOverview
+	for _, g := range incidentGroups() {
+		if q.Queue == "" || g.Queue == q.Queue {
+			gs = append(gs, g)
+		}
+	}
+	return gs, f.err
 }
 
 // Key answers for the incident's blocked keys, and any other key as

@@ -21,7 +21,7 @@ func newGroupsKeys() groupsKeys {
 }
 
 // groupsView lists every consumer group of every queue
-// (Client.AllGroups): where the console starts without a group, and where
+// (Client.Groups): where the console starts without a group, and where
 // "0" goes back to. Enter opens the selected group.
 type groupsView struct {
 	sh     *shared

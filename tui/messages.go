@@ -99,7 +99,7 @@ func fetch(sh *shared, plan fetchPlan) tea.Cmd {
 // read reads the state the plan asks for into a snapshot of its own.
 func read(ctx context.Context, sh *shared, plan fetchPlan) (msg snapshotMsg, err error) {
 	if plan.groups {
-		msg.groups, err = sh.client.AllGroups(ctx)
+		msg.groups, err = sh.client.Groups(ctx, partitionq.GroupsQuery{})
 		return msg, err
 	}
 	if msg.status, err = sh.client.Status(ctx, sh.queue, sh.group); err != nil {

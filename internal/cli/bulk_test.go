@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/partitionq/partitionq/internal/cli"
 	"github.com/partitionq/partitionq/partitionq"
 )
@@ -229,4 +231,28 @@ func TestGroupsAndKeyCommands(t *testing.T) {
 	}
 	h.fails(cli.ExitUsage, []string{"missing --key"}, with(qg, "key")...)
 	h.fails(cli.ExitFailed, []string{"no such consumer group"}, "key", "--queue", "q", "--group", "nosuch", "--key", "b")
+
+	// A queue that does not exist has no groups: not an error.
+	h.json(&gs, "groups", "--queue", "nosuch")
+	if len(gs.Groups) != 0 {
+		t.Errorf("groups --queue nosuch = %+v, want none", gs)
+	}
+	if out := h.ok("groups", "--queue", "nosuch"); !strings.Contains(out, "no consumer groups") {
+		t.Errorf("groups --queue nosuch says %q", out)
+	}
+	// But a group dropped with its queue (the engine's drop_queue) whose
+	// dead letters wait is listed, dropped, as in the list of every group.
+	h.ok(with(qg, "drop-group", "--force", "--reason", "moving")...)
+	conn, err := pgx.Connect(t.Context(), h.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(t.Context())
+	if _, err := conn.Exec(t.Context(), h.db.SQL(`select pgq.drop_queue('q')`)); err != nil {
+		t.Fatal(err)
+	}
+	h.json(&gs, "groups", "--queue", "q")
+	if len(gs.Groups) != 1 || gs.Groups[0].Group != "g" || !gs.Groups[0].Dropped || gs.Groups[0].DeadLetters != 6 {
+		t.Errorf("groups --queue q after its queue was dropped = %+v, want g dropped with 6 dead letters", gs.Groups)
+	}
 }

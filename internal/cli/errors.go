@@ -94,7 +94,12 @@ func (a *app) runFor(t *target, fn func(cmd *cobra.Command, args []string) error
 		case errors.Is(err, partitionq.ErrNoSuchQueue):
 			return explain(err, "no such queue %q: create it and the group with %s", t.queue, setup)
 		case errors.Is(err, partitionq.ErrNoSuchGroup):
-			groups := a.groupNames(context.WithoutCancel(cmd.Context()), t.queue)
+			groups, ok := a.groupNames(context.WithoutCancel(cmd.Context()), t.queue)
+			if !ok {
+				// A role that may not read the groups (a worker cannot count
+				// their dead letters), or a slow database.
+				return explain(err, "no such consumer group %q on queue %q: check the name (partitionq groups lists the groups, as a role that may read them); to create %q, run %s", t.group, t.queue, t.group, setup)
+			}
 			if len(groups) == 0 {
 				return explain(err, "no such consumer group %q on queue %q, which has no groups yet: create it with %s", t.group, t.queue, setup)
 			}
@@ -109,27 +114,30 @@ func (a *app) runFor(t *target, fn func(cmd *cobra.Command, args []string) error
 	})
 }
 
-// groupNames lists the consumer groups of queue, sorted, or none when they
-// cannot be read within a couple of seconds (an error message is being
-// written: it must not hang on it).
-func (a *app) groupNames(ctx context.Context, queue string) []string {
+// groupNames lists the consumer groups of queue, sorted (not the dropped
+// ones that only left dead letters: they have no consumers), and reports
+// false when they cannot be read within a couple of seconds (an error
+// message is being written: it must not hang on it).
+func (a *app) groupNames(ctx context.Context, queue string) ([]string, bool) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	s, err := a.open(ctx)
 	if err != nil {
-		return nil
+		return nil, false
 	}
 	defer s.close()
-	gs, err := s.client.Groups(ctx, queue)
+	gs, err := s.client.Groups(ctx, partitionq.GroupsQuery{Queue: queue})
 	if err != nil {
-		return nil
+		return nil, false
 	}
-	names := make([]string, len(gs))
-	for i, g := range gs {
-		names[i] = g.Group
+	var names []string
+	for _, g := range gs {
+		if !g.Dropped {
+			names = append(names, g.Group)
+		}
 	}
 	sort.Strings(names)
-	return names
+	return names, true
 }
 
 // nearest returns the name of names closest to name by edit distance, when

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -71,15 +73,15 @@ queries for all groups at once, whatever their number.`,
 				return err
 			}
 			defer s.close()
-			all, err := s.client.AllGroups(cmd.Context())
+			gs, err := s.client.Groups(cmd.Context(), partitionq.GroupsQuery{Queue: queue})
+			if errors.Is(err, partitionq.ErrNoSuchQueue) {
+				// No such queue: no groups, but for those of a queue dropped
+				// by the engine's own drop_queue whose dead letters wait
+				// (listed dropped, as in the list of every group).
+				gs, err = groupsOf(cmd.Context(), s.client, queue)
+			}
 			if err != nil {
 				return err
-			}
-			var gs []partitionq.GroupOverview
-			for _, g := range all {
-				if queue == "" || g.Queue == queue {
-					gs = append(gs, g)
-				}
 			}
 			if asJSON {
 				out := groupsJSON{Groups: make([]groupJSON, 0, len(gs))}
@@ -94,6 +96,21 @@ queries for all groups at once, whatever their number.`,
 	cmd.Flags().StringVar(&queue, "queue", "", "only the groups of this queue")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// groupsOf returns the groups of every queue that are on queue.
+func groupsOf(ctx context.Context, c *partitionq.Client, queue string) ([]partitionq.GroupOverview, error) {
+	all, err := c.Groups(ctx, partitionq.GroupsQuery{})
+	if err != nil {
+		return nil, err
+	}
+	var gs []partitionq.GroupOverview
+	for _, g := range all {
+		if g.Queue == queue {
+			gs = append(gs, g)
+		}
+	}
+	return gs, nil
 }
 
 func printGroups(w io.Writer, gs []partitionq.GroupOverview) error {

@@ -124,8 +124,9 @@ events were sent, and each duplicate.`,
 					res.Sent, res.FirstEventID, res.LastEventID = 1, r.ID, r.ID
 				}
 			} else {
-				// Fail before reading a long input when the queue is missing.
-				if _, err := s.client.Groups(ctx, t.queue); err != nil {
+				// Fail before reading a long input when the queue is missing:
+				// an empty batch checks the queue, with the producer's rights.
+				if _, err := s.client.SendBatch(ctx, t.queue, nil); err != nil {
 					return err
 				}
 				if isTerminal(a.env.Stdin) {

@@ -198,12 +198,12 @@ func (d *Demo) Tenants() []string { return d.prod.keys() }
 // Setup creates the queue and the consumer group. It fails with
 // ErrQueueExists when the queue exists. ctx governs the calls.
 func (d *Demo) Setup(ctx context.Context) error {
-	exists, err := d.c.QueueExists(ctx, d.cfg.Queue)
-	if err != nil {
-		return err
-	}
-	if exists {
+	_, err := d.c.Groups(ctx, partitionq.GroupsQuery{Queue: d.cfg.Queue})
+	switch {
+	case err == nil:
 		return fmt.Errorf("%w: queue %q: the demo needs a queue of its own: pick another name", ErrQueueExists, d.cfg.Queue)
+	case !errors.Is(err, partitionq.ErrNoSuchQueue):
+		return err
 	}
 	_, err = d.c.Setup(ctx, partitionq.GroupSpec{Queue: d.cfg.Queue, Group: d.cfg.Group, Slots: d.cfg.Slots, TickMaxLag: d.cfg.TickMaxLag})
 	return err

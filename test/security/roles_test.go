@@ -44,6 +44,17 @@ func TestProducerOnlySends(t *testing.T) {
 		if code, out, errs := e.cli("producer", `{"key":"c","payload":{"n":1}}`+"\n", "send", "--queue", "q"); code != cli.ExitOK {
 			t.Fatalf("partitionq send as producer: exit %d\n%s%s", code, out, errs)
 		}
+		// Whether its queue exists: an empty batch says, and so does
+		// Groups, whose first read is the catalog's.
+		if _, err := pc.SendBatch(e.ctx, "nosuch", nil); !errors.Is(err, partitionq.ErrNoSuchQueue) {
+			t.Fatalf("an empty batch to a missing queue as producer: %v, want ErrNoSuchQueue", err)
+		}
+		if _, err := pc.SendBatch(e.ctx, "q", nil); err != nil {
+			t.Fatalf("an empty batch to q as producer: %v", err)
+		}
+		if _, err := pc.Groups(e.ctx, partitionq.GroupsQuery{Queue: "nosuch"}); !errors.Is(err, partitionq.ErrNoSuchQueue) {
+			t.Fatalf("Groups of a missing queue as producer: %v, want ErrNoSuchQueue", err)
+		}
 	})
 
 	t.Run("can send once", func(t *testing.T) {
@@ -80,6 +91,8 @@ func TestProducerOnlySends(t *testing.T) {
 		}
 		_, err := pc.DeadLetters(e.ctx, partitionq.DeadLetterQuery{Queue: "q", Group: "g"})
 		denied(t, "DeadLetters", err)
+		_, err = pc.Groups(e.ctx, partitionq.GroupsQuery{Queue: "q"})
+		denied(t, "Groups", err)
 		_, err = pc.Skip(e.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "a"})
 		denied(t, "Skip", err)
 	})
@@ -132,6 +145,13 @@ func TestWorkerConsumesOnly(t *testing.T) {
 	denied(t, "PurgeMatching", err)
 	_, err = wc.Audit(e.ctx, "q", "g", 10)
 	denied(t, "Audit", err)
+	// A mistyped group: the worker may not read the groups to name them
+	// (it cannot count their dead letters), and is told so, not that the
+	// queue has none.
+	if code, out, errs := e.cli("worker", "", "work", "--queue", "q", "--group", "gx", "--exec", "true"); code != cli.ExitFailed ||
+		!strings.Contains(errs, `no such consumer group "gx" on queue "q": check the name (partitionq groups lists the groups, as a role that may read them)`) {
+		t.Errorf("work --group gx as worker: exit %d\n%s%s", code, out, errs)
+	}
 	_, err = e.pool("worker", 2).Exec(e.ctx, e.db.SQL(`select pgq.create_queue('other')`))
 	denied(t, "create_queue", err)
 	if after := e.state(); after != before {
@@ -258,8 +278,8 @@ func TestViewerOnlyLooks(t *testing.T) {
 	vc := e.client("viewer", 4, nil)
 
 	t.Run("looks", func(t *testing.T) {
-		if gs, err := vc.Groups(e.ctx, "q"); err != nil || len(gs) != 1 {
-			t.Errorf("Groups: %v, %v", gs, err)
+		if gs, err := vc.Groups(e.ctx, partitionq.GroupsQuery{Queue: "q"}); err != nil || len(gs) != 1 || gs[0].BlockedKeys != 2 || gs[0].DeadLetters != 1 {
+			t.Errorf("Groups of queue q: %+v, %v", gs, err)
 		}
 		if bk, err := vc.BlockedKeys(e.ctx, "q", "g"); err != nil || len(bk) != 2 {
 			t.Errorf("BlockedKeys: %d, %v", len(bk), err)
@@ -276,8 +296,8 @@ func TestViewerOnlyLooks(t *testing.T) {
 		if _, err := vc.Audit(e.ctx, "q", "g", 10); err != nil {
 			t.Errorf("Audit: %v", err)
 		}
-		if gs, err := vc.AllGroups(e.ctx); err != nil || len(gs) != 1 || gs[0].BlockedKeys != 2 || gs[0].DeadLetters != 1 {
-			t.Errorf("AllGroups: %+v, %v", gs, err)
+		if gs, err := vc.Groups(e.ctx, partitionq.GroupsQuery{}); err != nil || len(gs) != 1 || gs[0].BlockedKeys != 2 || gs[0].DeadLetters != 1 {
+			t.Errorf("Groups: %+v, %v", gs, err)
 		}
 		if ki, err := vc.Key(e.ctx, "q", "g", "k"); err != nil || ki.State != partitionq.KeyBlocked || len(ki.SetAside) != 3 {
 			t.Errorf("Key: %+v, %v", ki, err)

@@ -310,18 +310,20 @@ type QueueConsumer struct {
 	PendingEvents int64
 }
 
-// AllConsumers returns every consumer of every queue, with its lag and
-// pending count: one query, whatever the number of queues and consumers.
+// AllConsumers returns every consumer of queue, or of every queue when it
+// is empty, with its lag and pending count: one query, whatever the number
+// of queues and consumers.
 // It calls get_consumer_info(queue) per queue, which the viewer role may
 // call on both engines (sql/roles.sql), not get_consumer_info().
-func (e *Engine) AllConsumers(ctx context.Context, db DB) ([]QueueConsumer, error) {
+func (e *Engine) AllConsumers(ctx context.Context, db DB, queue string) ([]QueueConsumer, error) {
 	rows, err := db.Query(ctx, e.f(`
 		select q.queue_name, i.consumer_name, s.sub_id, i.lag, coalesce(i.pending_events, 0)
 		  from pgq.queue q
 		  cross join lateral pgq.get_consumer_info(q.queue_name) i
 		  join pgq.consumer c on c.co_name = i.consumer_name
 		  join pgq.subscription s on s.sub_queue = q.queue_id and s.sub_consumer = c.co_id
-		 order by 1, 2`))
+		 where $1::text = '' or q.queue_name = $1
+		 order by 1, 2`), queue)
 	if err != nil {
 		return nil, fmt.Errorf("consumer info of every queue: %w", err)
 	}

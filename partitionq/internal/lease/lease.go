@@ -716,10 +716,13 @@ func Owners(ctx context.Context, q db.DB, queue, group string) (map[SlotKey]Owne
 	return out, nil
 }
 
-// AllOwners returns the owner of every slot of every group that has one,
-// in one query.
-func AllOwners(ctx context.Context, q db.DB) ([]Owner, error) {
-	return readOwners(ctx, q, nil, nil)
+// AllOwners returns the owner of every slot that has one, of every group of
+// queue (of every queue when it is empty), in one query.
+func AllOwners(ctx context.Context, q db.DB, queue string) ([]Owner, error) {
+	if queue == "" {
+		return readOwners(ctx, q, nil, nil)
+	}
+	return readOwners(ctx, q, &queue, nil)
 }
 
 func readOwners(ctx context.Context, q db.DB, queue, group *string) ([]Owner, error) {

@@ -208,15 +208,16 @@ type GroupGeneration struct {
 	Generation
 }
 
-// AllGenerations reads the generations of every group, in one query
-// (none without partitionq's schema at version 5 or later).
-func AllGenerations(ctx context.Context, q db.DB) ([]GroupGeneration, error) {
+// AllGenerations reads the generations of every group of queue (of every
+// queue when it is empty), in one query (none without partitionq's schema
+// at version 5 or later).
+func AllGenerations(ctx context.Context, q db.DB, queue string) ([]GroupGeneration, error) {
 	if ok, err := readable(ctx, q); err != nil || !ok {
 		return nil, err
 	}
 	rows, err := q.Query(ctx, `select queue, grp, slots, number, coalesce(parent_slots, 0), parent_subs, resize_txid is not null,
 		coalesce(cutover_tick, 0), created_at, created_by, actor, reason
-		from partitionq.generation order by queue, grp, number`)
+		from partitionq.generation where $1::text = '' or queue = $1 order by queue, grp, number`, queue)
 	if err != nil {
 		return nil, fmt.Errorf("read the groups' generations: %w", err)
 	}

@@ -181,10 +181,11 @@ type GroupCount struct {
 	Pending      int64
 }
 
-// CountAllDeadLetters counts, for every group with dead letters, those not
-// yet replayed: one query.
-func CountAllDeadLetters(ctx context.Context, db DB) ([]GroupCount, error) {
-	rows, err := db.Query(ctx, `select queue, grp, count(*) from partitionq.dead_letter where replayed_at is null group by 1, 2`)
+// CountAllDeadLetters counts, for every group of queue (of every queue
+// when it is empty) with dead letters, those not yet replayed: one query.
+func CountAllDeadLetters(ctx context.Context, db DB, queue string) ([]GroupCount, error) {
+	rows, err := db.Query(ctx, `select queue, grp, count(*) from partitionq.dead_letter
+		where replayed_at is null and ($1::text = '' or queue = $1) group by 1, 2`, queue)
 	if err != nil {
 		return nil, fmt.Errorf("count dead letters: %w", err)
 	}
