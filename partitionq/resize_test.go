@@ -450,3 +450,46 @@ func TestResizeAfterAFailedHandoff(t *testing.T) {
 		t.Errorf("%s; examples: %s", r, strings.Join(r.Examples, "; "))
 	}
 }
+
+// A resize of a quiet queue does not wait for the queue's next tick: with
+// no event to tick for, the engine's ticker ticks at growing intervals
+// (each gap about twice the one before, up to the queue's
+// ticker_idle_period, a minute by default), so a group quiet for a while
+// would wait up to that long for its cutover. Resize asks the ticker for
+// a tick at its next run; the cutover and the handoffs follow within
+// seconds. The test waits for a gap of 8 s between ticks (the next would
+// come about 16 s later) and wants the resize done within 8 s: without
+// the ask, it waits for that tick and fails.
+func TestResizeOfAQuietQueueDoesNotWaitForItsNextTick(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.group(t, 2)
+	h := newRunLog(0, 0, 0)
+	b.worker(t, partitionq.WorkerConfig{Handler: h, Identity: "w"})
+	if _, err := b.client.Send(b.ctx, "q", partitionq.Message{Key: "tenant-1", Type: "t", Payload: []byte(`{"seq":0}`)}); err != nil {
+		t.Fatal(err)
+	}
+	const gap = 8 * time.Second
+	pgtest.WaitFor(t, 60*time.Second, "the event handled and two ticks 8 s apart", func() (bool, error) {
+		h.mu.Lock()
+		handled := len(h.log)
+		h.mu.Unlock()
+		var last time.Duration
+		err := b.pool.QueryRow(b.ctx, b.db.SQL(`select coalesce(max(t.tick_time) - (select t2.tick_time from pgq.tick t2 where t2.tick_queue = q.queue_id
+			order by t2.tick_id desc offset 1 limit 1), '0') from pgq.tick t join pgq.queue q on q.queue_id = t.tick_queue where q.queue_name = 'q' group by q.queue_id`)).Scan(&last)
+		return handled >= 1 && last >= gap, err
+	})
+	if _, err := b.client.Resize(b.ctx, partitionq.ResizeRequest{Queue: "q", Group: "g", Slots: 4, Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(b.ctx, gap)
+	defer cancel()
+	g, err := b.client.WaitResize(wctx, "q", "g", 20*time.Millisecond)
+	if err != nil {
+		dumpEngine(t, b)
+		t.Fatalf("the resize of a quiet queue did not end within %s: %v", gap, err)
+	}
+	if g.Slots != 4 {
+		t.Fatalf("after the resize the group has %d slots, want 4", g.Slots)
+	}
+}

@@ -211,6 +211,14 @@ func (e *Engine) Ticker(ctx context.Context, db DB) (int64, error) {
 	return n, err
 }
 
+// ForceTick makes the queue's ticker tick at its next run even when no
+// event waits (the engine's force_tick: it moves the queue's event
+// sequence past the ticker's count threshold; it makes no tick itself).
+func (e *Engine) ForceTick(ctx context.Context, db DB, queue string) error {
+	_, err := db.Exec(ctx, e.f(`select pgq.force_tick($1)`), queue)
+	return err
+}
+
 // MaintRetryEvents moves due retry events back into their queues (at most
 // 10 a call, as the engine does) and returns how many it moved.
 func (e *Engine) MaintRetryEvents(ctx context.Context, db DB) (int, error) {
