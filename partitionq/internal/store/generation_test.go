@@ -6,18 +6,16 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partitionq/partitionq/partitionq/internal/db"
+	"github.com/partitionq/partitionq/partitionq/internal/dbtest"
 	"github.com/partitionq/partitionq/partitionq/internal/engine"
 	"github.com/partitionq/partitionq/partitionq/internal/store"
-	"github.com/partitionq/partitionq/test/pgtest"
 )
 
 // ---------------------------------------------------------------- Parents
@@ -77,48 +75,15 @@ func TestParentsAreTheOldSlotsANewSlotTakesKeysFrom(t *testing.T) {
 // more than any test here. The first test that needs it makes it and
 // TestMain drops it. Each test works on a queue of its own, and keeps what
 // it checks in a transaction it rolls back where the engine allows.
-var (
-	shared pgtest.Shared
-	// setup is what the tests add to the shared database: a pool on it,
-	// partitionq's schema and the engine's handle, made once.
-	setup struct {
-		once sync.Once
-		pool *pgxpool.Pool
-		eng  *engine.Engine
-		err  error
-	}
-)
+var shared dbtest.Shared
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if setup.pool != nil {
-		setup.pool.Close()
-	}
-	os.Exit(shared.Close(code))
-}
+func TestMain(m *testing.M) { os.Exit(shared.Close(m.Run())) }
 
 // sharedDB returns the package's database (with the engine of
-// PARTITIONQ_ENGINE, as pgtest.New installs it, and partitionq's schema)
-// and its engine; the test is skipped, as with pgtest.New, when no server
-// answers and PARTITIONQ_REQUIRE_DB is not set.
+// PARTITIONQ_ENGINE and partitionq's schema) and its engine.
 func sharedDB(t *testing.T) (*pgxpool.Pool, *engine.Engine) {
 	t.Helper()
-	sdb := shared.DB(t)
-	setup.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if setup.pool, setup.err = pgxpool.New(ctx, sdb.URL); setup.err != nil {
-			return
-		}
-		if setup.err = store.Migrate(ctx, setup.pool); setup.err != nil {
-			return
-		}
-		setup.eng, setup.err = engine.New(sdb.Schema)
-	})
-	if setup.err != nil {
-		t.Fatal(setup.err)
-	}
-	return setup.pool, setup.eng
+	return shared.Get(t)
 }
 
 // ---------------------------------------------------------------- resizes
