@@ -80,7 +80,7 @@ type BulkResult struct {
 // count and the filter. On any error nothing is sent and nothing is marked.
 // ctx governs the transaction.
 func (c *Client) ReplayMatching(ctx context.Context, r BulkRequest) (BulkResult, error) {
-	return c.bulk(ctx, r, "replay", func(ctx context.Context, tx pgx.Tx, dls []store.DeadLetter, res *BulkResult) error {
+	return c.bulk(ctx, r, AuditReplay, func(ctx context.Context, tx pgx.Tx, dls []store.DeadLetter, res *BulkResult) error {
 		var evs []engine.NewEvent
 		var fresh []int
 		for i, d := range dls {
@@ -133,7 +133,7 @@ func (c *Client) ReplayMatching(ctx context.Context, r BulkRequest) (BulkResult,
 // audit trail records one "purge" action with the count and the filter.
 // ctx governs the transaction.
 func (c *Client) PurgeMatching(ctx context.Context, r BulkRequest) (BulkResult, error) {
-	return c.bulk(ctx, r, "purge", func(ctx context.Context, tx pgx.Tx, dls []store.DeadLetter, res *BulkResult) error {
+	return c.bulk(ctx, r, AuditPurge, func(ctx context.Context, tx pgx.Tx, dls []store.DeadLetter, res *BulkResult) error {
 		ids := make([]int64, len(dls))
 		for i, d := range dls {
 			ids[i] = d.ID
@@ -159,7 +159,7 @@ func (c *Client) PurgeMatching(ctx context.Context, r BulkRequest) (BulkResult, 
 // bulk selects the dead letters of r and runs act on them: in a
 // transaction holding their row locks, then records one audit entry; or,
 // on a dry run, with tx nil and no lock.
-func (c *Client) bulk(ctx context.Context, r BulkRequest, action string,
+func (c *Client) bulk(ctx context.Context, r BulkRequest, action AuditAction,
 	act func(ctx context.Context, tx pgx.Tx, dls []store.DeadLetter, res *BulkResult) error) (BulkResult, error) {
 	if err := validateActorReason(r.Actor, r.Reason); err != nil {
 		return BulkResult{}, err
@@ -169,7 +169,7 @@ func (c *Client) bulk(ctx context.Context, r BulkRequest, action string,
 	}
 	if !r.Match.narrowed() && !r.All {
 		return BulkResult{}, &ValidationError{Field: "BulkRequest.Match", Value: "(no filter)", Problem: "it selects every dead letter of the group",
-			Fix: "give a filter (a key, a type, ids, ...) or set All to " + action + " them all"}
+			Fix: "give a filter (a key, a type, ids, ...) or set All to " + string(action) + " them all"}
 	}
 	if r.Max < 0 {
 		return BulkResult{}, &ValidationError{Field: "BulkRequest.Max", Value: strconv.Itoa(r.Max), Problem: "it is negative", Fix: "give 1 or more, or 0 for the default"}
@@ -226,7 +226,7 @@ func (c *Client) bulk(ctx context.Context, r BulkRequest, action string,
 		return BulkResult{}, err
 	}
 	if !r.DryRun && len(res.Items) > 0 {
-		c.log.InfoContext(ctx, "partitionq: bulk "+action, "queue", r.Match.Queue, "group", r.Match.Group, "count", res.Count,
+		c.log.InfoContext(ctx, "partitionq: bulk "+string(action), "queue", r.Match.Queue, "group", r.Match.Group, "count", res.Count,
 			"already_replayed", res.AlreadyReplayed, "actor", c.actor(r.Actor))
 	}
 	return res, nil

@@ -258,7 +258,7 @@ func (c *Client) replayOnce(ctx context.Context, queue, group string, id int64, 
 			return err
 		}
 		key := d.Key
-		return store.Audit(ctx, tx, store.AuditEntry{Actor: c.actor(actor), Action: "replay", Queue: queue, Group: group,
+		return store.Audit(ctx, tx, store.AuditEntry{Actor: c.actor(actor), Action: string(AuditReplay), Queue: queue, Group: group,
 			Key: &key, EvID: &d.EvID, Reason: reason, Outcome: string(res.Outcome)})
 	})
 	return res, err
@@ -266,16 +266,26 @@ func (c *Client) replayOnce(ctx context.Context, queue, group string, id int64, 
 
 // AuditEntry is one recorded operator action.
 type AuditEntry struct {
-	ID      int64
-	At      time.Time
-	DBRole  string // the database role that acted
-	Actor   string // the free-text actor given
-	Action  string // skip, retry, quarantine, replay, purge
+	ID     int64
+	At     time.Time
+	DBRole string // the database role that acted
+	Actor  string // the free-text actor given
+	// Action is what was done: one of the AuditActions (AuditSkip, ...,
+	// AuditDropGroup).
+	Action  AuditAction
 	Queue   string
 	Group   string
-	Key     string
-	EventID int64
+	Key     string // "" for an action on no single key (purge, resize, drop_group, a bulk replay of several keys)
+	EventID int64  // 0 for an action on no single event
 	Reason  string
+	// Outcome is what the action came to, as the database recorded it. It
+	// stays a string, not an Outcome: skip, retry and quarantine record an
+	// Outcome value as it is (OutcomeSkipped, OutcomeAlreadyResolved, ...),
+	// and so does a single replay (OutcomeReplayed, OutcomeAlreadyReplayed),
+	// but a bulk replay, a purge, a resize and a group drop record free
+	// text with their counts (`purged 3 (key="tenant-7")`, "started: 4 to 8
+	// slots (generation 2)"). Each action's row of AuditActions lists its
+	// outcomes.
 	Outcome string
 }
 
@@ -297,7 +307,7 @@ func (c *Client) Audit(ctx context.Context, queue, group string, limit int) ([]A
 	}
 	out := make([]AuditEntry, len(es))
 	for i, e := range es {
-		out[i] = AuditEntry{ID: e.ID, At: e.At, DBRole: e.DBRole, Actor: e.Actor, Action: e.Action, Queue: e.Queue,
+		out[i] = AuditEntry{ID: e.ID, At: e.At, DBRole: e.DBRole, Actor: e.Actor, Action: AuditAction(e.Action), Queue: e.Queue,
 			Group: e.Group, Reason: e.Reason, Outcome: e.Outcome}
 		if e.Key != nil {
 			out[i].Key = *e.Key

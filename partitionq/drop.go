@@ -77,7 +77,7 @@ func (c *Client) DropGroup(ctx context.Context, r DropGroupRequest) error {
 		if err := store.DropGroupState(ctx, tx, r.Queue, r.Group); err != nil {
 			return err
 		}
-		return store.Audit(ctx, tx, store.AuditEntry{Actor: c.actor(r.Actor), Action: "drop_group", Queue: r.Queue, Group: r.Group,
+		return store.Audit(ctx, tx, store.AuditEntry{Actor: c.actor(r.Actor), Action: string(AuditDropGroup), Queue: r.Queue, Group: r.Group,
 			Reason: r.Reason, Outcome: fmt.Sprintf("dropped %d slots, %d events set aside dropped", len(slots), aside)})
 	})
 }

@@ -85,7 +85,7 @@ func (e *SlotCountMismatchError) Error() string {
 // event. Nothing changed. To act on that event anyway, name it in
 // Action.HeadID. It matches ErrDraining with errors.Is.
 type DrainingError struct {
-	Action  string // "skip", "retry" or "quarantine"
+	Action  AuditAction // AuditSkip, AuditRetry or AuditQuarantine
 	Key     string
 	EventID int64 // the key's head, which has never failed
 }

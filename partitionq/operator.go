@@ -203,7 +203,11 @@ func (c *Client) Preview(ctx context.Context, queue, group, key string, limit in
 	return out, nil
 }
 
-// Outcome is what an operator action came to.
+// Outcome is what an operator action came to. The audit trail's
+// AuditEntry.Outcome stays a string, not an Outcome: a skip, retry,
+// quarantine or single replay records one of these values, but a bulk
+// replay, a purge, a resize and a group drop record free text with their
+// counts (see AuditActions).
 type Outcome string
 
 // Outcomes of operator actions.
@@ -284,7 +288,7 @@ type Resolution struct {
 // handled yet, is an event of another key, or the queue never had it.
 // Nothing changed and nothing was recorded. It matches ErrNotHead.
 type NotHeadError struct {
-	Action  string // "skip", "retry" or "quarantine"
+	Action  AuditAction // AuditSkip, AuditRetry or AuditQuarantine
 	Key     string
 	EventID int64 // the event named
 	// Head is the key's head now, and HeadState its state (KeyBlocked or
@@ -316,7 +320,7 @@ func (e *NotHeadError) Is(target error) bool { return target == ErrNotHead }
 // and the key is not blocked; a *DrainingError (ErrDraining) when HeadID is
 // zero and the key's head has never failed.
 func (c *Client) Skip(ctx context.Context, a Action) (ActionResult, error) {
-	return c.act(ctx, a, parked.Skip)
+	return c.act(ctx, a, AuditSkip)
 }
 
 // RetryNow brings the next attempt of a blocked key's head forward to now;
@@ -324,7 +328,7 @@ func (c *Client) Skip(ctx context.Context, a Action) (ActionResult, error) {
 // refuses a draining key unless HeadID names its head (which is due now
 // anyway: nothing changes but the audit trail).
 func (c *Client) RetryNow(ctx context.Context, a Action) (ActionResult, error) {
-	return c.act(ctx, a, parked.RetryNow)
+	return c.act(ctx, a, AuditRetry)
 }
 
 // Quarantine moves the blocked head of a key and every event waiting behind
@@ -334,12 +338,20 @@ func (c *Client) RetryNow(ctx context.Context, a Action) (ActionResult, error) {
 // events set aside; a draining key's events are quarantined only when
 // HeadID names its head (else a *DrainingError).
 func (c *Client) Quarantine(ctx context.Context, a Action) (ActionResult, error) {
-	return c.act(ctx, a, parked.Quarantine)
+	return c.act(ctx, a, AuditQuarantine)
 }
+
+// actionKinds are the operator's actions on a key's head, as AuditActions
+// and as the parked package's kinds.
+var actionKinds = map[AuditAction]parked.Kind{AuditSkip: parked.Skip, AuditRetry: parked.RetryNow, AuditQuarantine: parked.Quarantine}
 
 // act runs an operator action on the head of a key, with its audit entry
 // in the same transaction.
-func (c *Client) act(ctx context.Context, a Action, kind parked.Kind) (ActionResult, error) {
+func (c *Client) act(ctx context.Context, a Action, action AuditAction) (ActionResult, error) {
+	kind, ok := actionKinds[action]
+	if !ok {
+		return ActionResult{}, fmt.Errorf("partitionq: %q is not an action on a key's head", action)
+	}
 	if err := validateActorReason(a.Actor, a.Reason); err != nil {
 		return ActionResult{}, err
 	}
@@ -354,21 +366,21 @@ func (c *Client) act(ctx context.Context, a Action, kind parked.Kind) (ActionRes
 	pr, err := parked.Act(ctx, c.pool, c.eng, s,
 		parked.Action{Kind: kind, Key: a.Key, HeadID: a.HeadID, Reason: a.Reason, Actor: actor, LockTimeout: OperatorLockTimeout},
 		func(ctx context.Context, tx pgx.Tx, pr parked.ActionResult) error {
-			return c.audit(ctx, tx, a, string(kind), pr.EventID, Outcome(pr.Outcome))
+			return c.audit(ctx, tx, a, action, pr.EventID, Outcome(pr.Outcome))
 		})
 	var nf *parked.NeverFailedError
 	if errors.As(err, &nf) {
-		return ActionResult{}, &DrainingError{Action: string(kind), Key: a.Key, EventID: nf.EventID}
+		return ActionResult{}, &DrainingError{Action: action, Key: a.Key, EventID: nf.EventID}
 	}
 	var nh *parked.NotHeadError
 	if errors.As(err, &nh) {
-		return c.notHead(ctx, s, a, kind, nh)
+		return c.notHead(ctx, s, a, action, nh)
 	}
 	if err != nil {
 		return ActionResult{}, err
 	}
 	res := ActionResult{Outcome: Outcome(pr.Outcome), Key: a.Key, Slot: s.Slot, EventID: pr.EventID, Count: pr.Count, NextIDs: pr.NextIDs}
-	c.log.InfoContext(ctx, "partitionq: operator action", "action", string(kind), "queue", a.Queue, "group", a.Group,
+	c.log.InfoContext(ctx, "partitionq: operator action", "action", string(action), "queue", a.Queue, "group", a.Group,
 		"key", a.Key, "event_id", res.EventID, "outcome", string(res.Outcome), "actor", actor)
 	return res, nil
 }
@@ -380,22 +392,22 @@ func (c *Client) actor(a string) string {
 	return c.cfg.Actor
 }
 
-func (c *Client) audit(ctx context.Context, tx pgx.Tx, a Action, action string, evID int64, outcome Outcome) error {
+func (c *Client) audit(ctx context.Context, tx pgx.Tx, a Action, action AuditAction, evID int64, outcome Outcome) error {
 	key := a.Key
 	var ev *int64
 	if evID != 0 {
 		ev = &evID
 	}
-	return store.Audit(ctx, tx, store.AuditEntry{Actor: c.actor(a.Actor), Action: action, Queue: a.Queue, Group: a.Group,
+	return store.Audit(ctx, tx, store.AuditEntry{Actor: c.actor(a.Actor), Action: string(action), Queue: a.Queue, Group: a.Group,
 		Key: &key, EvID: ev, Reason: a.Reason, Outcome: string(outcome)})
 }
 
 // notHead answers an action whose event is not the key's head: resolved
 // before (OutcomeAlreadyResolved, with how and by whom, recorded in the
 // audit trail), or never (a *NotHeadError, nothing recorded).
-func (c *Client) notHead(ctx context.Context, slot parked.Slot, a Action, kind parked.Kind, nh *parked.NotHeadError) (ActionResult, error) {
+func (c *Client) notHead(ctx context.Context, slot parked.Slot, a Action, action AuditAction, nh *parked.NotHeadError) (ActionResult, error) {
 	refuse := func(why string) (ActionResult, error) {
-		e := &NotHeadError{Action: string(kind), Key: a.Key, EventID: nh.EventID, Why: why, HeadState: KeyFlowing}
+		e := &NotHeadError{Action: action, Key: a.Key, EventID: nh.EventID, Why: why, HeadState: KeyFlowing}
 		if h := nh.Head; h != nil {
 			e.Head, e.HeadState = h.ID, KeyBlocked
 			if h.Draining() {
@@ -436,12 +448,12 @@ func (c *Client) notHead(ctx context.Context, slot parked.Slot, a Action, kind p
 		}
 	}
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		return c.audit(ctx, tx, a, string(kind), nh.EventID, OutcomeAlreadyResolved)
+		return c.audit(ctx, tx, a, action, nh.EventID, OutcomeAlreadyResolved)
 	})
 	if err != nil {
 		return ActionResult{}, err
 	}
-	c.log.InfoContext(ctx, "partitionq: operator action", "action", string(kind), "queue", a.Queue, "group", a.Group,
+	c.log.InfoContext(ctx, "partitionq: operator action", "action", string(action), "queue", a.Queue, "group", a.Group,
 		"key", a.Key, "event_id", nh.EventID, "outcome", string(OutcomeAlreadyResolved), "how", res.How, "actor", c.actor(a.Actor))
 	return ActionResult{Outcome: OutcomeAlreadyResolved, Key: a.Key, Slot: slot.Slot, EventID: nh.EventID, Resolved: res}, nil
 }

@@ -78,8 +78,8 @@ func TestDrainingKeyIsNotSkippedByAccident(t *testing.T) {
 	}
 
 	// Every action that names no event refuses it, and changes nothing.
-	for name, do := range map[string]func(context.Context, partitionq.Action) (partitionq.ActionResult, error){
-		"skip": b.client.Skip, "retry": b.client.RetryNow, "quarantine": b.client.Quarantine,
+	for name, do := range map[partitionq.AuditAction]func(context.Context, partitionq.Action) (partitionq.ActionResult, error){
+		partitionq.AuditSkip: b.client.Skip, partitionq.AuditRetry: b.client.RetryNow, partitionq.AuditQuarantine: b.client.Quarantine,
 	} {
 		res, err := do(b.ctx, act)
 		var de *partitionq.DrainingError

@@ -385,11 +385,11 @@ func TestQuarantineAndReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	actions := map[string]int{}
+	actions := map[partitionq.AuditAction]int{}
 	for _, a := range audit {
 		actions[a.Action]++
 	}
-	if !reflect.DeepEqual(actions, map[string]int{"quarantine": 1, "replay": 4, "purge": 1}) {
+	if !reflect.DeepEqual(actions, map[partitionq.AuditAction]int{partitionq.AuditQuarantine: 1, partitionq.AuditReplay: 4, partitionq.AuditPurge: 1}) {
 		t.Fatalf("audit actions = %v", actions)
 	}
 }

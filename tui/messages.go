@@ -154,9 +154,15 @@ const (
 	actPurgeMany
 )
 
-func (k actionKind) verb() string {
-	return [...]string{"skip", "retry now", "quarantine", "replay", "replay", "purge"}[k]
+// action is the audit trail's action k records.
+func (k actionKind) action() partitionq.AuditAction {
+	return [...]partitionq.AuditAction{partitionq.AuditSkip, partitionq.AuditRetry, partitionq.AuditQuarantine,
+		partitionq.AuditReplay, partitionq.AuditReplay, partitionq.AuditPurge}[k]
 }
+
+// verb names k in prompts and results ("retry now"): its action's name in
+// partitionq's table of actions.
+func (k actionKind) verb() string { return k.action().Name() }
 
 // bulk reports whether k acts on the dead letters a filter selects.
 func (k actionKind) bulk() bool { return k == actReplayMany || k == actPurgeMany }

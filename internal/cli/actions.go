@@ -41,6 +41,9 @@ type resolvedJSON struct {
 
 // keyAction describes one operator command on a blocked key.
 type keyAction struct {
+	// action is what the audit trail records; its command (the same word)
+	// names the command.
+	action                     partitionq.AuditAction
 	name, short, long, example string
 	// needReason: the action moves events to the dead letters, so it asks
 	// why, as the console does.
@@ -56,8 +59,8 @@ const actionTries = 3
 
 func (a *app) skipCmd() *cobra.Command {
 	return a.keyActionCmd(keyAction{
-		name:  "skip",
-		short: "Move a blocked key's head event to the dead letters; its waiting events run next",
+		action: partitionq.AuditSkip,
+		short:  "Move a blocked key's head event to the dead letters; its waiting events run next",
 		long: `Skip the head event of a blocked key: it goes to the dead letters (replay
 it later with dlq replay), and the key's waiting events run next, in order.
 Safe while workers run. --reason is required: it is kept in the audit trail
@@ -77,8 +80,8 @@ it anyway.`,
 
 func (a *app) retryCmd() *cobra.Command {
 	return a.keyActionCmd(keyAction{
-		name:  "retry",
-		short: "Retry a blocked key's head event now, without waiting for its backoff",
+		action: partitionq.AuditRetry,
+		short:  "Retry a blocked key's head event now, without waiting for its backoff",
 		long: `Bring the next attempt of a blocked key's head event forward to now: a
 running worker tries it again within about a second. Without --event it
 refuses a draining key, whose head is due anyway.`,
@@ -90,8 +93,8 @@ refuses a draining key, whose head is due anyway.`,
 
 func (a *app) quarantineCmd() *cobra.Command {
 	return a.keyActionCmd(keyAction{
-		name:  "quarantine",
-		short: "Move a blocked key's head and all its waiting events to the dead letters",
+		action: partitionq.AuditQuarantine,
+		short:  "Move a blocked key's head and all its waiting events to the dead letters",
 		long: `Move the head event of a key and every event waiting behind it to the
 dead letters, in one transaction (for a tenant being deleted, or a key
 known to be broken). Events of the key sent later are handled as usual.
@@ -105,6 +108,7 @@ Without --event it refuses a draining key (its head never failed).`,
 }
 
 func (a *app) keyActionCmd(k keyAction) *cobra.Command {
+	k.name = k.action.Command()
 	var (
 		t      target
 		key    string
@@ -175,7 +179,7 @@ func (a *app) keyActionCmd(k keyAction) *cobra.Command {
 				if next == nil {
 					next = []int64{}
 				}
-				return writeJSON(cmd.OutOrStdout(), actionJSON{Action: k.name, Outcome: string(res.Outcome), Queue: t.queue, Group: t.group,
+				return writeJSON(cmd.OutOrStdout(), actionJSON{Action: string(k.action), Outcome: string(res.Outcome), Queue: t.queue, Group: t.group,
 					Key: res.Key, Slot: res.Slot, EventID: res.EventID, Count: res.Count, NextEventIDs: next, Resolved: resolvedOf(res.Resolved)})
 			}
 			return printAction(cmd.OutOrStdout(), res)

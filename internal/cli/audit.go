@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -38,10 +39,12 @@ func (a *app) auditCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "audit",
 		Short: "Show the audit trail of operator actions, newest first",
-		Long: `Show the operator actions on a group (skip, retry, quarantine, replay,
-purge, drop_group), newest first: when, the database role and the actor,
-the key and event, the reason and what came of it. A dropped group's
-trail stays readable.`,
+		Long: `Show the operator actions on a group, newest first: when, the database
+role and the actor, the key and event, the reason and what came of it
+(OUTCOME). A dropped group's trail stays readable. The actions, the
+command that does each, and what OUTCOME says for it:
+
+` + auditActionsHelp(),
 		Example: "  partitionq audit --queue files --group indexer --limit 20",
 		Args:    noWords,
 		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
@@ -64,7 +67,7 @@ trail stays readable.`,
 				out := auditJSON{Queue: t.queue, Group: t.group, Entries: make([]auditEntryJSON, 0, len(es))}
 				for _, e := range es {
 					out.Entries = append(out.Entries, auditEntryJSON{ID: e.ID, At: utc(e.At), DBRole: e.DBRole, Actor: e.Actor,
-						Action: e.Action, Key: e.Key, EventID: e.EventID, Reason: e.Reason, Outcome: e.Outcome})
+						Action: string(e.Action), Key: e.Key, EventID: e.EventID, Reason: e.Reason, Outcome: e.Outcome})
 				}
 				return writeJSON(cmd.OutOrStdout(), out)
 			}
@@ -76,6 +79,20 @@ trail stays readable.`,
 	f.IntVar(&limit, "limit", 100, "show at most this many entries")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// auditActionsHelp lists the actions of the audit trail for audit --help,
+// from partitionq's table of them, one a line:
+// "  skip (partitionq skip): skipped, already_resolved".
+func auditActionsHelp() string {
+	var b strings.Builder
+	for i, a := range partitionq.AuditActions() {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "  %s (partitionq %s): %s", a.Action, a.Command, strings.Join(a.Outcomes, "; "))
+	}
+	return b.String()
 }
 
 func printAudit(w io.Writer, es []partitionq.AuditEntry) error {
@@ -90,7 +107,7 @@ func printAudit(w io.Writer, es []partitionq.AuditEntry) error {
 		if e.EventID != 0 {
 			ev = i64(e.EventID)
 		}
-		tb.row(i64(e.ID), fmtTime(e.At), e.DBRole, dash(e.Actor), e.Action, dash(e.Key), ev, e.Outcome, dash(e.Reason))
+		tb.row(i64(e.ID), fmtTime(e.At), e.DBRole, dash(e.Actor), string(e.Action), dash(e.Key), ev, e.Outcome, dash(e.Reason))
 	}
 	return tb.flush()
 }

@@ -53,10 +53,10 @@ type bulkItemJSON struct {
 	NewEventID *int64 `json:"new_event_id"` // the replay's event; null for a purge or a dry run
 }
 
-func toBulkJSON(action string, q partitionq.DeadLetterQuery, res partitionq.BulkResult) bulkJSON {
-	out := bulkJSON{Action: action, DryRun: res.DryRun, Queue: q.Queue, Group: q.Group, Filter: filterOf(q), AuditID: res.AuditID,
+func toBulkJSON(action partitionq.AuditAction, q partitionq.DeadLetterQuery, res partitionq.BulkResult) bulkJSON {
+	out := bulkJSON{Action: string(action), DryRun: res.DryRun, Queue: q.Queue, Group: q.Group, Filter: filterOf(q), AuditID: res.AuditID,
 		DeadLetters: make([]bulkItemJSON, 0, len(res.Items)), UnmatchedIDs: append([]int64{}, res.Unmatched...)}
-	if action == "replay" {
+	if action == partitionq.AuditReplay {
 		out.Replayed, out.AlreadyReplayed = &res.Count, &res.AlreadyReplayed
 	} else {
 		n := int64(res.Count)
@@ -136,9 +136,9 @@ than --max matches are refused, and nothing changes.`,
 				return err
 			}
 			if asJSON {
-				return writeJSON(out, toBulkJSON("replay", q, res))
+				return writeJSON(out, toBulkJSON(partitionq.AuditReplay, q, res))
 			}
-			return printBulk(out, "replay", q, res)
+			return printBulk(out, partitionq.AuditReplay, q, res)
 		}),
 	}
 	f := cmd.Flags()
@@ -224,9 +224,9 @@ changes.`,
 				return err
 			}
 			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), toBulkJSON("purge", q, res))
+				return writeJSON(cmd.OutOrStdout(), toBulkJSON(partitionq.AuditPurge, q, res))
 			}
-			return printBulk(cmd.OutOrStdout(), "purge", q, res)
+			return printBulk(cmd.OutOrStdout(), partitionq.AuditPurge, q, res)
 		}),
 	}
 	f := cmd.Flags()
@@ -239,13 +239,13 @@ changes.`,
 }
 
 // printBulk prints what a bulk replay or purge did (or would do).
-func printBulk(w io.Writer, action string, q partitionq.DeadLetterQuery, res partitionq.BulkResult) error {
+func printBulk(w io.Writer, action partitionq.AuditAction, q partitionq.DeadLetterQuery, res partitionq.BulkResult) error {
 	what := ""
 	if f := filterOf(q); f != "" {
 		what = " (" + f + ")"
 	}
 	switch {
-	case res.DryRun && action == "replay":
+	case res.DryRun && action == partitionq.AuditReplay:
 		fmt.Fprintf(w, "dry run: would replay %s%s in this order", plural(int64(res.Count), "dead letter"), what)
 		if res.AlreadyReplayed > 0 {
 			fmt.Fprintf(w, "; %d already replayed would be left as they are", res.AlreadyReplayed)
@@ -253,7 +253,7 @@ func printBulk(w io.Writer, action string, q partitionq.DeadLetterQuery, res par
 		fmt.Fprintln(w, "; nothing changed")
 	case res.DryRun:
 		fmt.Fprintf(w, "dry run: would purge %s%s; nothing changed\n", plural(int64(res.Count), "dead letter"), what)
-	case action == "replay":
+	case action == partitionq.AuditReplay:
 		fmt.Fprintf(w, "replayed %s%s, in event order", plural(int64(res.Count), "dead letter"), what)
 		if res.AlreadyReplayed > 0 {
 			fmt.Fprintf(w, "; %d already replayed, left as they were", res.AlreadyReplayed)
@@ -275,10 +275,10 @@ func printBulk(w io.Writer, action string, q partitionq.DeadLetterQuery, res par
 	if !res.DryRun && res.AuditID != 0 {
 		fmt.Fprintf(w, "audit entry %d\n", res.AuditID)
 	}
-	if !res.DryRun && action == "purge" {
+	if !res.DryRun && action == partitionq.AuditPurge {
 		return nil
 	}
-	if action == "purge" { // a dry run: what would go
+	if action == partitionq.AuditPurge { // a dry run: what would go
 		tb := newTable(w, "ID", "EVENT", "KEY", "TYPE", "OUTCOME").widths(map[string]int{"KEY": 40, "TYPE": 24})
 		for _, it := range res.Items {
 			tb.row(i64(it.ID), i64(it.EventID), it.Key, dash(it.Type), "would purge")

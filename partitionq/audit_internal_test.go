@@ -1,0 +1,92 @@
+package partitionq
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"testing"
+)
+
+// The table of audit actions lists each action once, with a name, a
+// command and its outcomes, and the operator's actions on a key's head are
+// the parked package's kinds by the same names (partitionq.set_aside
+// records the kind as the action).
+func TestAuditActionsTable(t *testing.T) {
+	seen := map[AuditAction]bool{}
+	for _, r := range AuditActions() {
+		if seen[r.Action] || r.Name == "" || r.Command == "" || len(r.Outcomes) == 0 {
+			t.Errorf("row %+v: listed twice, or without a name, a command or outcomes", r)
+		}
+		seen[r.Action] = true
+		if info, ok := r.Action.Info(); !ok || info.Name != r.Name || r.Action.Name() != r.Name || r.Action.Command() != r.Command {
+			t.Errorf("%s: Info = %+v, %v; Name %q; Command %q", r.Action, info, ok, r.Action.Name(), r.Action.Command())
+		}
+	}
+	for _, a := range []AuditAction{AuditSkip, AuditRetry, AuditQuarantine, AuditReplay, AuditPurge, AuditResize, AuditDropGroup} {
+		if !seen[a] {
+			t.Errorf("%s is not in AuditActions", a)
+		}
+	}
+	if len(seen) != 7 {
+		t.Errorf("AuditActions has %d actions, want the 7 constants", len(seen))
+	}
+	if _, ok := AuditAction("later").Info(); ok || AuditAction("later").Name() != "later" || AuditAction("later").Command() != "" {
+		t.Error("an action the table does not list should be unknown, named as it is, with no command")
+	}
+	if AuditRetry.Name() != "retry now" {
+		t.Errorf("AuditRetry.Name() = %q", AuditRetry.Name())
+	}
+	rows := AuditActions()
+	rows[0].Outcomes[0] = "changed"
+	if AuditActions()[0].Outcomes[0] == "changed" {
+		t.Error("AuditActions returns the table itself, not a copy")
+	}
+	for a, k := range actionKinds {
+		if string(a) != string(k) {
+			t.Errorf("action %q is the parked kind %q", a, k)
+		}
+	}
+	if len(actionKinds) != 3 {
+		t.Errorf("actionKinds = %v, want skip, retry and quarantine", actionKinds)
+	}
+}
+
+// Every action the SQL functions write into the audit trail is in the
+// table, and so is every outcome record_action accepts for it.
+func TestAuditActionsCoverTheSQL(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("internal", "store", "migration", "*.sql"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("migrations: %v, %v", files, err)
+	}
+	written := regexp.MustCompile(`'(\w+)', p_queue, p_grp`) // values (..., 'replay', p_queue, p_grp, ...)
+	accepted := regexp.MustCompile(`\('(\w+)', '(\w+)'\)`)   // record_action's (action, outcome) pairs
+	recordAction := regexp.MustCompile(`(?s)function partitionq\.record_action\(.*?\$f\$;`)
+	named := regexp.MustCompile(`p_action (?:=|when) '(\w+)'`) // drop_group; set_aside's skip
+	outcomes := map[string][]string{}
+	for _, r := range AuditActions() {
+		outcomes[string(r.Action)] = r.Outcomes
+	}
+	found := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range append(written.FindAllStringSubmatch(string(b), -1), named.FindAllStringSubmatch(string(b), -1)...) {
+			found++
+			if m[1] != "worker" && outcomes[m[1]] == nil {
+				t.Errorf("%s writes action %q, which AuditActions does not list", filepath.Base(f), m[1])
+			}
+		}
+		for _, m := range accepted.FindAllStringSubmatch(recordAction.FindString(string(b)), -1) {
+			found++
+			if !slices.Contains(outcomes[m[1]], m[2]) {
+				t.Errorf("%s records action %q with outcome %q, which its row of AuditActions does not list", filepath.Base(f), m[1], m[2])
+			}
+		}
+	}
+	if found < 10 {
+		t.Errorf("found %d actions in the SQL: the patterns no longer match it", found)
+	}
+}
