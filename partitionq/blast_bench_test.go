@@ -62,7 +62,7 @@ func blastRun(b *testing.B, blocked int) {
 		done.Add(1)
 		return nil
 	})
-	w, err := c.NewWorker(ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: h, Ticker: &partitionq.TickerConfig{Interval: 10 * time.Millisecond}, PollInterval: 5 * time.Millisecond, BackoffMin: time.Hour})
+	w, err := c.NewWorker(ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: h, Ticker: &partitionq.TickerConfig{Interval: 10 * time.Millisecond}, Retry: partitionq.RetryConfig{BackoffMin: time.Hour}, Limits: partitionq.LimitsConfig{PollInterval: 5 * time.Millisecond}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func TestParallelism(t *testing.T) {
 		mu.Unlock()
 		return nil
 	})
-	b.worker(t, partitionq.WorkerConfig{Handler: h, Concurrency: 4})
+	b.worker(t, partitionq.WorkerConfig{Handler: h, Limits: partitionq.LimitsConfig{Concurrency: 4}})
 	t.Cleanup(func() { relOnce.Do(func() { close(release) }) }) // runs before the worker's stop
 	// One transaction, so one batch per slot: in-slot concurrency is among
 	// the events of the batch the slot is in (a slot takes its next batch
@@ -195,11 +195,11 @@ func TestBadInput(t *testing.T) {
 	}
 	for name, cfg := range map[string]partitionq.WorkerConfig{
 		"no handler":   {Queue: "q", Group: "g"},
-		"concurrency":  {Queue: "q", Group: "g", Handler: newRecorder(t), Concurrency: -1},
-		"policy":       {Queue: "q", Group: "g", Handler: newRecorder(t), Policy: "drop"},
+		"concurrency":  {Queue: "q", Group: "g", Handler: newRecorder(t), Limits: partitionq.LimitsConfig{Concurrency: -1}},
+		"policy":       {Queue: "q", Group: "g", Handler: newRecorder(t), Retry: partitionq.RetryConfig{Policy: "drop"}},
 		"slots":        {Queue: "q", Group: "g", Handler: newRecorder(t), Slots: []int{2}},
-		"backoff":      {Queue: "q", Group: "g", Handler: newRecorder(t), BackoffMin: time.Minute, BackoffMax: time.Second},
-		"max attempts": {Queue: "q", Group: "g", Handler: newRecorder(t), MaxAttempts: -2},
+		"backoff":      {Queue: "q", Group: "g", Handler: newRecorder(t), Retry: partitionq.RetryConfig{BackoffMin: time.Minute, BackoffMax: time.Second}},
+		"max attempts": {Queue: "q", Group: "g", Handler: newRecorder(t), Retry: partitionq.RetryConfig{MaxAttempts: -2}},
 	} {
 		_, err := b.client.NewWorker(b.ctx, cfg)
 		invalid(name, err)
@@ -271,7 +271,7 @@ func TestEngineUntouched(t *testing.T) {
 		}
 		return nil
 	}}
-	b.worker(t, partitionq.WorkerConfig{Handler: l, BackoffMin: 5 * time.Millisecond, BackoffMax: 5 * time.Millisecond})
+	b.worker(t, partitionq.WorkerConfig{Handler: l, Retry: partitionq.RetryConfig{BackoffMin: 5 * time.Millisecond, BackoffMax: 5 * time.Millisecond}})
 	b.send(t, "k", 1, 2)
 	l.waitOK(t, "k", 2)
 	if err := b.client.TickOnce(b.ctx); err != nil {
@@ -293,7 +293,7 @@ func TestDropGroup(t *testing.T) {
 	b := setup(t)
 	b.group(t, 2)
 	l := &handlingLog{decide: func(context.Context, *partitionq.Event) error { return errBoom }}
-	w := b.worker(t, partitionq.WorkerConfig{Handler: l, BackoffMin: time.Hour})
+	w := b.worker(t, partitionq.WorkerConfig{Handler: l, Retry: partitionq.RetryConfig{BackoffMin: time.Hour}})
 	b.send(t, "k", 1, 2)
 	pgtest.WaitFor(t, 30*time.Second, "k blocked", func() (bool, error) {
 		bk, err := b.client.BlockedKey(b.ctx, "q", "g", "k")
@@ -335,12 +335,12 @@ func TestDrainConcurrencyValidated(t *testing.T) {
 	b.group(t, 1)
 	// A worker-wide number (not per slot), from 1 to 256, whatever Concurrency is.
 	for _, bad := range []int{-1, 257} {
-		_, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: newRecorder(t), Concurrency: 4, DrainConcurrency: bad})
+		_, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: newRecorder(t), Limits: partitionq.LimitsConfig{Concurrency: 4, DrainConcurrency: bad}})
 		if !errors.Is(err, partitionq.ErrInvalid) {
 			t.Fatalf("DrainConcurrency %d: %v", bad, err)
 		}
 	}
-	if _, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: newRecorder(t), Concurrency: 4, DrainConcurrency: 32}); err != nil {
+	if _, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: newRecorder(t), Limits: partitionq.LimitsConfig{Concurrency: 4, DrainConcurrency: 32}}); err != nil {
 		t.Fatal(err)
 	}
 }

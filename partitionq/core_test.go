@@ -16,7 +16,7 @@ func TestOrderAndCompleteness(t *testing.T) {
 	b := setup(t)
 	b.group(t, 4)
 	rec := newRecorder(t)
-	b.worker(t, partitionq.WorkerConfig{Handler: rec, Concurrency: 8})
+	b.worker(t, partitionq.WorkerConfig{Handler: rec, Limits: partitionq.LimitsConfig{Concurrency: 8}})
 	const keys, rounds = 200, 25
 	sent := b.sendRounds(t, keys, rounds)
 	rec.waitTotal(t, keys*rounds)
@@ -82,7 +82,7 @@ func TestKeysRunInParallel(t *testing.T) {
 					return ctx.Err()
 				}
 			}}
-			b.worker(t, partitionq.WorkerConfig{Handler: l, Concurrency: keys, HandlerTimeout: time.Minute})
+			b.worker(t, partitionq.WorkerConfig{Handler: l, Limits: partitionq.LimitsConfig{Concurrency: keys, HandlerTimeout: time.Minute}})
 			t.Cleanup(func() { close(ended) }) // runs before the worker's stop: let waiting handlers go
 			// One transaction, so one batch per slot: a slot finishes a batch
 			// before it reads the next, so events split over two batches

@@ -70,8 +70,11 @@ func drainRun(b *testing.B, noProgress bool) time.Duration {
 		}
 		return nil
 	})
-	w, err := c.NewWorker(ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: h, Ticker: &partitionq.TickerConfig{Interval: 10 * time.Millisecond}, DisableProgress: noProgress,
-		PollInterval: 5 * time.Millisecond, BackoffMin: time.Hour, BackoffMax: time.Hour})
+	w, err := c.NewWorker(ctx, partitionq.WorkerConfig{
+		Queue: "q", Group: "g", Handler: h, Ticker: &partitionq.TickerConfig{Interval: 10 * time.Millisecond}, DisableProgress: noProgress,
+		Retry:  partitionq.RetryConfig{BackoffMin: time.Hour, BackoffMax: time.Hour},
+		Limits: partitionq.LimitsConfig{PollInterval: 5 * time.Millisecond},
+	})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func TestDrainResumesAfterAFault(t *testing.T) {
 		}
 		return nil
 	})
-	b.worker(t, partitionq.WorkerConfig{Handler: h, BackoffMin: 200 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
+	b.worker(t, partitionq.WorkerConfig{Handler: h, Retry: partitionq.RetryConfig{BackoffMin: 200 * time.Millisecond, BackoffMax: 200 * time.Millisecond}})
 	var ms []partitionq.Message
 	for i := range 60 {
 		ms = append(ms, partitionq.Message{Key: "k", Type: "T", Payload: []byte(strconv.Itoa(i))})

@@ -36,7 +36,7 @@ func TestBatchLargerThanAChunk(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := newRecorder(t)
-	b.worker(t, partitionq.WorkerConfig{Handler: rec, Concurrency: 8})
+	b.worker(t, partitionq.WorkerConfig{Handler: rec, Limits: partitionq.LimitsConfig{Concurrency: 8}})
 	rec.waitTotal(t, len(ms))
 
 	rec.mu.Lock()
@@ -117,7 +117,7 @@ func TestForeignProducersInPlainSQL(t *testing.T) {
 		}
 		return nil
 	}
-	b.worker(t, partitionq.WorkerConfig{Handler: rec, Concurrency: 4, BackoffMin: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond})
+	b.worker(t, partitionq.WorkerConfig{Handler: rec, Retry: partitionq.RetryConfig{BackoffMin: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond}, Limits: partitionq.LimitsConfig{Concurrency: 4}})
 	keyed := b.db.SQL(`select pgq.insert_event('q', 'Foreign', $1, $2, null, null, null)`)
 	unkeyed := b.db.SQL(`select pgq.insert_event('q', 'Foreign', $1)`)
 	keys := []string{"tenant-1", "tenant-2", "acme", "ключ"}
@@ -189,8 +189,10 @@ func TestEventWithoutKeyRetriedOnItsSlot(t *testing.T) {
 		}
 		return nil
 	}
-	b.worker(t, partitionq.WorkerConfig{Handler: rec, Policy: partitionq.PolicyRetryLater,
-		BackoffMin: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond})
+	b.worker(t, partitionq.WorkerConfig{
+		Handler: rec,
+		Retry:   partitionq.RetryConfig{Policy: partitionq.PolicyRetryLater, BackoffMin: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond},
+	})
 	for _, p := range []string{"a", "b"} {
 		if _, err := b.pool.Exec(b.ctx, b.db.SQL(`select pgq.insert_event('q', 'Foreign', $1)`), p); err != nil {
 			t.Fatal(err)

@@ -42,7 +42,7 @@ var (
 // ValidationError says which argument is wrong, why, and what to do. It
 // matches ErrInvalid with errors.Is.
 type ValidationError struct {
-	Field   string // the argument or config field, e.g. "key" or "WorkerConfig.Concurrency"
+	Field   string // the argument or config field, e.g. "key" or "WorkerConfig.Limits.Concurrency"
 	Value   string // the offending value, quoted for display (may be shortened)
 	Problem string // what is wrong with it
 	Fix     string // what to do instead

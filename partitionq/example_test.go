@@ -43,11 +43,12 @@ func Example() {
 		log.Fatal(err)
 	}
 	w, err := client.NewWorker(ctx, partitionq.WorkerConfig{
-		Queue: "files", Group: "indexer", Concurrency: 8, Ticker: &partitionq.TickerConfig{},
+		Queue: "files", Group: "indexer", Ticker: &partitionq.TickerConfig{},
 		Handler: partitionq.HandlerFunc(func(ctx context.Context, ev *partitionq.Event) error {
 			fmt.Printf("tenant %s: %s %s (attempt %d)\n", ev.Key, ev.Type, ev.Payload, ev.Attempt)
 			return nil // an error pauses the tenant until the event succeeds or an operator skips it
 		}),
+		Limits: partitionq.LimitsConfig{Concurrency: 8},
 	})
 	if err != nil {
 		log.Fatal(err)

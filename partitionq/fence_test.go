@@ -83,7 +83,7 @@ func TestZombieCommitsNothing(t *testing.T) {
 			b := setup(t)
 			b.group(t, 1)
 			g := newGate(then)
-			w := b.worker(t, partitionq.WorkerConfig{Handler: g, LeaseDuration: time.Hour})
+			w := b.worker(t, partitionq.WorkerConfig{Handler: g, Ownership: partitionq.OwnershipConfig{LeaseDuration: time.Hour}})
 			if _, err := b.client.Send(b.ctx, "q", partitionq.Message{Key: "k", Payload: []byte("gated")}); err != nil {
 				t.Fatal(err)
 			}
@@ -125,7 +125,7 @@ func TestZombieDrainCommitsNothing(t *testing.T) {
 		}
 		return g.Handle(ctx, ev)
 	})
-	w := b.worker(t, partitionq.WorkerConfig{Handler: h, LeaseDuration: time.Hour, BackoffMin: time.Hour})
+	w := b.worker(t, partitionq.WorkerConfig{Handler: h, Retry: partitionq.RetryConfig{BackoffMin: time.Hour}, Ownership: partitionq.OwnershipConfig{LeaseDuration: time.Hour}})
 	if _, err := b.client.SendBatch(b.ctx, "q", []partitionq.Message{{Key: "k", Payload: []byte("gated")}, {Key: "k", Payload: []byte("next")}}); err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestCheckOwnerFencesTheHandlersWrites(t *testing.T) {
 		result <- err
 		return err
 	})
-	b.worker(t, partitionq.WorkerConfig{Handler: g, LeaseDuration: time.Hour})
+	b.worker(t, partitionq.WorkerConfig{Handler: g, Ownership: partitionq.OwnershipConfig{LeaseDuration: time.Hour}})
 	if _, err := b.client.Send(b.ctx, "q", partitionq.Message{Key: "k", Payload: []byte("gated")}); err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestZombieTxHandlerCommitsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	inside, release := make(chan struct{}, 1), make(chan struct{})
-	w := b.worker(t, partitionq.WorkerConfig{LeaseDuration: time.Hour,
+	w := b.worker(t, partitionq.WorkerConfig{
 		TxHandler: partitionq.TxHandlerFunc(func(ctx context.Context, tx pgx.Tx, ev *partitionq.Event) error {
 			if _, err := tx.Exec(ctx, `insert into effects values ($1)`, ev.ID); err != nil {
 				return err
@@ -206,7 +206,9 @@ func TestZombieTxHandlerCommitsNothing(t *testing.T) {
 			inside <- struct{}{}
 			<-release
 			return nil
-		})})
+		}),
+		Ownership: partitionq.OwnershipConfig{LeaseDuration: time.Hour},
+	})
 	if _, err := b.client.Send(b.ctx, "q", partitionq.Message{Key: "k", Payload: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}

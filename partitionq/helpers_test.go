@@ -61,14 +61,14 @@ func (b *bundle) worker(t *testing.T, cfg partitionq.WorkerConfig) *partitionq.W
 	if cfg.Ticker == nil {
 		cfg.Ticker = &partitionq.TickerConfig{Interval: 10 * time.Millisecond}
 	}
-	if cfg.PollInterval == 0 {
-		cfg.PollInterval = 10 * time.Millisecond
+	if cfg.Limits.PollInterval == 0 {
+		cfg.Limits.PollInterval = 10 * time.Millisecond
 	}
-	if cfg.StandbyPoll == 0 {
-		cfg.StandbyPoll = 100 * time.Millisecond
+	if cfg.Ownership.StandbyPoll == 0 {
+		cfg.Ownership.StandbyPoll = 100 * time.Millisecond
 	}
-	if cfg.HeadScanInterval == 0 {
-		cfg.HeadScanInterval = 50 * time.Millisecond
+	if cfg.Retry.HeadScanInterval == 0 {
+		cfg.Retry.HeadScanInterval = 50 * time.Millisecond
 	}
 	w, err := b.client.NewWorker(b.ctx, cfg)
 	if err != nil {

@@ -60,7 +60,7 @@ func TestIdleWorkerOpensNoBatchesUntilATick(t *testing.T) {
 	b := &bundle{db: db, pool: pool, client: client, ctx: ctx}
 	b.group(t, 8) // the consumers start level with the queue's newest tick (create_queue makes one)
 	l := &handlingLog{decide: func(context.Context, *partitionq.Event) error { return nil }}
-	w, err := client.NewWorker(ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: l, PollInterval: 5 * time.Millisecond})
+	w, err := client.NewWorker(ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: l, Limits: partitionq.LimitsConfig{PollInterval: 5 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestSlotBehindCatchesUpInOneBatch(t *testing.T) {
 	}
 	before := b.engineBatches(t)
 	l := &handlingLog{decide: func(context.Context, *partitionq.Event) error { return nil }}
-	w, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: l, PollInterval: 10 * time.Millisecond})
+	w, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: l, Limits: partitionq.LimitsConfig{PollInterval: 10 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +276,7 @@ func TestOldSlotsStopAtTheCutover(t *testing.T) {
 		}
 		return nil
 	})
-	w, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: h, PollInterval: 10 * time.Millisecond})
+	w, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: h, Limits: partitionq.LimitsConfig{PollInterval: 10 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

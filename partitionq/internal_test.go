@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partitionq/partitionq/test/pgtest"
@@ -135,16 +136,57 @@ func TestDeadHostTimeoutsSetOnTheSession(t *testing.T) {
 	}
 }
 
-// Two wrong durations: the first in WorkerConfig's declaration order is
-// named, every time.
+// Every field wrong: validate names the first in WorkerConfig's
+// declaration order (groups included), every time; with that one put
+// right, the next. A map's order is random, so the same mistakes must not
+// depend on one.
 func TestWorkerConfigValidationIsDeterministic(t *testing.T) {
-	cfg := WorkerConfig{Queue: "q", Group: "g", Handler: HandlerFunc(func(context.Context, *Event) error { return nil }),
-		Ticker: &TickerConfig{Interval: -time.Second}, PollInterval: -time.Second}.withDefaults()
-	for range 50 {
-		var ve *ValidationError
-		if err := cfg.validate(); !errors.As(err, &ve) || ve.Field != "WorkerConfig.PollInterval" {
-			t.Fatalf("validate: %v, want WorkerConfig.PollInterval named first", err)
+	h := HandlerFunc(func(context.Context, *Event) error { return nil })
+	cfg := WorkerConfig{Queue: "q", Group: "g", SlotCount: -1, Handler: h, TxHandler: TxHandlerFunc(func(context.Context, pgx.Tx, *Event) error { return nil }),
+		Retry: RetryConfig{Policy: "later", MaxAttempts: -2, BackoffMin: -time.Second, BackoffMax: -2 * time.Second,
+			MaxBlocked: -time.Second, HeadScanInterval: -time.Second},
+		Limits: LimitsConfig{Concurrency: -1, DrainConcurrency: -1, BatchMinEvents: -2, HandlerTimeout: -time.Second,
+			ShutdownTimeout: -time.Second, PollInterval: -time.Second},
+		Ownership: OwnershipConfig{LeaseDuration: time.Millisecond, StandbyPoll: -time.Second, DeadHostTimeout: time.Second},
+		Ticker:    &TickerConfig{Interval: -time.Second, MaintInterval: -time.Second},
+		Identity:  "w\xff",
+	}
+	fixes := []struct {
+		field string
+		fix   func(*WorkerConfig)
+	}{
+		{"WorkerConfig.SlotCount", func(c *WorkerConfig) { c.SlotCount = 0 }},
+		{"WorkerConfig.TxHandler", func(c *WorkerConfig) { c.TxHandler = nil }},
+		{"WorkerConfig.Retry.Policy", func(c *WorkerConfig) { c.Retry.Policy = "" }},
+		{"WorkerConfig.Retry.MaxAttempts", func(c *WorkerConfig) { c.Retry.MaxAttempts = 0 }},
+		{"WorkerConfig.Retry.BackoffMin", func(c *WorkerConfig) { c.Retry.BackoffMin = 0 }},
+		{"WorkerConfig.Retry.BackoffMax", func(c *WorkerConfig) { c.Retry.BackoffMax = 0 }},
+		{"WorkerConfig.Retry.MaxBlocked", func(c *WorkerConfig) { c.Retry.MaxBlocked = 0 }},
+		{"WorkerConfig.Retry.HeadScanInterval", func(c *WorkerConfig) { c.Retry.HeadScanInterval = 0 }},
+		{"WorkerConfig.Limits.Concurrency", func(c *WorkerConfig) { c.Limits.Concurrency = 0 }},
+		{"WorkerConfig.Limits.DrainConcurrency", func(c *WorkerConfig) { c.Limits.DrainConcurrency = 0 }},
+		{"WorkerConfig.Limits.BatchMinEvents", func(c *WorkerConfig) { c.Limits.BatchMinEvents = 0 }},
+		{"WorkerConfig.Limits.HandlerTimeout", func(c *WorkerConfig) { c.Limits.HandlerTimeout = 0 }},
+		{"WorkerConfig.Limits.ShutdownTimeout", func(c *WorkerConfig) { c.Limits.ShutdownTimeout = 0 }},
+		{"WorkerConfig.Limits.PollInterval", func(c *WorkerConfig) { c.Limits.PollInterval = 0 }},
+		{"WorkerConfig.Ownership.LeaseDuration", func(c *WorkerConfig) { c.Ownership.LeaseDuration = 0 }},
+		{"WorkerConfig.Ownership.StandbyPoll", func(c *WorkerConfig) { c.Ownership.StandbyPoll = 0 }},
+		{"WorkerConfig.Ownership.DeadHostTimeout", func(c *WorkerConfig) { c.Ownership.DeadHostTimeout = 0 }},
+		{"WorkerConfig.Ticker.Interval", func(c *WorkerConfig) { c.Ticker.Interval = 0 }},
+		{"WorkerConfig.Ticker.MaintInterval", func(c *WorkerConfig) { c.Ticker.MaintInterval = 0 }},
+		{"WorkerConfig.Identity", func(c *WorkerConfig) { c.Identity = "" }},
+	}
+	for _, f := range fixes {
+		for range 20 {
+			var ve *ValidationError
+			if err := cfg.withDefaults().validate(); !errors.As(err, &ve) || ve.Field != f.field {
+				t.Fatalf("validate: %v, want %s named first", err, f.field)
+			}
 		}
+		f.fix(&cfg)
+	}
+	if err := cfg.withDefaults().validate(); err != nil {
+		t.Fatalf("validate, every field put right: %v", err)
 	}
 }
 
@@ -153,17 +195,17 @@ func TestWorkerConfigValidationIsDeterministic(t *testing.T) {
 // policies.
 func TestPolicyNamedSkipIsReadAsRetryLater(t *testing.T) {
 	h := HandlerFunc(func(context.Context, *Event) error { return nil })
-	cfg := WorkerConfig{Queue: "q", Group: "g", Handler: h, Policy: "skip"}.withDefaults()
-	if cfg.Policy != PolicyRetryLater || cfg.MaxAttempts != MaxAttemptsSkipDefault {
-		t.Fatalf("Policy %q, MaxAttempts %d: want %q, %d", cfg.Policy, cfg.MaxAttempts, PolicyRetryLater, MaxAttemptsSkipDefault)
+	cfg := WorkerConfig{Queue: "q", Group: "g", Handler: h, Retry: RetryConfig{Policy: "skip"}}.withDefaults()
+	if cfg.Retry.Policy != PolicyRetryLater || cfg.Retry.MaxAttempts != MaxAttemptsSkipDefault {
+		t.Fatalf("Policy %q, MaxAttempts %d: want %q, %d", cfg.Retry.Policy, cfg.Retry.MaxAttempts, PolicyRetryLater, MaxAttemptsSkipDefault)
 	}
 	if err := cfg.validate(); err != nil {
 		t.Fatalf("validate: %v", err)
 	}
 	var ve *ValidationError
-	err := WorkerConfig{Queue: "q", Group: "g", Handler: h, Policy: "later"}.withDefaults().validate()
-	if !errors.As(err, &ve) || ve.Field != "WorkerConfig.Policy" || !strings.Contains(err.Error(), `"pause" or "retry-later"`) {
-		t.Fatalf("validate: %v, want WorkerConfig.Policy refused, naming pause and retry-later", err)
+	err := WorkerConfig{Queue: "q", Group: "g", Handler: h, Retry: RetryConfig{Policy: "later"}}.withDefaults().validate()
+	if !errors.As(err, &ve) || ve.Field != "WorkerConfig.Retry.Policy" || !strings.Contains(err.Error(), `"pause" or "retry-later"`) {
+		t.Fatalf("validate: %v, want WorkerConfig.Retry.Policy refused, naming pause and retry-later", err)
 	}
 }
 

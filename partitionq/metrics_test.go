@@ -111,7 +111,7 @@ func TestMetricsScrapedAgreeWithStatsAndStatus(t *testing.T) {
 		}
 		return nil
 	}
-	w := b.worker(t, partitionq.WorkerConfig{Handler: rec, Registerer: reg, BackoffMin: time.Hour})
+	w := b.worker(t, partitionq.WorkerConfig{Handler: rec, Registerer: reg, Retry: partitionq.RetryConfig{BackoffMin: time.Hour}})
 	b.sendRounds(t, 10, 3) // 30 events that succeed
 	for _, k := range []string{"bad", "bad", "dead"} {
 		if _, err := b.client.Send(b.ctx, "q", partitionq.Message{Key: k, Type: "T", Payload: []byte(`{}`)}); err != nil {

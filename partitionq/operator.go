@@ -65,7 +65,7 @@ type BlockedKey struct {
 	// BlockedSince is the first failure of the head; for a draining key,
 	// whose head never failed, the time the head was sent.
 	BlockedSince time.Time
-	// Flagged is set when a worker with WorkerConfig.MaxBlocked found the
+	// Flagged is set when a worker with WorkerConfig.Retry.MaxBlocked found the
 	// key blocked for longer than that (and did not dead-letter it).
 	Flagged bool
 }

@@ -23,7 +23,7 @@ func (b *bundle) blockedWithoutWorker(t *testing.T) (*handlingLog, partitionq.Bl
 		}
 		return nil
 	}}
-	w := b.worker(t, partitionq.WorkerConfig{Handler: l, BackoffMin: time.Hour})
+	w := b.worker(t, partitionq.WorkerConfig{Handler: l, Retry: partitionq.RetryConfig{BackoffMin: time.Hour}})
 	b.send(t, "k", 1, 2, 3, 4)
 	var bk partitionq.BlockedKey
 	pgtest.WaitFor(t, 30*time.Second, "k blocked with 2 events behind", func() (bool, error) {
@@ -106,7 +106,7 @@ func TestDrainingKeyIsNotSkippedByAccident(t *testing.T) {
 	}
 
 	// A worker drains the rest, in order.
-	b.worker(t, partitionq.WorkerConfig{Handler: l, BackoffMin: time.Hour})
+	b.worker(t, partitionq.WorkerConfig{Handler: l, Retry: partitionq.RetryConfig{BackoffMin: time.Hour}})
 	l.waitOK(t, "k", 2)
 	if got := l.okSeq("k"); !reflect.DeepEqual(got, []string{"1", "4"}) {
 		t.Fatalf("k handled %v, want 1 4", got)

@@ -26,8 +26,11 @@ func TestGroupsAndKey(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	w, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "other", Group: "billing", Identity: "w-billing",
-		Handler: partitionq.HandlerFunc(func(context.Context, *partitionq.Event) error { return nil }), StandbyPoll: 50 * time.Millisecond})
+	w, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{
+		Queue: "other", Group: "billing", Identity: "w-billing",
+		Handler:   partitionq.HandlerFunc(func(context.Context, *partitionq.Event) error { return nil }),
+		Ownership: partitionq.OwnershipConfig{StandbyPoll: 50 * time.Millisecond},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,7 @@ func TestSkipDuringHandlerNeverBoth(t *testing.T) {
 				}
 				return errBoom
 			}}
-			b.worker(t, partitionq.WorkerConfig{Handler: l, BackoffMin: 10 * time.Millisecond, BackoffMax: 10 * time.Second})
+			b.worker(t, partitionq.WorkerConfig{Handler: l, Retry: partitionq.RetryConfig{BackoffMin: 10 * time.Millisecond, BackoffMax: 10 * time.Second}})
 			b.send(t, "k", 1, 2, 3)
 			select {
 			case <-inside:
@@ -152,7 +152,7 @@ func TestNoOvertakeWhileHeadRetried(t *testing.T) {
 		}
 		return nil
 	}}
-	b.worker(t, partitionq.WorkerConfig{Handler: l, BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond})
+	b.worker(t, partitionq.WorkerConfig{Handler: l, Retry: partitionq.RetryConfig{BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond}})
 	// Hammer the engine's mover, as pgqd would at its shortest period.
 	moverCtx, stopMover := context.WithCancel(b.ctx)
 	var wg sync.WaitGroup
@@ -206,7 +206,7 @@ func TestHotBlockedKeyMovesEachEventOnce(t *testing.T) {
 		}
 		return nil
 	}}
-	w := b.worker(t, partitionq.WorkerConfig{Handler: l, BackoffMin: 2 * time.Millisecond, BackoffMax: 20 * time.Millisecond})
+	w := b.worker(t, partitionq.WorkerConfig{Handler: l, Retry: partitionq.RetryConfig{BackoffMin: 2 * time.Millisecond, BackoffMax: 20 * time.Millisecond}})
 	const waiting = 10000
 	var ms []partitionq.Message
 	for i := 0; i <= waiting; i++ {
@@ -301,8 +301,10 @@ func TestSkipPolicyDoesNotBlock(t *testing.T) {
 		}
 		return nil
 	}}
-	b.worker(t, partitionq.WorkerConfig{Handler: l, Policy: partitionq.PolicyRetryLater, MaxAttempts: 2,
-		BackoffMin: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond})
+	b.worker(t, partitionq.WorkerConfig{
+		Handler: l,
+		Retry:   partitionq.RetryConfig{Policy: partitionq.PolicyRetryLater, MaxAttempts: 2, BackoffMin: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond},
+	})
 	// One batch: the retry of 2 is only written when that batch finishes.
 	var ms []partitionq.Message
 	for i := 1; i <= 4; i++ {
@@ -336,7 +338,7 @@ func TestQuarantineAndReplay(t *testing.T) {
 		}
 		return nil
 	}}
-	b.worker(t, partitionq.WorkerConfig{Handler: l, BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+	b.worker(t, partitionq.WorkerConfig{Handler: l, Retry: partitionq.RetryConfig{BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond}})
 	b.send(t, "k", 1, 2, 3)
 	pgtest.WaitFor(t, 30*time.Second, "k blocked with 2 waiting", func() (bool, error) {
 		bk, err := b.client.BlockedKey(b.ctx, "q", "g", "k")
@@ -405,7 +407,7 @@ func TestRetryNowBringsAttemptForward(t *testing.T) {
 		return nil
 	}}
 	// A backoff of an hour: only "retry now" can bring the retry.
-	b.worker(t, partitionq.WorkerConfig{Handler: l, BackoffMin: time.Hour, BackoffMax: time.Hour})
+	b.worker(t, partitionq.WorkerConfig{Handler: l, Retry: partitionq.RetryConfig{BackoffMin: time.Hour, BackoffMax: time.Hour}})
 	b.send(t, "k", 1)
 	pgtest.WaitFor(t, 30*time.Second, "k blocked", func() (bool, error) {
 		_, err := b.client.BlockedKey(b.ctx, "q", "g", "k")
@@ -436,8 +438,10 @@ func TestBoundedPause(t *testing.T) {
 				}
 				return nil
 			}}
-			b.worker(t, partitionq.WorkerConfig{Handler: l, BackoffMin: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond,
-				MaxBlocked: 300 * time.Millisecond, MaxBlockedDeadLetter: deadLetter})
+			b.worker(t, partitionq.WorkerConfig{
+				Handler: l,
+				Retry:   partitionq.RetryConfig{BackoffMin: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond, MaxBlocked: 300 * time.Millisecond, MaxBlockedDeadLetter: deadLetter},
+			})
 			b.send(t, "k", 1, 2)
 			if deadLetter {
 				l.waitOK(t, "k", 1)

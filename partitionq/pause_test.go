@@ -122,7 +122,7 @@ func TestPauseHoldsKeyAndOthersFlow(t *testing.T) {
 		}
 		return nil
 	}}
-	b.worker(t, partitionq.WorkerConfig{Handler: l, Concurrency: 4, BackoffMin: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond})
+	b.worker(t, partitionq.WorkerConfig{Handler: l, Retry: partitionq.RetryConfig{BackoffMin: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond}, Limits: partitionq.LimitsConfig{Concurrency: 4}})
 	b.send(t, k, 1, 2, 3, 4, 5)
 	l.waitOK(t, k, 1)
 	// While K#2 is failing, another key of the same slot keeps flowing.
@@ -186,7 +186,7 @@ func TestSkipUnblocksInOrder(t *testing.T) {
 		}
 		return nil
 	}}
-	b.worker(t, partitionq.WorkerConfig{Handler: l, BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+	b.worker(t, partitionq.WorkerConfig{Handler: l, Retry: partitionq.RetryConfig{BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond}})
 	b.send(t, "k", 1, 2, 3, 4)
 	var bk partitionq.BlockedKey
 	pgtest.WaitFor(t, 30*time.Second, "k blocked with 3 events behind", func() (bool, error) {
@@ -247,7 +247,7 @@ func TestMaxAttemptsDeadLetters(t *testing.T) {
 		}
 		return nil
 	}}
-	b.worker(t, partitionq.WorkerConfig{Handler: l, MaxAttempts: 3, BackoffMin: 5 * time.Millisecond, BackoffMax: 10 * time.Millisecond})
+	b.worker(t, partitionq.WorkerConfig{Handler: l, Retry: partitionq.RetryConfig{MaxAttempts: 3, BackoffMin: 5 * time.Millisecond, BackoffMax: 10 * time.Millisecond}})
 	b.send(t, "k", 1, 2, 3)
 	l.waitOK(t, "k", 2)
 	if got := l.okSeq("k"); !reflect.DeepEqual(got, []string{"1", "3"}) {

@@ -45,8 +45,11 @@ func TestHandlersSharingThePoolNeverStarve(t *testing.T) {
 		}
 		return nil
 	}}
-	b.worker(t, partitionq.WorkerConfig{Handler: l, Concurrency: 8, DrainConcurrency: 8,
-		BackoffMin: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond, HandlerTimeout: 5 * time.Second})
+	b.worker(t, partitionq.WorkerConfig{
+		Handler: l,
+		Retry:   partitionq.RetryConfig{BackoffMin: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond},
+		Limits:  partitionq.LimitsConfig{Concurrency: 8, DrainConcurrency: 8, HandlerTimeout: 5 * time.Second},
+	})
 	var ms []partitionq.Message
 	for i := range perKey {
 		for k := range keys {

@@ -165,8 +165,11 @@ func testResize(t *testing.T, from, to int) {
 	b.group(t, from)
 	h := newRunLog(7, 2, 2*time.Millisecond)
 	for i := 0; i < 2; i++ {
-		b.worker(t, partitionq.WorkerConfig{Handler: h, Identity: fmt.Sprintf("w%d", i), BackoffMin: 20 * time.Millisecond,
-			BackoffMax: 50 * time.Millisecond, Concurrency: 4})
+		b.worker(t, partitionq.WorkerConfig{
+			Handler: h, Identity: fmt.Sprintf("w%d", i),
+			Retry:  partitionq.RetryConfig{BackoffMin: 20 * time.Millisecond, BackoffMax: 50 * time.Millisecond},
+			Limits: partitionq.LimitsConfig{Concurrency: 4},
+		})
 	}
 	// The stuck key blocks before the resize, with waiting events behind it.
 	for seq := range 3 {
@@ -282,8 +285,11 @@ func TestResizeAgainAndBack(t *testing.T) {
 	b.group(t, 4)
 	h := newRunLog(7, 2, 2*time.Millisecond)
 	start := func(i int) *partitionq.Worker {
-		return b.worker(t, partitionq.WorkerConfig{Handler: h, Identity: fmt.Sprintf("w%d", i), BackoffMin: 20 * time.Millisecond,
-			BackoffMax: 50 * time.Millisecond, Concurrency: 4})
+		return b.worker(t, partitionq.WorkerConfig{
+			Handler: h, Identity: fmt.Sprintf("w%d", i),
+			Retry:  partitionq.RetryConfig{BackoffMin: 20 * time.Millisecond, BackoffMax: 50 * time.Millisecond},
+			Limits: partitionq.LimitsConfig{Concurrency: 4},
+		})
 	}
 	workers := []*partitionq.Worker{start(0), start(1)}
 	keys := make([]string, 24)
@@ -368,7 +374,7 @@ func TestResizeAfterAFailedHandoff(t *testing.T) {
 	b := setup(t)
 	b.group(t, 2)
 	h := newRunLog(0, 0, 0)
-	b.worker(t, partitionq.WorkerConfig{Handler: h, Identity: "w", Concurrency: 4})
+	b.worker(t, partitionq.WorkerConfig{Handler: h, Identity: "w", Limits: partitionq.LimitsConfig{Concurrency: 4}})
 	keys := make([]string, 8)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("tenant-%02d", i)

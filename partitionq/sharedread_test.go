@@ -51,7 +51,7 @@ func TestStuckSlotDoesNotHoldTheSharedRead(t *testing.T) {
 	if _, err := b.client.SendBatch(b.ctx, "q", ms); err != nil { // one transaction: one batch for both slots
 		t.Fatal(err)
 	}
-	b.worker(t, partitionq.WorkerConfig{Handler: l, Concurrency: 4})
+	b.worker(t, partitionq.WorkerConfig{Handler: l, Limits: partitionq.LimitsConfig{Concurrency: 4}})
 	pgtest.WaitFor(t, 60*time.Second, "the fast slot's events while the other slot is stuck", func() (bool, error) {
 		return len(l.okSeq(fast)) == perKey, nil
 	})

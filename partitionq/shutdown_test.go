@@ -40,8 +40,11 @@ func testGracefulShutdown(t *testing.T, disableProgress bool, want []string) {
 		}
 		return nil
 	}}
-	w1, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: l1, Concurrency: 1,
-		DisableProgress: disableProgress, Ticker: &partitionq.TickerConfig{Interval: 10 * time.Millisecond}, PollInterval: 10 * time.Millisecond, ShutdownTimeout: 200 * time.Millisecond})
+	w1, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{
+		Queue: "q", Group: "g", Handler: l1,
+		DisableProgress: disableProgress, Ticker: &partitionq.TickerConfig{Interval: 10 * time.Millisecond},
+		Limits: partitionq.LimitsConfig{Concurrency: 1, PollInterval: 10 * time.Millisecond, ShutdownTimeout: 200 * time.Millisecond},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -89,7 +89,7 @@ func TestStatusPendingExactUnderSkew(t *testing.T) {
 		hotDone.Add(1)
 		return nil
 	})
-	b.worker(t, partitionq.WorkerConfig{Handler: h, Concurrency: 8})
+	b.worker(t, partitionq.WorkerConfig{Handler: h, Limits: partitionq.LimitsConfig{Concurrency: 8}})
 	t.Cleanup(unhold) // before the worker's stop, which waits for the handler
 	<-held
 	wantHot := want[hotSlot] - handleFirst - (want[hotSlot] - hotEvents) // the hot slot's cold keys are done too
@@ -154,7 +154,7 @@ func TestStatusRatesSteadyLoad(t *testing.T) {
 		okAt = append(okAt, time.Now())
 		return nil
 	})
-	b.worker(t, partitionq.WorkerConfig{Handler: h, MaxAttempts: 1})
+	b.worker(t, partitionq.WorkerConfig{Handler: h, Retry: partitionq.RetryConfig{MaxAttempts: 1}})
 	const perTick, every, seconds = 5, 50 * time.Millisecond, 11
 	tk := time.NewTicker(every)
 	defer tk.Stop()
@@ -235,7 +235,7 @@ func TestStatusPendingCountsOnlyOwnRetries(t *testing.T) {
 		}
 		return nil
 	})
-	b.worker(t, partitionq.WorkerConfig{Handler: h, Policy: partitionq.PolicyRetryLater, BackoffMin: 50 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+	b.worker(t, partitionq.WorkerConfig{Handler: h, Retry: partitionq.RetryConfig{Policy: partitionq.PolicyRetryLater, BackoffMin: 50 * time.Millisecond, BackoffMax: 50 * time.Millisecond}})
 	var ms []partitionq.Message
 	for i := range 19 {
 		ms = append(ms, partitionq.Message{Key: fmt.Sprintf("k%d", i), Type: "T", Payload: []byte("{}")})

@@ -51,7 +51,7 @@ func tickStatus(ts engine.TickState) TickStatus {
 // worker with nothing making ticks handles nothing, and would say nothing.
 // One cheap query (the queue's newest tick) every few seconds.
 func (w *Worker) watchTicks(ctx context.Context, pool *pgxpool.Pool) {
-	every := min(max(time.Second, 10*w.cfg.PollInterval), 5*time.Second)
+	every := min(max(time.Second, 10*w.cfg.Limits.PollInterval), 5*time.Second)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	stalled := false

@@ -40,7 +40,7 @@ func TestHandlerTimeoutEndsTheCall(t *testing.T) {
 		}
 		return nil
 	}}
-	b.worker(t, partitionq.WorkerConfig{Handler: l, HandlerTimeout: timeout, BackoffMin: 5 * time.Millisecond, BackoffMax: 10 * time.Millisecond})
+	b.worker(t, partitionq.WorkerConfig{Handler: l, Retry: partitionq.RetryConfig{BackoffMin: 5 * time.Millisecond, BackoffMax: 10 * time.Millisecond}, Limits: partitionq.LimitsConfig{HandlerTimeout: timeout}})
 	b.send(t, "k", 0, 1)
 	pgtest.WaitFor(t, 30*time.Second, "both events handled", func() (bool, error) { return len(l.okSeq("k")) >= 2, nil })
 	if n := leftIn.Load(); n != 0 {

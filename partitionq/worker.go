@@ -56,7 +56,8 @@ const (
 	StandbyPollDefault     = time.Second
 	LeaseDurationDefault   = 5 * time.Second
 	// DeadHostMarginDefault is how much longer than the lease the server
-	// keeps a dead host's sessions by default (WorkerConfig.DeadHostTimeout).
+	// keeps a dead host's sessions by default
+	// (WorkerConfig.Ownership.DeadHostTimeout).
 	DeadHostMarginDefault   = 10 * time.Second
 	DrainConcurrencyDefault = 8
 	BatchMinEventsDefault   = 5000
@@ -69,6 +70,15 @@ const (
 const chunkSize = 1000
 
 // WorkerConfig configures a Worker. Zero values mean the defaults.
+//
+// The fields that say what the worker runs and who it is are flat; the
+// settings are grouped by concern: Retry (what a handler failure does),
+// Limits (how much runs at once, and how long things may take), Ownership
+// (how slots move between workers) and Ticker. Every group is a value
+// whose zero value means its defaults. NewWorker fills in the defaults
+// and then checks the fields in declaration order, groups included: of
+// several wrong fields, the first is the one its *ValidationError names
+// (for example "WorkerConfig.Limits.Concurrency"), every time.
 type WorkerConfig struct {
 	// Queue and Group name the consumer group; it must have been set up.
 	Queue, Group string
@@ -90,11 +100,6 @@ type WorkerConfig struct {
 	// Handler handles the events. Required.
 	Handler Handler
 
-	// Concurrency is how many events of different keys of one slot may be
-	// in the handler at once. Events of one key are always handled one at a
-	// time. Defaults to ConcurrencyDefault (16).
-	Concurrency int
-
 	// TxHandler, when set in place of Handler, handles each event inside a
 	// transaction the worker opens on the client's pool: the handler's
 	// writes, the check that this worker still owns the slot (the fencing
@@ -103,96 +108,18 @@ type WorkerConfig struct {
 	// (exactly-once effects in the same database; see docs/guarantees.md).
 	TxHandler TxHandler
 
-	// Policy is the failure policy. Defaults to PolicyPause.
-	Policy Policy
+	// Retry says what a handler failure does: the policy, the attempts,
+	// the backoff, and the bound on a blocked key.
+	Retry RetryConfig
 
-	// MaxAttempts is how many times an event is tried before it becomes a
-	// dead letter; 0 means the default: unlimited (retry until an operator
-	// acts) under PolicyPause, MaxAttemptsSkipDefault (10) under
-	// PolicyRetryLater. Use -1 for unlimited under PolicyRetryLater.
-	MaxAttempts int
+	// Limits bounds how much the worker does at once and how long it
+	// waits: the in-slot concurrency, the drains of blocked keys, the
+	// batch size, the handler and shutdown timeouts, the poll interval.
+	Limits LimitsConfig
 
-	// BackoffMin and BackoffMax bound the delay before retry n, which is
-	// BackoffMin * 2^(n-1), capped at BackoffMax. Defaults to 1s and 5m.
-	BackoffMin, BackoffMax time.Duration
-
-	// HandlerTimeout bounds one handler call; its context is cancelled
-	// after it, and the call counts as a failure. Defaults to 1 minute; -1
-	// means no timeout.
-	HandlerTimeout time.Duration
-
-	// ShutdownTimeout is how long Stop lets running handlers finish before
-	// cancelling their contexts. Defaults to 30s.
-	ShutdownTimeout time.Duration
-
-	// PollInterval is the longest wait between two looks for new events
-	// (one cheap read for all of the worker's slots). partitionq's ticker
-	// (Ticker, partitionq tick) and PgQue's own ticker announce every
-	// tick, which wakes the worker at once; with another ticker (pgqd), or
-	// through a connection pooler (which does not pass notifications on),
-	// this is the latency. Defaults to 500ms.
-	PollInterval time.Duration
-
-	// StandbyPoll is how often a standby tries to take a slot whose owner
-	// may have died (a graceful stop hands its slots over at once). Defaults
-	// to 1s.
-	StandbyPoll time.Duration
-
-	// LeaseDuration is how long a slot stays its owner's without a renewal
-	// of the owner's lease (renewed every LeaseDuration/5). A worker that
-	// cannot renew stops every handler of its slots LeaseDuration/5 before
-	// the lease can run out, so before another worker may take its slots;
-	// a standby takes the slots of a worker that died within about
-	// LeaseDuration + StandbyPoll. Defaults to 5s.
-	LeaseDuration time.Duration
-
-	// DeadHostTimeout bounds how long the server keeps the sessions of a
-	// worker whose host vanished (power loss, a network partition the
-	// server does not see): the worker sets its own sessions' TCP
-	// keepalives and user timeout (settings any role may set for its own
-	// session), so the server ends a dead host's sessions, its lease
-	// session among them, within about this long of its last traffic, and
-	// its slots move to a standby within about the larger of this and
-	// LeaseDuration (plus StandbyPoll), with no server configuration.
-	// Behind a pooler the worker sets nothing (the pooler's own timeouts
-	// apply; the lease, which has no session there, expires by time alone).
-	// Defaults to LeaseDuration + 10s; a negative value leaves the server's
-	// settings.
-	DeadHostTimeout time.Duration
-
-	// DisableProgress turns off the recording of progress inside open
-	// batches: after a fault, the slot's whole open batch runs again rather
-	// than only its unfinished events. Defaults to false (progress recorded).
-	DisableProgress bool
-
-	// BatchMinEvents lets a slot that is behind take several ticks as one
-	// batch of about this many events or more (fewer, larger batches while
-	// it catches up); a slot that is level takes one tick at a time.
-	// Defaults to 5000; -1 takes one tick per batch always.
-	BatchMinEvents int
-
-	// HeadScanInterval (pause policy) is the longest wait between two looks
-	// at a slot's blocked keys, which is how soon an operator's "retry now"
-	// takes effect. Defaults to 1s.
-	HeadScanInterval time.Duration
-
-	// DrainConcurrency (PolicyPause) is how many blocked keys the worker
-	// retries and drains at once, across all its slots; each holds one of
-	// the worker's own connections while its head is handled (so that an
-	// operator's skip waits on its row lock; see WorkerConns). Raise it when
-	// many keys block at once (a skewed load with failures). Defaults to 8.
-	DrainConcurrency int
-
-	// MaxBlocked bounds the pause (PolicyPause only): a key whose head first
-	// failed longer ago than this is flagged (a warning in the log, and
-	// BlockedKey.Flagged), or, with MaxBlockedDeadLetter, its head is
-	// dead-lettered (reason "max_blocked") and the key goes on. Defaults to
-	// 0: no bound, the key waits for an operator.
-	MaxBlocked time.Duration
-
-	// MaxBlockedDeadLetter makes MaxBlocked dead-letter the head rather
-	// than only flag it. Defaults to false.
-	MaxBlockedDeadLetter bool
+	// Ownership sets how slots move between workers: the lease, the
+	// standbys' polling, and how soon the server drops a dead host.
+	Ownership OwnershipConfig
 
 	// Ticker, when not nil, runs the engine's ticker and maintenance in
 	// this worker, in place of pgqd or partitionq tick, with these settings
@@ -202,6 +129,11 @@ type WorkerConfig struct {
 	// (the engine's admin, docs/security.md): Start fails at once
 	// otherwise. Defaults to nil: no ticker in this worker.
 	Ticker *TickerConfig
+
+	// DisableProgress turns off the recording of progress inside open
+	// batches: after a fault, the slot's whole open batch runs again rather
+	// than only its unfinished events. Defaults to false (progress recorded).
+	DisableProgress bool
 
 	// Identity names this worker in status output (and is the
 	// application_name of its sessions). Defaults to "partitionq:<host>:<pid>".
@@ -228,10 +160,133 @@ type WorkerConfig struct {
 	TracerProvider trace.TracerProvider
 }
 
+// RetryConfig says what a handler failure does (WorkerConfig.Retry). Zero
+// values mean the defaults.
+type RetryConfig struct {
+	// Policy is the failure policy. Defaults to PolicyPause.
+	Policy Policy
+
+	// MaxAttempts is how many times an event is tried before it becomes a
+	// dead letter; 0 means the default: unlimited (retry until an operator
+	// acts) under PolicyPause, MaxAttemptsSkipDefault (10) under
+	// PolicyRetryLater. Use -1 for unlimited under PolicyRetryLater.
+	MaxAttempts int
+
+	// BackoffMin and BackoffMax bound the delay before retry n, which is
+	// BackoffMin * 2^(n-1), capped at BackoffMax. Defaults to 1s and 5m
+	// (BackoffMax at least BackoffMin).
+	BackoffMin, BackoffMax time.Duration
+
+	// MaxBlocked bounds the pause (PolicyPause only): a key whose head first
+	// failed longer ago than this is flagged (a warning in the log, and
+	// BlockedKey.Flagged), or, with MaxBlockedDeadLetter, its head is
+	// dead-lettered (reason "max_blocked") and the key goes on. Defaults to
+	// 0: no bound, the key waits for an operator.
+	MaxBlocked time.Duration
+
+	// MaxBlockedDeadLetter makes MaxBlocked dead-letter the head rather
+	// than only flag it. Defaults to false.
+	MaxBlockedDeadLetter bool
+
+	// HeadScanInterval (pause policy) is the longest wait between two looks
+	// at a slot's blocked keys, which is how soon an operator's "retry now"
+	// takes effect. Defaults to 1s.
+	HeadScanInterval time.Duration
+}
+
+// LimitsConfig bounds how much a worker does at once and how long it
+// waits (WorkerConfig.Limits). Zero values mean the defaults.
+//
+// PollInterval is here rather than in OwnershipConfig: it bounds how long
+// a worker may wait before it sees new events (the delivery latency
+// without notifications), and has nothing to do with which worker owns a
+// slot.
+type LimitsConfig struct {
+	// Concurrency is how many events of different keys of one slot may be
+	// in the handler at once. Events of one key are always handled one at a
+	// time. Defaults to ConcurrencyDefault (16).
+	Concurrency int
+
+	// DrainConcurrency (PolicyPause) is how many blocked keys the worker
+	// retries and drains at once, across all its slots; each holds one of
+	// the worker's own connections while its head is handled (so that an
+	// operator's skip waits on its row lock; see WorkerConns). Raise it when
+	// many keys block at once (a skewed load with failures). Defaults to 8.
+	DrainConcurrency int
+
+	// BatchMinEvents lets a slot that is behind take several ticks as one
+	// batch of about this many events or more (fewer, larger batches while
+	// it catches up); a slot that is level takes one tick at a time.
+	// Defaults to 5000; -1 takes one tick per batch always.
+	BatchMinEvents int
+
+	// HandlerTimeout bounds one handler call; its context is cancelled
+	// after it, and the call counts as a failure. Defaults to 1 minute; -1
+	// means no timeout.
+	HandlerTimeout time.Duration
+
+	// ShutdownTimeout is how long Stop lets running handlers finish before
+	// cancelling their contexts. Defaults to 30s.
+	ShutdownTimeout time.Duration
+
+	// PollInterval is the longest wait between two looks for new events
+	// (one cheap read for all of the worker's slots). partitionq's ticker
+	// (WorkerConfig.Ticker, partitionq tick) and PgQue's own ticker
+	// announce every tick, which wakes the worker at once; with another
+	// ticker (pgqd), or through a connection pooler (which does not pass
+	// notifications on), this is the latency. Defaults to 500ms.
+	PollInterval time.Duration
+}
+
+// OwnershipConfig sets how slots move between workers
+// (WorkerConfig.Ownership). Zero values mean the defaults.
+type OwnershipConfig struct {
+	// LeaseDuration is how long a slot stays its owner's without a renewal
+	// of the owner's lease (renewed every LeaseDuration/5). A worker that
+	// cannot renew stops every handler of its slots LeaseDuration/5 before
+	// the lease can run out, so before another worker may take its slots;
+	// a standby takes the slots of a worker that died within about
+	// LeaseDuration + StandbyPoll. Defaults to 5s.
+	LeaseDuration time.Duration
+
+	// StandbyPoll is how often a standby tries to take a slot whose owner
+	// may have died (a graceful stop hands its slots over at once). Defaults
+	// to 1s.
+	StandbyPoll time.Duration
+
+	// DeadHostTimeout bounds how long the server keeps the sessions of a
+	// worker whose host vanished (power loss, a network partition the
+	// server does not see): the worker sets its own sessions' TCP
+	// keepalives and user timeout (settings any role may set for its own
+	// session), so the server ends a dead host's sessions, its lease
+	// session among them, within about this long of its last traffic, and
+	// its slots move to a standby within about the larger of this and
+	// LeaseDuration (plus StandbyPoll), with no server configuration.
+	// Behind a pooler the worker sets nothing (the pooler's own timeouts
+	// apply; the lease, which has no session there, expires by time alone).
+	// Defaults to LeaseDuration + 10s; a negative value leaves the server's
+	// settings.
+	DeadHostTimeout time.Duration
+}
+
+// withDefaults fills in the defaults of every group; the defaults
+// themselves are the constants above.
 func (cfg WorkerConfig) withDefaults() WorkerConfig {
-	if cfg.Concurrency == 0 {
-		cfg.Concurrency = ConcurrencyDefault
+	cfg.Retry = cfg.Retry.withDefaults()
+	cfg.Limits = cfg.Limits.withDefaults()
+	cfg.Ownership = cfg.Ownership.withDefaults()
+	if cfg.Ticker != nil { // a copy: the caller's TickerConfig stays as it was
+		t := cfg.Ticker.withDefaults()
+		cfg.Ticker = &t
 	}
+	if cfg.Identity == "" {
+		host, _ := os.Hostname()
+		cfg.Identity = "partitionq:" + host + ":" + strconv.Itoa(os.Getpid())
+	}
+	return cfg
+}
+
+func (cfg RetryConfig) withDefaults() RetryConfig {
 	switch cfg.Policy {
 	case "":
 		cfg.Policy = PolicyPause
@@ -247,6 +302,22 @@ func (cfg WorkerConfig) withDefaults() WorkerConfig {
 	if cfg.BackoffMax == 0 {
 		cfg.BackoffMax = max(BackoffMaxDefault, cfg.BackoffMin)
 	}
+	if cfg.HeadScanInterval == 0 {
+		cfg.HeadScanInterval = HeadScanIntervalDefault
+	}
+	return cfg
+}
+
+func (cfg LimitsConfig) withDefaults() LimitsConfig {
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = ConcurrencyDefault
+	}
+	if cfg.DrainConcurrency == 0 {
+		cfg.DrainConcurrency = DrainConcurrencyDefault
+	}
+	if cfg.BatchMinEvents == 0 {
+		cfg.BatchMinEvents = BatchMinEventsDefault
+	}
 	if cfg.HandlerTimeout == 0 {
 		cfg.HandlerTimeout = HandlerTimeoutDefault
 	}
@@ -256,90 +327,115 @@ func (cfg WorkerConfig) withDefaults() WorkerConfig {
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = PollIntervalDefault
 	}
-	if cfg.StandbyPoll == 0 {
-		cfg.StandbyPoll = StandbyPollDefault
-	}
-	if cfg.HeadScanInterval == 0 {
-		cfg.HeadScanInterval = HeadScanIntervalDefault
-	}
-	if cfg.Ticker != nil { // a copy: the caller's TickerConfig stays as it was
-		t := cfg.Ticker.withDefaults()
-		cfg.Ticker = &t
-	}
-	if cfg.DrainConcurrency == 0 {
-		cfg.DrainConcurrency = DrainConcurrencyDefault
-	}
+	return cfg
+}
+
+func (cfg OwnershipConfig) withDefaults() OwnershipConfig {
 	if cfg.LeaseDuration == 0 {
 		cfg.LeaseDuration = LeaseDurationDefault
+	}
+	if cfg.StandbyPoll == 0 {
+		cfg.StandbyPoll = StandbyPollDefault
 	}
 	if cfg.DeadHostTimeout == 0 {
 		cfg.DeadHostTimeout = cfg.LeaseDuration + DeadHostMarginDefault
 	}
-	if cfg.BatchMinEvents == 0 {
-		cfg.BatchMinEvents = BatchMinEventsDefault
-	}
-	if cfg.Identity == "" {
-		host, _ := os.Hostname()
-		cfg.Identity = "partitionq:" + host + ":" + strconv.Itoa(os.Getpid())
-	}
 	return cfg
 }
 
+// fieldError is the *ValidationError of one config field.
+func fieldError(field, value, problem, fix string) error {
+	return &ValidationError{Field: field, Value: value, Problem: problem, Fix: fix}
+}
+
+// validate checks cfg (with its defaults) field by field in declaration
+// order, groups included, and names the first wrong field: the same
+// mistakes always get the same error.
 func (cfg WorkerConfig) validate() error {
+	const p = "WorkerConfig."
 	if err := ValidateQueueName(cfg.Queue); err != nil {
 		return err
 	}
 	if err := ValidateGroupName(cfg.Group); err != nil {
 		return err
 	}
-	if err := validateText("WorkerConfig.Identity", cfg.Identity, maxText); err != nil {
+	switch {
+	case cfg.SlotCount < 0 || cfg.SlotCount > MaxSlots:
+		return fieldError(p+"SlotCount", strconv.Itoa(cfg.SlotCount), fmt.Sprintf("it must be between 1 and %d", MaxSlots),
+			"give the group's number of slots (partitionq status shows it), or 0 to take the group's and follow its resizes")
+	case cfg.Handler == nil && cfg.TxHandler == nil:
+		return fieldError(p+"Handler", "nil", "it is required", "pass a Handler or HandlerFunc (or a TxHandler)")
+	case cfg.Handler != nil && cfg.TxHandler != nil:
+		return fieldError(p+"TxHandler", "set", "Handler is set too", "pass one of Handler and TxHandler")
+	}
+	if err := cfg.Retry.validate(p + "Retry."); err != nil {
 		return err
 	}
-	bad := func(field, value, problem, fix string) error {
-		return &ValidationError{Field: "WorkerConfig." + field, Value: value, Problem: problem, Fix: fix}
+	if err := cfg.Limits.validate(p + "Limits."); err != nil {
+		return err
 	}
-	switch {
-	case cfg.Handler == nil && cfg.TxHandler == nil:
-		return bad("Handler", "nil", "it is required", "pass a Handler or HandlerFunc (or a TxHandler)")
-	case cfg.Handler != nil && cfg.TxHandler != nil:
-		return bad("TxHandler", "set", "Handler is set too", "pass one of Handler and TxHandler")
-	case cfg.SlotCount < 0 || cfg.SlotCount > MaxSlots:
-		return bad("SlotCount", strconv.Itoa(cfg.SlotCount), fmt.Sprintf("it must be between 1 and %d", MaxSlots),
-			"give the group's number of slots (partitionq status shows it), or 0 to take the group's and follow its resizes")
-	case cfg.Concurrency < 1 || cfg.Concurrency > 4096:
-		return bad("Concurrency", strconv.Itoa(cfg.Concurrency), "it must be between 1 and 4096", "use 0 for the default (16)")
-	case cfg.Policy != PolicyPause && cfg.Policy != PolicyRetryLater:
-		return bad("Policy", strconv.Quote(string(cfg.Policy)), "unknown policy", `use "pause" or "retry-later"`)
-	case cfg.MaxAttempts < -1:
-		return bad("MaxAttempts", strconv.Itoa(cfg.MaxAttempts), "it is negative", "use 0 for the default, -1 for unlimited")
-	case cfg.BackoffMin < 0 || cfg.BackoffMax < cfg.BackoffMin:
-		return bad("BackoffMin/BackoffMax", cfg.BackoffMin.String()+"/"+cfg.BackoffMax.String(), "they must be positive with min <= max", "use 0 for the defaults (1s, 5m)")
-	case cfg.DrainConcurrency < 1 || cfg.DrainConcurrency > 256:
-		return bad("DrainConcurrency", strconv.Itoa(cfg.DrainConcurrency), "it must be between 1 and 256", "use 0 for the default (8)")
-	case cfg.LeaseDuration < 500*time.Millisecond:
-		return bad("LeaseDuration", cfg.LeaseDuration.String(), "it must be at least 500ms", "use 0 for the default (5s)")
-	case cfg.DeadHostTimeout >= 0 && cfg.DeadHostTimeout < 2*time.Second:
-		return bad("DeadHostTimeout", cfg.DeadHostTimeout.String(), "it must be at least 2s", "use 0 for the default (the lease + 10s), a negative value to leave the server's TCP settings")
-	case cfg.BatchMinEvents < -1:
-		return bad("BatchMinEvents", strconv.Itoa(cfg.BatchMinEvents), "it is negative", "use 0 for the default (5000), -1 for one tick per batch")
-	case cfg.HandlerTimeout < -1:
-		return bad("HandlerTimeout", cfg.HandlerTimeout.String(), "it is negative", "use 0 for the default (1m), -1 for none")
-	}
-	// In declaration order, so that the same mistakes always get the same
-	// error (a map's order is random).
-	for _, f := range []struct {
-		name string
-		d    time.Duration
-	}{{"ShutdownTimeout", cfg.ShutdownTimeout}, {"PollInterval", cfg.PollInterval}, {"StandbyPoll", cfg.StandbyPoll},
-		{"HeadScanInterval", cfg.HeadScanInterval}, {"MaxBlocked", cfg.MaxBlocked}} {
-		if f.d < 0 {
-			return bad(f.name, f.d.String(), "it is negative", "use 0 for the default")
-		}
+	if err := cfg.Ownership.validate(p + "Ownership."); err != nil {
+		return err
 	}
 	if cfg.Ticker != nil {
-		if err := cfg.Ticker.validate("WorkerConfig.Ticker."); err != nil {
+		if err := cfg.Ticker.validate(p + "Ticker."); err != nil {
 			return err
 		}
+	}
+	return validateText(p+"Identity", cfg.Identity, maxText)
+}
+
+// validate checks cfg (with its defaults) in declaration order, naming
+// its fields after prefix ("WorkerConfig.Retry.").
+func (cfg RetryConfig) validate(prefix string) error {
+	switch {
+	case cfg.Policy != PolicyPause && cfg.Policy != PolicyRetryLater:
+		return fieldError(prefix+"Policy", strconv.Quote(string(cfg.Policy)), "unknown policy", `use "pause" or "retry-later"`)
+	case cfg.MaxAttempts < -1:
+		return fieldError(prefix+"MaxAttempts", strconv.Itoa(cfg.MaxAttempts), "it is negative", "use 0 for the default, -1 for unlimited")
+	case cfg.BackoffMin < 0:
+		return fieldError(prefix+"BackoffMin", cfg.BackoffMin.String(), "it is negative", "use 0 for the default (1s)")
+	case cfg.BackoffMax < cfg.BackoffMin:
+		return fieldError(prefix+"BackoffMax", cfg.BackoffMax.String(), "it is less than the minimum ("+cfg.BackoffMin.String()+")",
+			"give at least BackoffMin, or 0 for the default (5m, at least BackoffMin)")
+	case cfg.MaxBlocked < 0:
+		return fieldError(prefix+"MaxBlocked", cfg.MaxBlocked.String(), "it is negative", "use 0 for no bound")
+	case cfg.HeadScanInterval < 0:
+		return fieldError(prefix+"HeadScanInterval", cfg.HeadScanInterval.String(), "it is negative", "use 0 for the default (1s)")
+	}
+	return nil
+}
+
+// validate checks cfg (with its defaults) in declaration order, naming
+// its fields after prefix ("WorkerConfig.Limits.").
+func (cfg LimitsConfig) validate(prefix string) error {
+	switch {
+	case cfg.Concurrency < 1 || cfg.Concurrency > 4096:
+		return fieldError(prefix+"Concurrency", strconv.Itoa(cfg.Concurrency), "it must be between 1 and 4096", "use 0 for the default (16)")
+	case cfg.DrainConcurrency < 1 || cfg.DrainConcurrency > 256:
+		return fieldError(prefix+"DrainConcurrency", strconv.Itoa(cfg.DrainConcurrency), "it must be between 1 and 256", "use 0 for the default (8)")
+	case cfg.BatchMinEvents < -1:
+		return fieldError(prefix+"BatchMinEvents", strconv.Itoa(cfg.BatchMinEvents), "it is negative", "use 0 for the default (5000), -1 for one tick per batch")
+	case cfg.HandlerTimeout < -1:
+		return fieldError(prefix+"HandlerTimeout", cfg.HandlerTimeout.String(), "it is negative", "use 0 for the default (1m), -1 for none")
+	case cfg.ShutdownTimeout < 0:
+		return fieldError(prefix+"ShutdownTimeout", cfg.ShutdownTimeout.String(), "it is negative", "use 0 for the default (30s)")
+	case cfg.PollInterval < 0:
+		return fieldError(prefix+"PollInterval", cfg.PollInterval.String(), "it is negative", "use 0 for the default (500ms)")
+	}
+	return nil
+}
+
+// validate checks cfg (with its defaults) in declaration order, naming
+// its fields after prefix ("WorkerConfig.Ownership.").
+func (cfg OwnershipConfig) validate(prefix string) error {
+	switch {
+	case cfg.LeaseDuration < 500*time.Millisecond:
+		return fieldError(prefix+"LeaseDuration", cfg.LeaseDuration.String(), "it must be at least 500ms", "use 0 for the default (5s)")
+	case cfg.StandbyPoll < 0:
+		return fieldError(prefix+"StandbyPoll", cfg.StandbyPoll.String(), "it is negative", "use 0 for the default (1s)")
+	case cfg.DeadHostTimeout >= 0 && cfg.DeadHostTimeout < 2*time.Second:
+		return fieldError(prefix+"DeadHostTimeout", cfg.DeadHostTimeout.String(), "it must be at least 2s", "use 0 for the default (the lease + 10s), a negative value to leave the server's TCP settings")
 	}
 	return nil
 }
@@ -468,7 +564,7 @@ const (
 )
 
 // WorkerConns is the most connections a worker opens of its own with the
-// default DrainConcurrency: a few for its lease, reads, finishes and ticker
+// default Limits.DrainConcurrency: a few for its lease, reads, finishes and ticker
 // (6), plus one per blocked key it drains at once (8). It depends on
 // neither the number of slots nor the in-slot concurrency: a worker with
 // 256 slots needs no more. With another DrainConcurrency d it is 6+d. While the group is being resized a
@@ -537,14 +633,14 @@ func (w *Worker) Start(ctx context.Context) error {
 	// it is needed; room for a second generation's lease and readers
 	// during a resize.
 	pcfg := w.c.pool.Config()
-	pcfg.MaxConns = int32(workerConns(w.cfg.DrainConcurrency) + workerFixed)
+	pcfg.MaxConns = int32(workerConns(w.cfg.Limits.DrainConcurrency) + workerFixed)
 	pcfg.MinConns, pcfg.MinIdleConns = 0, 0
 	if pcfg.ConnConfig.RuntimeParams == nil {
 		pcfg.ConnConfig.RuntimeParams = map[string]string{}
 	}
 	pcfg.ConnConfig.RuntimeParams["application_name"] = w.cfg.Identity
-	if w.cfg.DeadHostTimeout > 0 {
-		pcfg.AfterConnect = deadHostTimeouts(w.cfg.DeadHostTimeout, pcfg.AfterConnect)
+	if w.cfg.Ownership.DeadHostTimeout > 0 {
+		pcfg.AfterConnect = deadHostTimeouts(w.cfg.Ownership.DeadHostTimeout, pcfg.AfterConnect)
 	}
 	if pcfg.ConnConfig.ConnectTimeout == 0 {
 		pcfg.ConnConfig.ConnectTimeout = connstr.ConnectTimeoutDefault
@@ -600,7 +696,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	go func() { defer wg.Done(); w.watchTicks(soft, pool) }() // warns when no tick comes (tickwatch.go)
 	go func() {
 		<-soft.Done()
-		t := time.AfterFunc(w.cfg.ShutdownTimeout, stopHard)
+		t := time.AfterFunc(w.cfg.Limits.ShutdownTimeout, stopHard)
 		<-superDone
 		w.runners.Wait()
 		wg.Wait()
@@ -610,8 +706,8 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.unregisterAll()
 		close(w.done)
 	}()
-	w.log.Info("partitionq: worker started", slog.Any("slots", w.slotsLogged()), slog.String("policy", string(w.cfg.Policy)),
-		slog.Int("concurrency", w.cfg.Concurrency))
+	w.log.Info("partitionq: worker started", slog.Any("slots", w.slotsLogged()), slog.String("policy", string(w.cfg.Retry.Policy)),
+		slog.Int("concurrency", w.cfg.Limits.Concurrency))
 	return nil
 }
 
@@ -801,23 +897,23 @@ func (w *Worker) slotsLogged() []string {
 }
 
 func (w *Worker) newRunner(x generation, gr *genRun) *runner.Runner {
-	maxAttempts := max(w.cfg.MaxAttempts, 0)
+	maxAttempts := max(w.cfg.Retry.MaxAttempts, 0)
 	policy := runner.Pause
-	if w.cfg.Policy == PolicyRetryLater {
+	if w.cfg.Retry.Policy == PolicyRetryLater {
 		policy = runner.Skip
 	}
-	hto := max(w.cfg.HandlerTimeout, 0)
-	maxEvents := max(w.cfg.BatchMinEvents, 0)
-	lease := w.cfg.LeaseDuration
+	hto := max(w.cfg.Limits.HandlerTimeout, 0)
+	maxEvents := max(w.cfg.Limits.BatchMinEvents, 0)
+	lease := w.cfg.Ownership.LeaseDuration
 	return runner.New(runner.Config{
 		Eng: w.c.eng, Pool: w.pool, Log: w.log.With(slog.Int("slots", x.n)), Queue: w.cfg.Queue, Group: w.cfg.Group, N: x.n,
 		Generation: x.recorded, Slots: gr.slots, Consumers: x.consumers, SubIDs: x.subIDs, Stats: gr.stats, Identity: w.cfg.Identity,
 		Parent: x.parent, ParentSubs: x.parentSubs, SchemaVersion: store.Latest(), OnRenew: w.onRenew,
-		Concurrency: w.cfg.Concurrency, DrainConcurrency: w.cfg.DrainConcurrency, Policy: policy, MaxAttempts: maxAttempts,
-		Backoff:        func(n int) time.Duration { return backoff(w.cfg.BackoffMin, w.cfg.BackoffMax, n) },
+		Concurrency: w.cfg.Limits.Concurrency, DrainConcurrency: w.cfg.Limits.DrainConcurrency, Policy: policy, MaxAttempts: maxAttempts,
+		Backoff:        func(n int) time.Duration { return backoff(w.cfg.Retry.BackoffMin, w.cfg.Retry.BackoffMax, n) },
 		HandlerTimeout: hto, Handle: w.handleFunc(gr), Keys: &w.keys,
-		PollInterval: w.cfg.PollInterval, StandbyPoll: w.cfg.StandbyPoll, HeadScanInterval: w.cfg.HeadScanInterval,
-		MaxBlocked: w.cfg.MaxBlocked, MaxBlockedDeadLetter: w.cfg.MaxBlockedDeadLetter,
+		PollInterval: w.cfg.Limits.PollInterval, StandbyPoll: w.cfg.Ownership.StandbyPoll, HeadScanInterval: w.cfg.Retry.HeadScanInterval,
+		MaxBlocked: w.cfg.Retry.MaxBlocked, MaxBlockedDeadLetter: w.cfg.Retry.MaxBlockedDeadLetter,
 		ChunkSize: chunkSize, BatchMaxEvents: maxEvents, MaxReaders: workerReaders,
 		Progress: !w.cfg.DisableProgress, ProgressMax: progressMax, FlushInterval: flushInterval,
 		LeaseTTL: lease, LeaseRenew: lease / 5, LeaseMargin: lease / 5,

@@ -69,8 +69,11 @@ func (b *dbBundle) startWorker(t *testing.T) *poisonWorker {
 		p.handled = append(p.handled, ev.Key+" "+string(ev.Payload))
 		return nil
 	})
-	w, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "files", Group: "indexer", Handler: h, Ticker: &partitionq.TickerConfig{Interval: 10 * time.Millisecond}, PollInterval: 10 * time.Millisecond, HeadScanInterval: 50 * time.Millisecond,
-		BackoffMin: 200 * time.Millisecond, BackoffMax: time.Second})
+	w, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{
+		Queue: "files", Group: "indexer", Handler: h, Ticker: &partitionq.TickerConfig{Interval: 10 * time.Millisecond},
+		Retry:  partitionq.RetryConfig{HeadScanInterval: 50 * time.Millisecond, BackoffMin: 200 * time.Millisecond, BackoffMax: time.Second},
+		Limits: partitionq.LimitsConfig{PollInterval: 10 * time.Millisecond},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,13 +45,17 @@ func TestQueriesPerRefreshFlatInN(t *testing.T) {
 			t.Fatal(err)
 		}
 		group := fmt.Sprintf("g%d", n)
-		w, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "files", Group: group, Ticker: &partitionq.TickerConfig{Interval: 10 * time.Millisecond}, PollInterval: 10 * time.Millisecond, HeadScanInterval: 50 * time.Millisecond,
-			BackoffMin: time.Hour, Handler: partitionq.HandlerFunc(func(ctx context.Context, ev *partitionq.Event) error {
+		w, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{
+			Queue: "files", Group: group, Ticker: &partitionq.TickerConfig{Interval: 10 * time.Millisecond},
+			Handler: partitionq.HandlerFunc(func(ctx context.Context, ev *partitionq.Event) error {
 				if strings.Contains(string(ev.Payload), "poison") {
 					return fmt.Errorf("poison")
 				}
 				return nil
-			})})
+			}),
+			Retry:  partitionq.RetryConfig{HeadScanInterval: 50 * time.Millisecond, BackoffMin: time.Hour},
+			Limits: partitionq.LimitsConfig{PollInterval: 10 * time.Millisecond},
+		})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,15 +24,18 @@ func (h *harness) deadLetters() {
 	h.setup(2)
 	c := h.client()
 	var ended atomic.Int64
-	w, err := c.NewWorker(h.t.Context(), partitionq.WorkerConfig{Queue: "q", Group: "g", Ticker: &partitionq.TickerConfig{Interval: 10 * time.Millisecond},
-		PollInterval: 10 * time.Millisecond, Identity: "w-test",
+	w, err := c.NewWorker(h.t.Context(), partitionq.WorkerConfig{
+		Queue: "q", Group: "g", Ticker: &partitionq.TickerConfig{Interval: 10 * time.Millisecond},
+		Identity: "w-test",
 		Handler: partitionq.HandlerFunc(func(_ context.Context, ev *partitionq.Event) error {
 			ended.Add(1)
 			if ev.Type == "Bad" {
 				return partitionq.DeadLetterNow(fmt.Errorf("corrupt %s-%s", ev.Key, ev.Payload))
 			}
 			return nil
-		})})
+		}),
+		Limits: partitionq.LimitsConfig{PollInterval: 10 * time.Millisecond},
+	})
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -176,27 +176,29 @@ func editDistance(a, b string) int {
 
 // flagOf names the flag of each library field a command sets from one,
 // with the fix in the command line's words ("": the library's own). The library's errors name Go
-// fields (WorkerConfig.MaxAttempts); the command's name its flags.
+// fields (WorkerConfig.Retry.MaxAttempts); the command's name its flags.
 var flagOf = map[string]struct{ flag, fix string }{
-	"WorkerConfig.Concurrency":           {"--concurrency", "give 1 to 4096 (default 16)"},
-	"WorkerConfig.Policy":                {"--policy", `use "pause" or "retry-later"`},
-	"WorkerConfig.MaxAttempts":           {"--max-attempts", "give 1 or more, 0 for the policy's default (unlimited under pause, 10 under retry-later), or -1 for unlimited"},
-	"WorkerConfig.BackoffMin/BackoffMax": {"--backoff-min/--backoff-max", "give positive durations, --backoff-min at most --backoff-max"},
-	"WorkerConfig.DrainConcurrency":      {"--drain-concurrency", "give 1 to 256, or leave it out for 8"},
-	"WorkerConfig.LeaseDuration":         {"--lease-duration", "give at least 500ms, or leave it out for 5s"},
-	"WorkerConfig.DeadHostTimeout":       {"--dead-host-timeout", "give at least 2s, a negative value (-1s) to leave the server's TCP settings, or leave it out for the lease duration + 10s"},
-	"WorkerConfig.HandlerTimeout":        {"--handler-timeout", "give a positive duration, or 0 for no timeout"},
-	"WorkerConfig.ShutdownTimeout":       {"--shutdown-timeout", "give a positive duration"},
-	"WorkerConfig.PollInterval":          {"--poll-interval", "give a positive duration"},
-	"WorkerConfig.Ticker.Interval":       {"--tick-interval", "give a positive duration"},
-	"WorkerConfig.Slots":                 {"--slots", `give "all" or slots of the group`},
-	"GroupSpec.TickMaxLag":               {"--tick-max-lag", "give a positive duration, or leave it out to keep the queue's setting"},
-	"GroupSpec.DedupWindow":              {"--dedup-window", "give 1ms to 168h (7 days), or leave it out to keep the queue's window"},
-	"dedup id":                           {"--dedup-id", ""}, // the library's fix: what is wrong with the text
-	"dedup window":                       {"--dedup-window", "give 1ms to 168h (7 days) with a --dedup-id, or leave it out for the queue's window"},
-	"number of slots":                    {"--slots", "give 1 to 256: a small N such as 4 or 8 (docs/tuning.md)"},
-	"Options.Refresh":                    {"--refresh", "give at least 100ms, or leave it out for 1s"},
-	"Config.EngineSchema":                {"--engine", `use "pgq" or "pgque", or leave it out to detect the engine`},
+	"WorkerConfig.Retry.Policy":              {"--policy", `use "pause" or "retry-later"`},
+	"WorkerConfig.Retry.MaxAttempts":         {"--max-attempts", "give 1 or more, 0 for the policy's default (unlimited under pause, 10 under retry-later), or -1 for unlimited"},
+	"WorkerConfig.Retry.BackoffMin":          {"--backoff-min", "give a positive duration"},
+	"WorkerConfig.Retry.BackoffMax":          {"--backoff-max", "give a positive duration, at least --backoff-min"},
+	"WorkerConfig.Limits.Concurrency":        {"--concurrency", "give 1 to 4096 (default 16)"},
+	"WorkerConfig.Limits.DrainConcurrency":   {"--drain-concurrency", "give 1 to 256, or leave it out for 8"},
+	"WorkerConfig.Limits.HandlerTimeout":     {"--handler-timeout", "give a positive duration, or 0 for no timeout"},
+	"WorkerConfig.Limits.ShutdownTimeout":    {"--shutdown-timeout", "give a positive duration"},
+	"WorkerConfig.Limits.PollInterval":       {"--poll-interval", "give a positive duration"},
+	"WorkerConfig.Ownership.LeaseDuration":   {"--lease-duration", "give at least 500ms, or leave it out for 5s"},
+	"WorkerConfig.Ownership.DeadHostTimeout": {"--dead-host-timeout", "give at least 2s, a negative value (-1s) to leave the server's TCP settings, or leave it out for the lease duration + 10s"},
+	"WorkerConfig.Ticker.Interval":           {"--tick-interval", "give a positive duration"},
+	"WorkerConfig.Slots":                     {"--slots", `give "all" or slots of the group`},
+	"WorkerConfig.Identity":                  {"--identity", ""}, // the library's fix: what is wrong with the text
+	"GroupSpec.TickMaxLag":                   {"--tick-max-lag", "give a positive duration, or leave it out to keep the queue's setting"},
+	"GroupSpec.DedupWindow":                  {"--dedup-window", "give 1ms to 168h (7 days), or leave it out to keep the queue's window"},
+	"dedup id":                               {"--dedup-id", ""}, // the library's fix: what is wrong with the text
+	"dedup window":                           {"--dedup-window", "give 1ms to 168h (7 days) with a --dedup-id, or leave it out for the queue's window"},
+	"number of slots":                        {"--slots", "give 1 to 256: a small N such as 4 or 8 (docs/tuning.md)"},
+	"Options.Refresh":                        {"--refresh", "give at least 100ms, or leave it out for 1s"},
+	"Config.EngineSchema":                    {"--engine", `use "pgq" or "pgque", or leave it out to detect the engine`},
 }
 
 // inFlagWords tells a library *ValidationError about a field a flag sets

@@ -9,7 +9,7 @@ import (
 )
 
 // goName matches a Go type and field or method (Config.EngineSchema,
-// Client.Setup, WorkerConfig.MaxAttempts, Action.HeadID): the library's
+// Client.Setup, WorkerConfig.Retry.MaxAttempts, Action.HeadID): the library's
 // words, which the command's errors never use.
 var goName = regexp.MustCompile(`\b(Config|Client|WorkerConfig|GroupSpec|Action|Options|TickerConfig)\.[A-Z]\w*`)
 

@@ -444,7 +444,7 @@ func TestLibraryErrorsNameTheFlag(t *testing.T) {
 		{with(qg, "work", "--exec", "true", "--max-attempts", "-5"), "invalid --max-attempts -5: it is negative"},
 		{with(qg, "work", "--exec", "true", "--concurrency", "-3"), "invalid --concurrency -3"},
 		{with(qg, "work", "--exec", "true", "--drain-concurrency", "300"), "invalid --drain-concurrency 300"},
-		{with(qg, "work", "--exec", "true", "--backoff-min", "2s", "--backoff-max", "1s"), "invalid --backoff-min/--backoff-max 2s/1s"},
+		{with(qg, "work", "--exec", "true", "--backoff-min", "2s", "--backoff-max", "1s"), "invalid --backoff-max 1s: it is less than the minimum (2s): give a positive duration, at least --backoff-min"},
 		{with(qg, "setup", "--slots", "1", "--tick-max-lag", "-1s"), "invalid --tick-max-lag -1s"},
 	} {
 		r := h.fails(cli.ExitUsage, []string{c.want}, c.args...)

@@ -181,20 +181,21 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 	}
 	cfg := partitionq.WorkerConfig{
 		Queue: t.queue, Group: t.group, Slots: slots,
-		Handler:     &execHandler{command: w.exec, environ: os.Environ(), stdout: a.env.Stdout, stderr: a.env.Stderr},
-		Concurrency: w.concurrency, Policy: partitionq.Policy(w.policy), MaxAttempts: w.maxAttempts,
-		BackoffMin: w.backoffMin, HandlerTimeout: w.handlerTimeout, ShutdownTimeout: w.shutdownTimeout,
-		PollInterval: w.pollInterval, Identity: w.identity,
-		DrainConcurrency: w.drains, LeaseDuration: w.lease, DeadHostTimeout: w.deadHost, DisableProgress: w.noProgress,
+		Handler: &execHandler{command: w.exec, environ: os.Environ(), stdout: a.env.Stdout, stderr: a.env.Stderr},
+		Retry:   partitionq.RetryConfig{Policy: partitionq.Policy(w.policy), MaxAttempts: w.maxAttempts, BackoffMin: w.backoffMin},
+		Limits: partitionq.LimitsConfig{Concurrency: w.concurrency, DrainConcurrency: w.drains,
+			HandlerTimeout: w.handlerTimeout, ShutdownTimeout: w.shutdownTimeout, PollInterval: w.pollInterval},
+		Ownership:       partitionq.OwnershipConfig{LeaseDuration: w.lease, DeadHostTimeout: w.deadHost},
+		DisableProgress: w.noProgress, Identity: w.identity,
 	}
 	if w.ticker { // --tick-interval alone changes nothing: no ticker runs
 		cfg.Ticker = &partitionq.TickerConfig{Interval: w.tickInterval}
 	}
 	if cmd.Flags().Changed("backoff-max") {
-		cfg.BackoffMax = w.backoffMax // else the library's default, raised to BackoffMin
+		cfg.Retry.BackoffMax = w.backoffMax // else the library's default, raised to BackoffMin
 	}
-	if cfg.HandlerTimeout == 0 {
-		cfg.HandlerTimeout = -1 // no timeout
+	if cfg.Limits.HandlerTimeout == 0 {
+		cfg.Limits.HandlerTimeout = -1 // no timeout
 	}
 	var metrics *metricsServer
 	if w.metricsAddr != "" {

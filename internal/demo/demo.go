@@ -226,13 +226,13 @@ func (d *Demo) Start(ctx context.Context) error {
 	}
 	w, err := d.c.NewWorker(ctx, partitionq.WorkerConfig{
 		Queue: d.cfg.Queue, Group: d.cfg.Group, SlotCount: d.cfg.Slots,
-		Handler:     d.svc,
-		Concurrency: d.cfg.Concurrency, Policy: partitionq.PolicyPause, MaxAttempts: d.cfg.MaxAttempts,
-		BackoffMin: d.cfg.BackoffMin, BackoffMax: d.cfg.BackoffMax,
-		HandlerTimeout: 10 * time.Second, ShutdownTimeout: 5 * time.Second,
-		PollInterval: 50 * time.Millisecond, HeadScanInterval: 250 * time.Millisecond,
+		Handler:  d.svc,
 		Ticker:   &partitionq.TickerConfig{Interval: 50 * time.Millisecond},
 		Identity: "demo-worker:" + strconv.Itoa(os.Getpid()),
+		Retry: partitionq.RetryConfig{Policy: partitionq.PolicyPause, MaxAttempts: d.cfg.MaxAttempts,
+			BackoffMin: d.cfg.BackoffMin, BackoffMax: d.cfg.BackoffMax, HeadScanInterval: 250 * time.Millisecond},
+		Limits: partitionq.LimitsConfig{Concurrency: d.cfg.Concurrency,
+			HandlerTimeout: 10 * time.Second, ShutdownTimeout: 5 * time.Second, PollInterval: 50 * time.Millisecond},
 	})
 	if err != nil {
 		return err

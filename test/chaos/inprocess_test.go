@@ -91,9 +91,9 @@ func (p *inproc) Handle(ctx context.Context, ev *partitionq.Event) error {
 func (p *inproc) start(cfg partitionq.WorkerConfig) *partitionq.Worker {
 	p.t.Helper()
 	cfg.Queue, cfg.Group, cfg.Handler = "q", "g", p
-	cfg.Ticker, cfg.PollInterval = &partitionq.TickerConfig{Interval: 10 * time.Millisecond}, 10*time.Millisecond
-	cfg.StandbyPoll, cfg.HeadScanInterval = 100*time.Millisecond, 50*time.Millisecond
-	cfg.BackoffMin, cfg.BackoffMax = 5*time.Millisecond, 50*time.Millisecond
+	cfg.Ticker, cfg.Limits.PollInterval = &partitionq.TickerConfig{Interval: 10 * time.Millisecond}, 10*time.Millisecond
+	cfg.Ownership.StandbyPoll, cfg.Retry.HeadScanInterval = 100*time.Millisecond, 50*time.Millisecond
+	cfg.Retry.BackoffMin, cfg.Retry.BackoffMax = 5*time.Millisecond, 50*time.Millisecond
 	w, err := p.client.NewWorker(p.ctx, cfg)
 	if err != nil {
 		p.t.Fatal(err)
@@ -201,7 +201,7 @@ func (p *inproc) terminateAll() int {
 func TestWorkerReconnectsInProcess(t *testing.T) {
 	noLeaks(t)
 	p := newInproc(t, 4)
-	w := p.start(partitionq.WorkerConfig{Concurrency: 4, ShutdownTimeout: 5 * time.Second})
+	w := p.start(partitionq.WorkerConfig{Limits: partitionq.LimitsConfig{Concurrency: 4, ShutdownTimeout: 5 * time.Second}})
 	const keys = 40
 	p.send(keys)
 	p.waitAll("before any restart")
@@ -238,7 +238,7 @@ func TestWorkerReconnectsInProcess(t *testing.T) {
 func TestSlotRecoveryDoesNotSlowDownOverIncidents(t *testing.T) {
 	noLeaks(t)
 	p := newInproc(t, 1)
-	p.start(partitionq.WorkerConfig{Concurrency: 2, ShutdownTimeout: 5 * time.Second, Identity: "inproc-worker"})
+	p.start(partitionq.WorkerConfig{Identity: "inproc-worker", Limits: partitionq.LimitsConfig{Concurrency: 2, ShutdownTimeout: 5 * time.Second}})
 	owner := func() *partitionq.Owner {
 		st, err := p.client.Status(p.ctx, "q", "g")
 		if err != nil {

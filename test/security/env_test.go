@@ -278,9 +278,12 @@ func (e *env) scene() *scene {
 	e.t.Helper()
 	sc := &scene{h: &handler{}}
 	wc := e.client("worker", partitionq.WorkerConns(), nil)
-	w, err := wc.NewWorker(e.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: sc.h, Concurrency: 4,
-		BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
-		PollInterval: 10 * time.Millisecond, StandbyPoll: 100 * time.Millisecond, HeadScanInterval: 50 * time.Millisecond})
+	w, err := wc.NewWorker(e.ctx, partitionq.WorkerConfig{
+		Queue: "q", Group: "g", Handler: sc.h,
+		Retry:     partitionq.RetryConfig{BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, HeadScanInterval: 50 * time.Millisecond},
+		Limits:    partitionq.LimitsConfig{Concurrency: 4, PollInterval: 10 * time.Millisecond},
+		Ownership: partitionq.OwnershipConfig{StandbyPoll: 100 * time.Millisecond},
+	})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -64,9 +64,12 @@ func newHostileEnv(t *testing.T) *hostileEnv {
 		t.Fatal(err)
 	}
 	h := &handler{}
-	w, err := e.ac.NewWorker(e.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: h, Concurrency: 4,
-		BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
-		PollInterval: 10 * time.Millisecond, StandbyPoll: 100 * time.Millisecond, HeadScanInterval: 50 * time.Millisecond})
+	w, err := e.ac.NewWorker(e.ctx, partitionq.WorkerConfig{
+		Queue: "q", Group: "g", Handler: h,
+		Retry:     partitionq.RetryConfig{BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, HeadScanInterval: 50 * time.Millisecond},
+		Limits:    partitionq.LimitsConfig{Concurrency: 4, PollInterval: 10 * time.Millisecond},
+		Ownership: partitionq.OwnershipConfig{StandbyPoll: 100 * time.Millisecond},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -99,8 +99,11 @@ func TestProducerOnlySends(t *testing.T) {
 
 	t.Run("a worker with its role handles nothing", func(t *testing.T) {
 		h := &handler{}
-		w, err := pc.NewWorker(e.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: h,
-			PollInterval: 10 * time.Millisecond, StandbyPoll: 100 * time.Millisecond})
+		w, err := pc.NewWorker(e.ctx, partitionq.WorkerConfig{
+			Queue: "q", Group: "g", Handler: h,
+			Limits:    partitionq.LimitsConfig{PollInterval: 10 * time.Millisecond},
+			Ownership: partitionq.OwnershipConfig{StandbyPoll: 100 * time.Millisecond},
+		})
 		if err != nil {
 			t.Fatalf("NewWorker (it only reads the public catalog): %v", err)
 		}

@@ -54,8 +54,11 @@ func TestConnectAloneCannotSquat(t *testing.T) {
 
 	h := &handler{}
 	wc := e.client("worker", partitionq.WorkerConns(), nil)
-	w, err := wc.NewWorker(e.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: h, Identity: "the-real-worker",
-		PollInterval: 10 * time.Millisecond, StandbyPoll: 100 * time.Millisecond})
+	w, err := wc.NewWorker(e.ctx, partitionq.WorkerConfig{
+		Queue: "q", Group: "g", Handler: h, Identity: "the-real-worker",
+		Limits:    partitionq.LimitsConfig{PollInterval: 10 * time.Millisecond},
+		Ownership: partitionq.OwnershipConfig{StandbyPoll: 100 * time.Millisecond},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -206,10 +206,11 @@ func run(ctx context.Context, log *slog.Logger, o opts) error {
 		return nil
 	}
 	wc := partitionq.WorkerConfig{
-		Queue: o.queue, Group: o.group, Slots: slots, Concurrency: o.conc, MaxAttempts: o.maxAttempts,
-		BackoffMin: 5 * time.Millisecond, BackoffMax: o.backoffMax,
-		PollInterval: 10 * time.Millisecond, StandbyPoll: 100 * time.Millisecond, HeadScanInterval: 50 * time.Millisecond,
-		Identity: fmt.Sprintf("testworker:%d", pid), LeaseDuration: o.lease, DeadHostTimeout: o.deadHost,
+		Queue: o.queue, Group: o.group, Slots: slots,
+		Identity:  fmt.Sprintf("testworker:%d", pid),
+		Retry:     partitionq.RetryConfig{MaxAttempts: o.maxAttempts, BackoffMin: 5 * time.Millisecond, BackoffMax: o.backoffMax, HeadScanInterval: 50 * time.Millisecond},
+		Limits:    partitionq.LimitsConfig{Concurrency: o.conc, PollInterval: 10 * time.Millisecond},
+		Ownership: partitionq.OwnershipConfig{StandbyPoll: 100 * time.Millisecond, LeaseDuration: o.lease, DeadHostTimeout: o.deadHost},
 	}
 	if o.ticker {
 		wc.Ticker = &partitionq.TickerConfig{Interval: 10 * time.Millisecond}

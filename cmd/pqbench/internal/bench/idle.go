@@ -85,8 +85,11 @@ func (b *bench) idleRun(ctx context.Context, queue, group string, n int, ticker 
 	if err != nil {
 		return nil, err
 	}
-	wc := partitionq.WorkerConfig{Queue: queue, Group: group, SlotCount: n, Identity: "pqbench-idle",
-		ShutdownTimeout: 5 * time.Second, Handler: partitionq.HandlerFunc(func(context.Context, *partitionq.Event) error { return nil })}
+	wc := partitionq.WorkerConfig{
+		Queue: queue, Group: group, SlotCount: n, Identity: "pqbench-idle",
+		Handler: partitionq.HandlerFunc(func(context.Context, *partitionq.Event) error { return nil }),
+		Limits:  partitionq.LimitsConfig{ShutdownTimeout: 5 * time.Second},
+	}
 	if ticker {
 		wc.Ticker = &partitionq.TickerConfig{}
 	}

@@ -82,8 +82,11 @@ func (b *bench) latencyRun(ctx context.Context, wl *Workload, queue, label strin
 			}
 			return rec.Handle(idx, 0)
 		})
-		w, err := client.NewWorker(ctx, partitionq.WorkerConfig{Queue: queue, Group: "lat", SlotCount: n, Handler: h, Concurrency: c,
-			Ticker: &partitionq.TickerConfig{Interval: tickEvery}, PollInterval: poll, ShutdownTimeout: 10 * time.Second, Identity: "pqbench"})
+		w, err := client.NewWorker(ctx, partitionq.WorkerConfig{
+			Queue: queue, Group: "lat", SlotCount: n, Handler: h,
+			Ticker: &partitionq.TickerConfig{Interval: tickEvery}, Identity: "pqbench",
+			Limits: partitionq.LimitsConfig{Concurrency: c, PollInterval: poll, ShutdownTimeout: 10 * time.Second},
+		})
 		if err != nil {
 			return err
 		}

@@ -267,9 +267,12 @@ func (b *bench) runPartitionq(ctx context.Context, wl *Workload, queue string, i
 			if err != nil {
 				return err
 			}
-			wc := partitionq.WorkerConfig{Queue: queue, Group: groupName(p, trial), SlotCount: n,
-				Concurrency: c, Policy: partitionq.PolicyPause, BackoffMin: backoff, ShutdownTimeout: 10 * time.Second,
-				Identity: fmt.Sprintf("pqbench-%d", i), DisableProgress: p.Variant == VariantNoProgress}
+			wc := partitionq.WorkerConfig{
+				Queue: queue, Group: groupName(p, trial), SlotCount: n,
+				Identity: fmt.Sprintf("pqbench-%d", i), DisableProgress: p.Variant == VariantNoProgress,
+				Retry:  partitionq.RetryConfig{Policy: partitionq.PolicyPause, BackoffMin: backoff},
+				Limits: partitionq.LimitsConfig{Concurrency: c, ShutdownTimeout: 10 * time.Second},
+			}
 			if p.workers() > 1 {
 				for s := i * per; s < (i+1)*per || (i == p.workers()-1 && s < n); s++ {
 					wc.Slots = append(wc.Slots, s)

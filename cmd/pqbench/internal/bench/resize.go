@@ -49,8 +49,11 @@ func (b *bench) resize(ctx context.Context, wl *Workload) error {
 			}
 			return rec.Handle(idx, 0)
 		})
-		w, err := client.NewWorker(ctx, partitionq.WorkerConfig{Queue: queue, Group: "split", Handler: h, Concurrency: c,
-			Ticker: &partitionq.TickerConfig{}, ShutdownTimeout: 10 * time.Second, Identity: "pqbench"})
+		w, err := client.NewWorker(ctx, partitionq.WorkerConfig{
+			Queue: queue, Group: "split", Handler: h,
+			Ticker: &partitionq.TickerConfig{}, Identity: "pqbench",
+			Limits: partitionq.LimitsConfig{Concurrency: c, ShutdownTimeout: 10 * time.Second},
+		})
 		if err != nil {
 			return err
 		}
