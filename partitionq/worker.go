@@ -286,6 +286,14 @@ func (cfg WorkerConfig) withDefaults() WorkerConfig {
 	return cfg
 }
 
+// orDefault sets *v to def when it is the zero value.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
 func (cfg RetryConfig) withDefaults() RetryConfig {
 	switch cfg.Policy {
 	case "":
@@ -296,50 +304,26 @@ func (cfg RetryConfig) withDefaults() RetryConfig {
 	if cfg.MaxAttempts == 0 && cfg.Policy == PolicyRetryLater {
 		cfg.MaxAttempts = MaxAttemptsSkipDefault
 	}
-	if cfg.BackoffMin == 0 {
-		cfg.BackoffMin = BackoffMinDefault
-	}
-	if cfg.BackoffMax == 0 {
-		cfg.BackoffMax = max(BackoffMaxDefault, cfg.BackoffMin)
-	}
-	if cfg.HeadScanInterval == 0 {
-		cfg.HeadScanInterval = HeadScanIntervalDefault
-	}
+	orDefault(&cfg.BackoffMin, BackoffMinDefault)
+	orDefault(&cfg.BackoffMax, max(BackoffMaxDefault, cfg.BackoffMin))
+	orDefault(&cfg.HeadScanInterval, HeadScanIntervalDefault)
 	return cfg
 }
 
 func (cfg LimitsConfig) withDefaults() LimitsConfig {
-	if cfg.Concurrency == 0 {
-		cfg.Concurrency = ConcurrencyDefault
-	}
-	if cfg.DrainConcurrency == 0 {
-		cfg.DrainConcurrency = DrainConcurrencyDefault
-	}
-	if cfg.BatchMinEvents == 0 {
-		cfg.BatchMinEvents = BatchMinEventsDefault
-	}
-	if cfg.HandlerTimeout == 0 {
-		cfg.HandlerTimeout = HandlerTimeoutDefault
-	}
-	if cfg.ShutdownTimeout == 0 {
-		cfg.ShutdownTimeout = ShutdownTimeoutDefault
-	}
-	if cfg.PollInterval == 0 {
-		cfg.PollInterval = PollIntervalDefault
-	}
+	orDefault(&cfg.Concurrency, ConcurrencyDefault)
+	orDefault(&cfg.DrainConcurrency, DrainConcurrencyDefault)
+	orDefault(&cfg.BatchMinEvents, BatchMinEventsDefault)
+	orDefault(&cfg.HandlerTimeout, HandlerTimeoutDefault)
+	orDefault(&cfg.ShutdownTimeout, ShutdownTimeoutDefault)
+	orDefault(&cfg.PollInterval, PollIntervalDefault)
 	return cfg
 }
 
 func (cfg OwnershipConfig) withDefaults() OwnershipConfig {
-	if cfg.LeaseDuration == 0 {
-		cfg.LeaseDuration = LeaseDurationDefault
-	}
-	if cfg.StandbyPoll == 0 {
-		cfg.StandbyPoll = StandbyPollDefault
-	}
-	if cfg.DeadHostTimeout == 0 {
-		cfg.DeadHostTimeout = cfg.LeaseDuration + DeadHostMarginDefault
-	}
+	orDefault(&cfg.LeaseDuration, LeaseDurationDefault)
+	orDefault(&cfg.StandbyPoll, StandbyPollDefault)
+	orDefault(&cfg.DeadHostTimeout, cfg.LeaseDuration+DeadHostMarginDefault)
 	return cfg
 }
 
