@@ -85,9 +85,9 @@ func (c *Client) Resize(ctx context.Context, r ResizeRequest) (ResizeResult, err
 	c.log.InfoContext(ctx, "partitionq: resize started", slog.String("queue", r.Queue), slog.String("group", r.Group),
 		slog.Int("from", g.Slots), slog.Int("to", r.Slots), slog.Int("generation", gen))
 	// The cutover is the queue's next tick. A queue with events ticks
-	// within its ticker_max_lag, a quiet one only after its
-	// ticker_idle_period (a minute by default): ask the ticker to tick at
-	// its next run. Without the right to, the resize waits for that tick.
+	// within its ticker_max_lag; a quiet one at growing intervals, up to
+	// its ticker_idle_period (a minute by default): ask the ticker to tick
+	// at its next run. Without the right to, the resize waits for that tick.
 	if err := c.eng.ForceTick(ctx, c.pool, r.Queue); err != nil {
 		c.log.InfoContext(ctx, "partitionq: the resize's cutover waits for the queue's next tick (forcing one failed)",
 			slog.String("queue", r.Queue), slog.Any("error", err))

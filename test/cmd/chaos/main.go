@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/partitionq/partitionq/internal/freshdb"
+	"github.com/partitionq/partitionq/partitionq"
 	"github.com/partitionq/partitionq/test/chaos"
 )
 
@@ -277,8 +278,11 @@ func runFaults(ctx context.Context, args []string) int {
 	if *resizes != "" {
 		for _, f := range strings.Split(*resizes, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 1 || n > 256 {
-				logf("error: -resizes %q: give slot counts from 1 to 256, separated by commas (e.g. 8,3,6)", *resizes)
+			if err == nil {
+				err = partitionq.ValidateSlots(n)
+			}
+			if err != nil {
+				logf("error: -resizes %q: give slot counts from 1 to %d, separated by commas (e.g. 8,3,6)", *resizes, partitionq.MaxSlots)
 				return 2
 			}
 			cfg.Resizes = append(cfg.Resizes, n)
