@@ -83,15 +83,3 @@ func (g *KeyGuard) leave(key string) {
 	delete(sh.runs, key)
 	sh.mu.Unlock()
 }
-
-// running reports how many keys have a run in progress (for tests).
-func (g *KeyGuard) running() int {
-	n := 0
-	for i := range g.shards {
-		sh := &g.shards[i]
-		sh.mu.Lock()
-		n += len(sh.runs)
-		sh.mu.Unlock()
-	}
-	return n
-}

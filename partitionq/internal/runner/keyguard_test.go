@@ -110,3 +110,15 @@ func BenchmarkKeyGuard(b *testing.B) {
 		}
 	})
 }
+
+// running reports how many keys have a run in progress .
+func (g *KeyGuard) running() int {
+	n := 0
+	for i := range g.shards {
+		sh := &g.shards[i]
+		sh.mu.Lock()
+		n += len(sh.runs)
+		sh.mu.Unlock()
+	}
+	return n
+}
