@@ -111,7 +111,7 @@ func BenchmarkKeyGuard(b *testing.B) {
 	})
 }
 
-// running reports how many keys have a run in progress .
+// running reports how many keys have a run in progress.
 func (g *KeyGuard) running() int {
 	n := 0
 	for i := range g.shards {
