@@ -78,10 +78,13 @@ type Action struct {
 	// HeadID, when not zero, is the head the operator saw: the action
 	// applies only while it is the key's head. It also allows acting on a
 	// head that never failed.
-	HeadID      int64
-	Reason      string // recorded with the dead letters ("skip: <reason>")
-	Actor       string
-	LockTimeout time.Duration // how long to wait for a worker handling the head
+	HeadID int64
+	Reason string // recorded with the dead letters ("skip: <reason>")
+	Actor  string
+	// LockTimeout is how long to wait for a worker handling the head; 0
+	// waits without limit (PostgreSQL's lock_timeout 0), so callers pass
+	// a bound (partitionq passes OperatorLockTimeout).
+	LockTimeout time.Duration
 }
 
 // ActionResult is what an action did.

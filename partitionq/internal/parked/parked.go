@@ -281,8 +281,9 @@ type Limits struct {
 
 // DrainResult says what a drain transaction did.
 type DrainResult struct {
-	// Next is the key's new head when it is due now (the caller drains it
-	// next), 0 when the key has none or it is not due.
+	// Next is the key's next parked event, its new head (0: none). It is
+	// due now unless it failed before, when its failure record's schedule
+	// applies: a drain of it that comes early stops at once, harmlessly.
 	Next int64
 	// Rescan asks the caller to look at the slot's heads again: a head
 	// failed (its next attempt is to schedule), or the head named was not
@@ -307,7 +308,9 @@ type DrainHooks struct {
 	// once none of those records can be written any more. May be nil.
 	Settle func(done []int64)
 	// Fence is the ownership check, in the drain's transaction before it
-	// commits; if it fails nothing is written.
+	// commits; if it fails nothing is written. Required: Drain calls it
+	// unconditionally, as a drain without a fence could commit after a
+	// takeover.
 	Fence func(context.Context, pgx.Tx) error
 }
 
