@@ -295,7 +295,12 @@ func (e *Engine) OpenRead(ctx context.Context, tx pgx.Tx, spec ReadSpec, limit i
 		}
 		sql = strings.ReplaceAll(sql, own, " and (ev_owner is null or ev_owner in ("+strings.Join(subs, ",")+"))")
 	}
-	slotCol := "0"
+	// The slot column is a bigint whatever N (SlotExpr's type): the
+	// cursor's rows come through one "fetch" statement, whose row
+	// description pgx caches per connection, so a connection that read a
+	// group of one slot and then one of several (a worker resizing from or
+	// to 1) would otherwise decode an int8 as the int4 it saw first.
+	slotCol := "0::bigint"
 	var where []string
 	if spec.N > 1 {
 		slotCol = SlotExpr("ev_extra1", spec.N)
