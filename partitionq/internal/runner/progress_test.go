@@ -119,11 +119,16 @@ func TestFinishResetsTheProgressAndCountsOutcomes(t *testing.T) {
 	var below, handled, failed int64
 	var done []byte
 	var finished bool
-	err := g.pool.QueryRow(g.ctx, `select batch_id, done_below, done, handled, failed, finished_at is not null from partitionq.slot_progress
-		where queue = $1 and grp = $2 and n = 1 and slot = 0`, g.queue, group).Scan(&batch, &below, &done, &handled, &failed, &finished)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The counts come with the finish or with a flush, which may commit
+	// after the finish (it took them before): wait for them.
+	waitFor(t, "the slot's counters have every outcome", func() bool {
+		err := g.pool.QueryRow(g.ctx, `select batch_id, done_below, done, handled, failed, finished_at is not null from partitionq.slot_progress
+			where queue = $1 and grp = $2 and n = 1 and slot = 0`, g.queue, group).Scan(&batch, &below, &done, &handled, &failed, &finished)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return handled+failed >= 4
+	})
 	// The row may name the finished batch: a flush that read the batch
 	// before the finish can commit after it (see the package's report).
 	if batch != nil && *batch != c.list()[0].batch {

@@ -236,8 +236,18 @@ func (g *groupRig) config(slots []int, policy runner.Policy, h runner.Handler) r
 	if os.Getenv("PQ_TEST_LOG") != "" { // the runner's debug log, as the public package's tests take it
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test", g.t.Name())
 	}
+	// A pool of the runner's own, as a worker has: the lease session holds
+	// one of its connections for good, and the package's pool is small
+	// (max(4, CPUs)) and shared by the tests running at once.
+	pcfg := g.pool.Config()
+	pcfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(g.ctx, pcfg)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	g.t.Cleanup(pool.Close) // after the runner's stop, registered later
 	return runner.Config{
-		Eng: g.eng, Pool: g.pool, Log: log,
+		Eng: g.eng, Pool: pool, Log: log,
 		Queue: g.queue, Group: group, N: g.n, Generation: g.gen, Slots: slots, Consumers: g.cons, SubIDs: g.subs,
 		Stats: stats, Identity: g.t.Name(), SchemaVersion: store.Latest(),
 		Concurrency: 4, DrainConcurrency: 2, Policy: policy,
