@@ -104,7 +104,11 @@ func TestColdSlotsEventsRun(t *testing.T) {
 		}
 	}
 	var c calls
-	r := g.start(g.config([]int{0, 1, 2, 3}, runner.Pause, c.handler(nil)))
+	cfg := g.config([]int{0, 1, 2, 3}, runner.Pause, c.handler(nil))
+	// Cold slots form a cohort only once the runner has looked at the
+	// queue's newest tick (its poll): look often.
+	cfg.PollInterval = time.Millisecond
+	r := g.start(cfg)
 	handled := func() int64 {
 		var n int64
 		for _, st := range r.stats {
