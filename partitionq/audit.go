@@ -1,5 +1,7 @@
 package partitionq
 
+import "github.com/partitionq/partitionq/partitionq/internal/parked"
+
 // AuditAction is an action the audit trail records (AuditEntry.Action):
 // one of the constants below, each a row of AuditActions. Its value is the
 // name the database records and the CLI's audit output shows ("skip",
@@ -26,8 +28,24 @@ const (
 	AuditDropGroup AuditAction = "drop_group"
 )
 
+// ActionTarget says what an operator action acts on (AuditActionInfo.On).
+type ActionTarget string
+
+// What operator actions act on.
+const (
+	// TargetKeyHead: a key's head event (Client.Act with an Action).
+	TargetKeyHead ActionTarget = "key_head"
+	// TargetDeadLetter: one dead letter, or (the bulk form) the dead
+	// letters a filter selects.
+	TargetDeadLetter ActionTarget = "dead_letter"
+	// TargetGroup: a consumer group.
+	TargetGroup ActionTarget = "group"
+)
+
 // AuditActionInfo is a row of AuditActions: an action of the audit trail,
-// the words that name it and the outcomes it records.
+// the words that name it, the outcomes it records, and what the CLI and
+// the console need to offer it. The CLI makes one command per row whose
+// On is TargetKeyHead; the console offers each row's Key and BulkKey.
 type AuditActionInfo struct {
 	Action AuditAction
 	// Name is the action in prose and in the console's prompts: "retry
@@ -37,29 +55,61 @@ type AuditActionInfo struct {
 	// Command is the partitionq command that does it ("dlq replay"); ""
 	// for none.
 	Command string
+	// Summary is the action in one line: the short help of its command.
+	Summary string
+	// On is what the action acts on.
+	On ActionTarget
+	// ReasonRequired: the action moves events to the dead letters or
+	// deletes them, so the operator must say why (the CLI's --reason, the
+	// console's prompt).
+	ReasonRequired bool
+	// Confirm: the console asks before it acts.
+	Confirm bool
+	// Key is the console's key for the action on the selected item (a
+	// blocked key, a dead letter); "" for none.
+	Key string
+	// BulkKey is the console's key for the action on every item its view
+	// shows (the dead letters its filter selects); "" for none.
+	BulkKey string
 	// Outcomes lists what AuditEntry.Outcome says for this action: the
 	// Outcome values it records as they are, and the patterns of its
 	// free-text outcomes ("purged N (filter)": N a count; the parentheses
 	// only when there is something to say in them, each part only when
 	// there is: the filter as DeadLetterQuery.Describe says it).
 	Outcomes []string
+
+	kind parked.Kind // TargetKeyHead: what the parked package does
 }
 
-// auditActions is the one table of the audit trail's actions.
+// auditActions is the one table of the audit trail's actions. Adding an
+// operator action on a key is a row here (with its parked.Kind), its body
+// in the parked package, and its docs (docs/architecture.md).
 var auditActions = []AuditActionInfo{
-	{Action: AuditSkip, Name: "skip", Command: "skip",
+	{Action: AuditSkip, Name: "skip", Command: "skip", On: TargetKeyHead, kind: parked.Skip,
+		Summary:        "Move a blocked key's head event to the dead letters; its waiting events run next",
+		ReasonRequired: true, Confirm: true, Key: "s",
 		Outcomes: []string{string(OutcomeSkipped), string(OutcomeAlreadyResolved)}},
-	{Action: AuditRetry, Name: "retry now", Command: "retry",
+	{Action: AuditRetry, Name: "retry now", Command: "retry", On: TargetKeyHead, kind: parked.RetryNow,
+		Summary:  "Retry a blocked key's head event now, without waiting for its backoff",
+		Key:      "r",
 		Outcomes: []string{string(OutcomeRetryScheduled), string(OutcomeAlreadyResolved)}},
-	{Action: AuditQuarantine, Name: "quarantine", Command: "quarantine",
+	{Action: AuditQuarantine, Name: "quarantine", Command: "quarantine", On: TargetKeyHead, kind: parked.Quarantine,
+		Summary:        "Move a blocked key's head and all its waiting events to the dead letters",
+		ReasonRequired: true, Confirm: true, Key: "Q",
 		Outcomes: []string{string(OutcomeQuarantined), string(OutcomeAlreadyResolved)}},
-	{Action: AuditReplay, Name: "replay", Command: "dlq replay",
+	{Action: AuditReplay, Name: "replay", Command: "dlq replay", On: TargetDeadLetter,
+		Summary: "Send dead letters again",
+		Confirm: true, Key: "r", BulkKey: "R",
 		Outcomes: []string{string(OutcomeReplayed), string(OutcomeAlreadyReplayed), "replayed N (already_replayed M, filter)"}},
-	{Action: AuditPurge, Name: "purge", Command: "dlq purge",
+	{Action: AuditPurge, Name: "purge", Command: "dlq purge", On: TargetDeadLetter,
+		Summary: "Delete dead letters",
+		Confirm: true, BulkKey: "P",
 		Outcomes: []string{"purged N (filter)"}},
-	{Action: AuditResize, Name: "resize", Command: "resize",
+	{Action: AuditResize, Name: "resize", Command: "resize", On: TargetGroup,
+		Summary:  "Change a group's number of slots",
 		Outcomes: []string{"started: A to B slots (generation G)", "completed: A to B slots (generation G)", "aborted: A to B slots"}},
-	{Action: AuditDropGroup, Name: "drop group", Command: "drop-group",
+	{Action: AuditDropGroup, Name: "drop group", Command: "drop-group", On: TargetGroup,
+		Summary:  "Drop a consumer group",
 		Outcomes: []string{"dropped N slots, M events set aside dropped"}},
 }
 

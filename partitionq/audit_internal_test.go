@@ -42,13 +42,33 @@ func TestAuditActionsTable(t *testing.T) {
 	if AuditActions()[0].Outcomes[0] == "changed" {
 		t.Error("AuditActions returns the table itself, not a copy")
 	}
-	for a, k := range actionKinds {
-		if string(a) != string(k) {
-			t.Errorf("action %q is the parked kind %q", a, k)
+	var onKey []AuditAction
+	keys := map[string]AuditActionInfo{} // a console key: the row it acts for
+	for _, r := range AuditActions() {
+		if r.Summary == "" || r.On == "" {
+			t.Errorf("%s: no summary or target", r.Action)
+		}
+		if (r.On == TargetKeyHead) != (r.kind != "") || (r.kind != "" && string(r.kind) != string(r.Action)) {
+			t.Errorf("%s: acts on %s with the parked kind %q: an action on a key's head, and only one, has the kind of its name", r.Action, r.On, r.kind)
+		}
+		if r.On == TargetKeyHead {
+			onKey = append(onKey, r.Action)
+			if r.Key == "" {
+				t.Errorf("%s: an action on a key's head without a console key", r.Action)
+			}
+		}
+		for _, k := range []string{r.Key, r.BulkKey} {
+			if k == "" {
+				continue
+			}
+			if other, ok := keys[k]; ok && other.On == r.On {
+				t.Errorf("console key %q is %s and %s, in the same views", k, other.Action, r.Action)
+			}
+			keys[k] = r
 		}
 	}
-	if len(actionKinds) != 3 {
-		t.Errorf("actionKinds = %v, want skip, retry and quarantine", actionKinds)
+	if !slices.Equal(onKey, []AuditAction{AuditSkip, AuditRetry, AuditQuarantine}) {
+		t.Errorf("actions on a key's head = %v, want skip, retry and quarantine", onKey)
 	}
 }
 

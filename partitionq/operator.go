@@ -320,7 +320,7 @@ func (e *NotHeadError) Is(target error) bool { return target == ErrNotHead }
 // and the key is not blocked; a *DrainingError (ErrDraining) when HeadID is
 // zero and the key's head has never failed.
 func (c *Client) Skip(ctx context.Context, a Action) (ActionResult, error) {
-	return c.act(ctx, a, AuditSkip)
+	return c.Act(ctx, AuditSkip, a)
 }
 
 // RetryNow brings the next attempt of a blocked key's head forward to now;
@@ -328,7 +328,7 @@ func (c *Client) Skip(ctx context.Context, a Action) (ActionResult, error) {
 // refuses a draining key unless HeadID names its head (which is due now
 // anyway: nothing changes but the audit trail).
 func (c *Client) RetryNow(ctx context.Context, a Action) (ActionResult, error) {
-	return c.act(ctx, a, AuditRetry)
+	return c.Act(ctx, AuditRetry, a)
 }
 
 // Quarantine moves the blocked head of a key and every event waiting behind
@@ -338,20 +338,22 @@ func (c *Client) RetryNow(ctx context.Context, a Action) (ActionResult, error) {
 // events set aside; a draining key's events are quarantined only when
 // HeadID names its head (else a *DrainingError).
 func (c *Client) Quarantine(ctx context.Context, a Action) (ActionResult, error) {
-	return c.act(ctx, a, AuditQuarantine)
+	return c.Act(ctx, AuditQuarantine, a)
 }
 
-// actionKinds are the operator's actions on a key's head, as AuditActions
-// and as the parked package's kinds.
-var actionKinds = map[AuditAction]parked.Kind{AuditSkip: parked.Skip, AuditRetry: parked.RetryNow, AuditQuarantine: parked.Quarantine}
-
-// act runs an operator action on the head of a key, with its audit entry
-// in the same transaction.
-func (c *Client) act(ctx context.Context, a Action, action AuditAction) (ActionResult, error) {
-	kind, ok := actionKinds[action]
-	if !ok {
-		return ActionResult{}, fmt.Errorf("partitionq: %q is not an action on a key's head", action)
+// Act runs the operator action named by action on the head of a key, with
+// its audit entry in the same transaction: any row of AuditActions whose
+// On is TargetKeyHead (Skip, RetryNow and Quarantine are Act with their
+// action, and say what each does). It is how a program that reads the
+// table (the CLI, the console) runs a key's actions without naming each.
+// An action the table does not list as an action on a key fails and
+// changes nothing. ctx governs the queries (see OperatorLockTimeout).
+func (c *Client) Act(ctx context.Context, action AuditAction, a Action) (ActionResult, error) {
+	info, ok := action.Info()
+	if !ok || info.On != TargetKeyHead {
+		return ActionResult{}, fmt.Errorf("partitionq: %q is not an action on a key's head (see AuditActions)", action)
 	}
+	kind := info.kind
 	if err := validateActorReason(a.Actor, a.Reason); err != nil {
 		return ActionResult{}, err
 	}

@@ -39,28 +39,12 @@ type resolvedJSON struct {
 	DeadLetterID *int64     `json:"dead_letter_id"`
 }
 
-// keyAction describes one operator command on a blocked key.
-type keyAction struct {
-	// action is what the audit trail records; its command (the same word)
-	// names the command.
-	action                     partitionq.AuditAction
-	name, short, long, example string
-	// needReason: the action moves events to the dead letters, so it asks
-	// why, as the console does.
-	needReason bool
-	// reasonUsage is --reason's line in --help: where the reason goes.
-	reasonUsage string
-	do          func(c *partitionq.Client, ctx context.Context, a partitionq.Action) (partitionq.ActionResult, error)
-}
-
-// actionTries is how many times skip, retry and quarantine try a head that
-// a worker is handling (partitionq.ErrHeadBusy) before they give up.
-const actionTries = 3
-
-func (a *app) skipCmd() *cobra.Command {
-	return a.keyActionCmd(keyAction{
-		action: partitionq.AuditSkip,
-		short:  "Move a blocked key's head event to the dead letters; its waiting events run next",
+// keyActionHelp is what a key action's command says beyond the table's
+// row (partitionq.AuditActions): its long help, its example and --reason's
+// line, keyed by action. An action without an entry gets its row's
+// summary as long help.
+var keyActionHelp = map[partitionq.AuditAction]struct{ long, example, reasonUsage string }{
+	partitionq.AuditSkip: {
 		long: `Skip the head event of a blocked key: it goes to the dead letters (replay
 it later with dlq replay), and the key's waiting events run next, in order.
 Safe while workers run. --reason is required: it is kept in the audit trail
@@ -72,43 +56,56 @@ harmless; any other event is refused (exit 1), naming the head. Without
 draining key (its head never failed): name that event with --event to skip
 it anyway.`,
 		example:     "  partitionq skip --queue files --group indexer --key tenant-42 --event 1234 --reason 'corrupt file'",
-		needReason:  true,
 		reasonUsage: "why (required), recorded in the audit trail and in the dead letter of the head",
-		do:          (*partitionq.Client).Skip,
-	})
-}
-
-func (a *app) retryCmd() *cobra.Command {
-	return a.keyActionCmd(keyAction{
-		action: partitionq.AuditRetry,
-		short:  "Retry a blocked key's head event now, without waiting for its backoff",
+	},
+	partitionq.AuditRetry: {
 		long: `Bring the next attempt of a blocked key's head event forward to now: a
 running worker tries it again within about a second. Without --event it
 refuses a draining key, whose head is due anyway.`,
 		example:     "  partitionq retry --queue files --group indexer --key tenant-42",
 		reasonUsage: "why, recorded in the audit trail (optional)",
-		do:          (*partitionq.Client).RetryNow,
-	})
-}
-
-func (a *app) quarantineCmd() *cobra.Command {
-	return a.keyActionCmd(keyAction{
-		action: partitionq.AuditQuarantine,
-		short:  "Move a blocked key's head and all its waiting events to the dead letters",
+	},
+	partitionq.AuditQuarantine: {
 		long: `Move the head event of a key and every event waiting behind it to the
 dead letters, in one transaction (for a tenant being deleted, or a key
 known to be broken). Events of the key sent later are handled as usual.
 --reason is required: it is kept in the audit trail and the dead letters.
 Without --event it refuses a draining key (its head never failed).`,
 		example:     "  partitionq quarantine --queue files --group indexer --key tenant-42 --reason 'tenant deleted'",
-		needReason:  true,
 		reasonUsage: "why (required), recorded in the audit trail and in the dead letters of the key's events",
-		do:          (*partitionq.Client).Quarantine,
-	})
+	},
 }
 
-func (a *app) keyActionCmd(k keyAction) *cobra.Command {
-	k.name = k.action.Command()
+// actionTries is how many times skip, retry and quarantine try a head that
+// a worker is handling (partitionq.ErrHeadBusy) before they give up.
+const actionTries = 3
+
+// keyActionCmds makes one command per action on a key's head in
+// partitionq's table of actions, in the table's order.
+func (a *app) keyActionCmds() []*cobra.Command {
+	var out []*cobra.Command
+	for _, row := range partitionq.AuditActions() {
+		if row.On == partitionq.TargetKeyHead {
+			out = append(out, a.keyActionCmd(row))
+		}
+	}
+	return out
+}
+
+func (a *app) keyActionCmd(row partitionq.AuditActionInfo) *cobra.Command {
+	name, help := row.Command, keyActionHelp[row.Action]
+	if help.long == "" {
+		help.long = row.Summary
+	}
+	if help.reasonUsage == "" {
+		help.reasonUsage = "why, recorded in the audit trail (optional)"
+		if row.ReasonRequired {
+			help.reasonUsage = "why (required), recorded in the audit trail"
+		}
+	}
+	do := func(ctx context.Context, c *partitionq.Client, act partitionq.Action) (partitionq.ActionResult, error) {
+		return c.Act(ctx, row.Action, act)
+	}
 	var (
 		t      target
 		key    string
@@ -117,10 +114,10 @@ func (a *app) keyActionCmd(k keyAction) *cobra.Command {
 		asJSON bool
 	)
 	cmd := &cobra.Command{
-		Use:     k.name,
-		Short:   k.short,
-		Long:    k.long,
-		Example: k.example,
+		Use:     name,
+		Short:   row.Summary,
+		Long:    help.long,
+		Example: help.example,
 		Args:    noWords,
 		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
@@ -132,7 +129,7 @@ func (a *app) keyActionCmd(k keyAction) *cobra.Command {
 			if headID < 0 {
 				return usagef("invalid --event %d: give the head event id shown by partitionq blocked", headID)
 			}
-			if k.needReason && strings.TrimSpace(who.reason) == "" {
+			if row.ReasonRequired && strings.TrimSpace(who.reason) == "" {
 				return usagef("missing --reason: say why, e.g. --reason 'corrupt file, INC-42': it is kept in the audit trail and the dead letters")
 			}
 			s, err := a.open(cmd.Context())
@@ -141,7 +138,7 @@ func (a *app) keyActionCmd(k keyAction) *cobra.Command {
 			}
 			defer s.close()
 			act := partitionq.Action{Queue: t.queue, Group: t.group, Key: key, HeadID: headID, Reason: who.reason, Actor: a.actorOr(who.actor)}
-			res, err := k.do(s.client, cmd.Context(), act)
+			res, err := do(cmd.Context(), s.client, act)
 			// A worker handling the head right now (each try waits for it
 			// up to partitionq.OperatorLockTimeout): try again, a few times.
 			for try := 1; errors.Is(err, partitionq.ErrHeadBusy) && try < actionTries; try++ {
@@ -150,26 +147,26 @@ func (a *app) keyActionCmd(k keyAction) *cobra.Command {
 					return cmd.Context().Err()
 				case <-time.After(200 * time.Millisecond):
 				}
-				res, err = k.do(s.client, cmd.Context(), act)
+				res, err = do(cmd.Context(), s.client, act)
 			}
 			var de *partitionq.DrainingError
 			if errors.As(err, &de) {
 				return explain(err, "key %s is draining, not blocked: its head, event %d, has never failed (its failed event was resolved, and its waiting events now run in order without help): %s changed nothing; to %s event %d anyway, pass --event %d (partitionq preview shows what runs next)",
-					quote(key), de.EventID, k.name, k.name, de.EventID, de.EventID)
+					quote(key), de.EventID, name, name, de.EventID, de.EventID)
 			}
 			var nh *partitionq.NotHeadError
 			if errors.As(err, &nh) {
-				next := fmt.Sprintf("to %s its head, pass --event %d", k.name, nh.Head)
+				next := fmt.Sprintf("to %s its head, pass --event %d", name, nh.Head)
 				if nh.Head == 0 {
 					next = "nothing needs doing: its events run as they arrive (partitionq key shows its state)"
 				}
 				return explain(err, "event %d is not the head of key %s, and was never resolved: %s; %s changed nothing and recorded nothing; %s",
-					nh.EventID, quote(key), nh.Why, k.name, notHeadState(nh)+"; "+next)
+					nh.EventID, quote(key), nh.Why, name, notHeadState(nh)+"; "+next)
 			}
 			if errors.Is(err, partitionq.ErrNotBlocked) {
 				return explain(err, "key %s is not blocked: nothing of it is set aside, so %s has nothing to act on; its events run as they arrive "+
 					"(partitionq key --queue %s --group %s --key %s shows its state; partitionq blocked lists the blocked keys)",
-					quote(key), k.name, t.queue, t.group, quote(key))
+					quote(key), name, t.queue, t.group, quote(key))
 			}
 			if err != nil {
 				return err
@@ -179,7 +176,7 @@ func (a *app) keyActionCmd(k keyAction) *cobra.Command {
 				if next == nil {
 					next = []int64{}
 				}
-				return writeJSON(cmd.OutOrStdout(), actionJSON{Action: string(k.action), Outcome: string(res.Outcome), Queue: t.queue, Group: t.group,
+				return writeJSON(cmd.OutOrStdout(), actionJSON{Action: string(row.Action), Outcome: string(res.Outcome), Queue: t.queue, Group: t.group,
 					Key: res.Key, Slot: res.Slot, EventID: res.EventID, Count: res.Count, NextEventIDs: next, Resolved: resolvedOf(res.Resolved)})
 			}
 			return printAction(cmd.OutOrStdout(), res)
@@ -189,7 +186,7 @@ func (a *app) keyActionCmd(k keyAction) *cobra.Command {
 	t.bind(f)
 	f.StringVar(&key, "key", "", "the blocked key (required)")
 	f.Int64Var(&headID, "event", 0, "act only if this event is still the key's head (the HEAD shown by blocked)")
-	who.bind(f, k.reasonUsage)
+	who.bind(f, help.reasonUsage)
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
 }

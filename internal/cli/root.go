@@ -63,7 +63,7 @@ See docs/cli.md.`,
 	add("setup", a.setupCmd(), a.sendCmd(), a.resizeCmd(), a.dropGroupCmd())
 	add("work", a.workCmd(), a.tickCmd())
 	add("inspect", a.groupsCmd(), a.statusCmd(), a.keyCmd(), a.keysCmd(), a.blockedCmd(), a.previewCmd(), a.auditCmd(), a.consoleCmd())
-	add("unblock", a.skipCmd(), a.retryCmd(), a.quarantineCmd(), a.dlqCmd())
+	add("unblock", append(a.keyActionCmds(), a.dlqCmd())...)
 	add("demo", a.demoCmd())
 	root.AddCommand(a.versionCmd())
 	return root
