@@ -32,9 +32,7 @@ type blockedKeys struct {
 	ClearFilter key.Binding
 	Sort        key.Binding
 	Open        key.Binding
-	Skip        key.Binding
-	Retry       key.Binding
-	Quarantine  key.Binding
+	Acts        keyActions // skip, retry now, quarantine: from partitionq's table
 }
 
 func newBlockedKeys(ro bool) blockedKeys {
@@ -45,11 +43,8 @@ func newBlockedKeys(ro bool) blockedKeys {
 		ClearFilter: key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "clear filter")),
 		Sort:        key.NewBinding(key.WithKeys("o"), key.WithHelp("o", "sort")),
 		Open:        key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "detail")),
-		Skip:        key.NewBinding(key.WithKeys("s"), key.WithHelp("s", "skip")),
-		Retry:       key.NewBinding(key.WithKeys("r"), key.WithHelp("r", "retry now")),
-		Quarantine:  key.NewBinding(key.WithKeys("Q"), key.WithHelp("Q", "quarantine")),
+		Acts:        newKeyActions(ro),
 	}
-	readOnly(ro, &k.Skip, &k.Retry, &k.Quarantine)
 	return k
 }
 
@@ -98,12 +93,12 @@ func (v *blockedView) ShortHelp() []key.Binding {
 	if len(v.rows) == 0 {
 		return []key.Binding{k.Filter, k.ClearFilter}
 	}
-	return []key.Binding{k.Open, k.Skip, k.Retry, k.Quarantine, k.Filter, k.Sort}
+	return append(append([]key.Binding{k.Open}, k.Acts.bindings()...), k.Filter, k.Sort)
 }
 
 func (v *blockedView) FullHelp() [][]key.Binding {
 	k := v.keys
-	return [][]key.Binding{k.all(), {k.Open, k.Skip, k.Retry, k.Quarantine, k.Filter, k.ClearFilter, k.Sort}}
+	return [][]key.Binding{k.all(), append(append([]key.Binding{k.Open}, k.Acts.bindings()...), k.Filter, k.ClearFilter, k.Sort)}
 }
 
 func (v *blockedView) Update(msg tea.Msg) tea.Cmd {
@@ -172,21 +167,14 @@ func (v *blockedView) onKey(msg tea.KeyMsg) tea.Cmd {
 	if !ok {
 		return nil
 	}
-	if v.lost != "" && key.Matches(msg, v.keys.Open, v.keys.Skip, v.keys.Quarantine, v.keys.Retry) {
+	if v.lost != "" && (key.Matches(msg, v.keys.Open) || v.keys.Acts.matches(msg)) {
 		v.lost = "" // said once: the next one acts on the key under the cursor
 		return nil
 	}
-	switch {
-	case key.Matches(msg, v.keys.Open):
+	if key.Matches(msg, v.keys.Open) {
 		return send(openKeyMsg{key: b})
-	case key.Matches(msg, v.keys.Skip):
-		return send(confirmMsg{req: actionRequest{kind: actSkip, key: b}})
-	case key.Matches(msg, v.keys.Quarantine):
-		return send(confirmMsg{req: actionRequest{kind: actQuarantine, key: b}})
-	case key.Matches(msg, v.keys.Retry):
-		return send(runActionMsg{req: actionRequest{kind: actRetry, key: b}})
 	}
-	return nil
+	return v.keys.Acts.request(msg, b)
 }
 
 func (v *blockedView) selected() (partitionq.BlockedKey, bool) {

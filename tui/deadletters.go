@@ -32,13 +32,13 @@ func newDeadKeys(ro bool) deadKeys {
 		listKeys:    newListKeys(),
 		Open:        key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "detail")),
 		Back:        key.NewBinding(key.WithKeys("esc", "backspace"), key.WithHelp("esc", "back")),
-		Replay:      key.NewBinding(key.WithKeys("r"), key.WithHelp("r", "replay")),
+		Replay:      actionBinding(partitionq.AuditReplay, false, partitionq.AuditReplay.Name()),
 		ShowAll:     key.NewBinding(key.WithKeys("a"), key.WithHelp("a", "pending/all")),
 		Filter:      key.NewBinding(key.WithKeys("f"), key.WithHelp("f", "filter")),
 		ApplyFilter: key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "apply filter")),
 		ClearFilter: key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "clear filter")),
-		ReplayAll:   key.NewBinding(key.WithKeys("R"), key.WithHelp("R", "replay all shown")),
-		PurgeAll:    key.NewBinding(key.WithKeys("P"), key.WithHelp("P", "purge all shown")),
+		ReplayAll:   actionBinding(partitionq.AuditReplay, true, partitionq.AuditReplay.Name()+" all shown"),
+		PurgeAll:    actionBinding(partitionq.AuditPurge, true, partitionq.AuditPurge.Name()+" all shown"),
 	}
 	readOnly(ro, &k.Replay, &k.ReplayAll, &k.PurgeAll)
 	return k

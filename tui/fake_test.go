@@ -75,16 +75,9 @@ func (f *fakeClient) done() []string {
 	return append([]string(nil), f.actions...)
 }
 
-func (f *fakeClient) Skip(ctx context.Context, a partitionq.Action) (partitionq.ActionResult, error) {
-	return f.act("skip", a)
-}
-
-func (f *fakeClient) RetryNow(ctx context.Context, a partitionq.Action) (partitionq.ActionResult, error) {
-	return f.act("retry", a)
-}
-
-func (f *fakeClient) Quarantine(ctx context.Context, a partitionq.Action) (partitionq.ActionResult, error) {
-	return f.act("quarantine", a)
+// Act records the action by its audit name ("skip", "retry", "quarantine").
+func (f *fakeClient) Act(ctx context.Context, action partitionq.AuditAction, a partitionq.Action) (partitionq.ActionResult, error) {
+	return f.act(string(action), a)
 }
 
 func (f *fakeClient) DeadLetters(ctx context.Context, q partitionq.DeadLetterQuery) ([]partitionq.DeadLetter, error) {

@@ -12,23 +12,18 @@ import (
 
 type detailKeys struct {
 	listKeys
-	Back       key.Binding
-	Skip       key.Binding
-	Retry      key.Binding
-	Quarantine key.Binding
+	Back key.Binding
+	Acts keyActions // skip, retry now, quarantine: from partitionq's table
 }
 
 func newDetailKeys(ro bool) detailKeys {
 	k := detailKeys{
-		listKeys:   newListKeys(),
-		Back:       key.NewBinding(key.WithKeys("esc", "backspace"), key.WithHelp("esc", "back")),
-		Skip:       key.NewBinding(key.WithKeys("s"), key.WithHelp("s", "skip")),
-		Retry:      key.NewBinding(key.WithKeys("r"), key.WithHelp("r", "retry now")),
-		Quarantine: key.NewBinding(key.WithKeys("Q"), key.WithHelp("Q", "quarantine")),
+		listKeys: newListKeys(),
+		Back:     key.NewBinding(key.WithKeys("esc", "backspace"), key.WithHelp("esc", "back")),
+		Acts:     newKeyActions(ro),
 	}
 	k.Up.SetHelp("↑/k", "scroll up")
 	k.Down.SetHelp("↓/j", "scroll")
-	readOnly(ro, &k.Skip, &k.Retry, &k.Quarantine)
 	return k
 }
 
@@ -60,12 +55,12 @@ func (v *keyDetail) capturing() bool  { return false }
 
 func (v *keyDetail) ShortHelp() []key.Binding {
 	k := v.keys
-	return []key.Binding{k.Back, k.Skip, k.Retry, k.Quarantine, k.Down}
+	return append(append([]key.Binding{k.Back}, k.Acts.bindings()...), k.Down)
 }
 
 func (v *keyDetail) FullHelp() [][]key.Binding {
 	k := v.keys
-	return [][]key.Binding{k.all(), {k.Back, k.Skip, k.Retry, k.Quarantine}}
+	return [][]key.Binding{k.all(), append([]key.Binding{k.Back}, k.Acts.bindings()...)}
 }
 
 func (v *keyDetail) Update(msg tea.Msg) tea.Cmd {
@@ -107,14 +102,8 @@ func (v *keyDetail) onKey(msg tea.KeyMsg) tea.Cmd {
 		return send(closeKeyMsg{})
 	case v.resolved:
 		return nil
-	case key.Matches(msg, v.keys.Skip):
-		return send(confirmMsg{req: actionRequest{kind: actSkip, key: v.key}})
-	case key.Matches(msg, v.keys.Quarantine):
-		return send(confirmMsg{req: actionRequest{kind: actQuarantine, key: v.key}})
-	case key.Matches(msg, v.keys.Retry):
-		return send(runActionMsg{req: actionRequest{kind: actRetry, key: v.key}})
 	}
-	return nil
+	return v.keys.Acts.request(msg, v.key)
 }
 
 // lines renders the whole detail; View shows the part that fits. The

@@ -14,27 +14,23 @@ import (
 
 type findKeys struct {
 	listKeys
-	Go         key.Binding
-	Back       key.Binding
-	Again      key.Binding
-	Skip       key.Binding
-	Retry      key.Binding
-	Quarantine key.Binding
-	Replay     key.Binding
+	Go     key.Binding
+	Back   key.Binding
+	Again  key.Binding
+	Acts   keyActions // skip, retry now, quarantine: from partitionq's table
+	Replay key.Binding
 }
 
 func newFindKeys(ro bool) findKeys {
 	k := findKeys{
-		listKeys:   newListKeys(),
-		Go:         key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "find")),
-		Back:       key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "back")),
-		Again:      key.NewBinding(key.WithKeys("/"), key.WithHelp("/", "another key")),
-		Skip:       key.NewBinding(key.WithKeys("s"), key.WithHelp("s", "skip")),
-		Retry:      key.NewBinding(key.WithKeys("r"), key.WithHelp("r", "retry now")),
-		Quarantine: key.NewBinding(key.WithKeys("Q"), key.WithHelp("Q", "quarantine")),
-		Replay:     key.NewBinding(key.WithKeys("R"), key.WithHelp("R", "replay its dead letters")),
+		listKeys: newListKeys(),
+		Go:       key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "find")),
+		Back:     key.NewBinding(key.WithKeys("esc"), key.WithHelp("esc", "back")),
+		Again:    key.NewBinding(key.WithKeys("/"), key.WithHelp("/", "another key")),
+		Acts:     newKeyActions(ro),
+		Replay:   actionBinding(partitionq.AuditReplay, true, "replay its dead letters"),
 	}
-	readOnly(ro, &k.Skip, &k.Retry, &k.Quarantine, &k.Replay)
+	readOnly(ro, &k.Replay)
 	return k
 }
 
@@ -83,14 +79,14 @@ func (v *keyView) ShortHelp() []key.Binding {
 		return []key.Binding{k.Go, k.Back}
 	}
 	if v.info.Blocked != nil && v.info.State == partitionq.KeyBlocked {
-		return []key.Binding{k.Back, k.Skip, k.Retry, k.Quarantine, k.Replay, k.Again}
+		return append(append([]key.Binding{k.Back}, k.Acts.bindings()...), k.Replay, k.Again)
 	}
 	return []key.Binding{k.Back, k.Replay, k.Again, k.Down}
 }
 
 func (v *keyView) FullHelp() [][]key.Binding {
 	k := v.keys
-	return [][]key.Binding{k.all(), {k.Go, k.Back, k.Again, k.Skip, k.Retry, k.Quarantine, k.Replay}}
+	return [][]key.Binding{k.all(), append(append([]key.Binding{k.Go, k.Back, k.Again}, k.Acts.bindings()...), k.Replay)}
 }
 
 func (v *keyView) Update(msg tea.Msg) tea.Cmd {
@@ -143,12 +139,8 @@ func (v *keyView) onKey(msg tea.KeyMsg) tea.Cmd {
 		return send(closeFindMsg{})
 	case key.Matches(msg, v.keys.Again):
 		return v.prompt()
-	case key.Matches(msg, v.keys.Skip) && blocked:
-		return send(confirmMsg{req: actionRequest{kind: actSkip, key: *v.info.Blocked}})
-	case key.Matches(msg, v.keys.Quarantine) && blocked:
-		return send(confirmMsg{req: actionRequest{kind: actQuarantine, key: *v.info.Blocked}})
-	case key.Matches(msg, v.keys.Retry) && blocked:
-		return send(runActionMsg{req: actionRequest{kind: actRetry, key: *v.info.Blocked}})
+	case v.keys.Acts.matches(msg) && blocked:
+		return v.keys.Acts.request(msg, *v.info.Blocked)
 	case key.Matches(msg, v.keys.Replay) && v.have && v.info.PendingDeadLetters > 0:
 		q := partitionq.DeadLetterQuery{Key: v.key, Pending: true}
 		return send(confirmMsg{req: actionRequest{kind: actReplayMany, match: q, filter: "key=" + quoteFilter(v.key) + " pending"}})

@@ -160,6 +160,16 @@ func (k actionKind) action() partitionq.AuditAction {
 		partitionq.AuditReplay, partitionq.AuditReplay, partitionq.AuditPurge}[k]
 }
 
+// keyKind is the kind of a, an action on a key's head (Client.Act).
+func keyKind(a partitionq.AuditAction) actionKind {
+	for k := actSkip; k <= actQuarantine; k++ {
+		if k.action() == a {
+			return k
+		}
+	}
+	panic("tui: no actionKind for the action on a key's head " + string(a))
+}
+
 // verb names k in prompts and results ("retry now"): its action's name in
 // partitionq's table of actions.
 func (k actionKind) verb() string { return k.action().Name() }
@@ -261,12 +271,8 @@ func act(sh *shared, req actionRequest) tea.Cmd {
 		msg.err = sh.call(func(ctx context.Context) error {
 			var err error
 			switch req.kind {
-			case actSkip:
-				msg.result, err = sh.client.Skip(ctx, a)
-			case actRetry:
-				msg.result, err = sh.client.RetryNow(ctx, a)
-			case actQuarantine:
-				msg.result, err = sh.client.Quarantine(ctx, a)
+			case actSkip, actRetry, actQuarantine:
+				msg.result, err = sh.client.Act(ctx, req.kind.action(), a)
 			case actReplay:
 				msg.replay, err = sh.client.Replay(ctx, partitionq.ReplayRequest{Queue: sh.queue, Group: sh.group, ID: req.dead.ID, Reason: req.reason, Actor: sh.actor})
 			case actReplayMany:
