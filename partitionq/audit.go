@@ -59,9 +59,10 @@ type AuditActionInfo struct {
 	Summary string
 	// On is what the action acts on.
 	On ActionTarget
-	// ReasonRequired: the action moves events to the dead letters or
-	// deletes them, so the operator must say why (the CLI's --reason, the
-	// console's prompt).
+	// ReasonRequired: the action moves events to the dead letters, so the
+	// operator must say why: Client.Act (and so Skip and Quarantine) refuses
+	// an empty Action.Reason with a *ValidationError for "reason", the CLI
+	// asks for --reason, the console for a reason.
 	ReasonRequired bool
 	// Confirm: the console asks before it acts.
 	Confirm bool

@@ -1,10 +1,12 @@
 package partitionq
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -108,5 +110,30 @@ func TestAuditActionsCoverTheSQL(t *testing.T) {
 	}
 	if found < 10 {
 		t.Errorf("found %d actions in the SQL: the patterns no longer match it", found)
+	}
+}
+
+// Client.Act refuses an action the table says needs a reason when it has
+// none, and one that is not an action on a key's head, before it reads
+// anything.
+func TestActChecksTheTable(t *testing.T) {
+	t.Parallel()
+	c := &Client{} // Act refuses before it touches the database
+	for _, r := range AuditActions() {
+		if r.On == TargetKeyHead && !r.ReasonRequired {
+			continue // it would go on to the database
+		}
+		_, err := c.Act(t.Context(), r.Action, Action{Queue: "q", Group: "g", Key: "k", Reason: " "})
+		var ve *ValidationError
+		switch {
+		case r.On != TargetKeyHead:
+			if err == nil || !strings.Contains(err.Error(), "not an action on a key's head") {
+				t.Errorf("Act(%s) = %v, want a refusal: not an action on a key's head", r.Action, err)
+			}
+		case r.ReasonRequired:
+			if !errors.As(err, &ve) || ve.Field != "reason" || !strings.Contains(err.Error(), "needs a reason") || !strings.Contains(err.Error(), "--reason") {
+				t.Errorf("Act(%s) without a reason = %v, want a *ValidationError for reason naming --reason", r.Action, err)
+			}
+		}
 	}
 }

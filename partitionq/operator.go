@@ -357,6 +357,11 @@ func (c *Client) Act(ctx context.Context, action AuditAction, a Action) (ActionR
 	if err := validateActorReason(a.Actor, a.Reason); err != nil {
 		return ActionResult{}, err
 	}
+	if info.ReasonRequired && strings.TrimSpace(a.Reason) == "" {
+		return ActionResult{}, &ValidationError{Field: "reason", Value: shorten(a.Reason),
+			Problem: fmt.Sprintf("%s moves events to the dead letters, so it needs a reason", info.Name),
+			Fix:     "say why in Action.Reason (the CLI's --reason), e.g. \"corrupt file, INC-42\": it is kept in the audit trail and the dead letters"}
+	}
 	_, s, err := c.keyHome(ctx, a.Queue, a.Group, a.Key)
 	if err != nil {
 		return ActionResult{}, err

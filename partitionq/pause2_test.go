@@ -64,7 +64,7 @@ func TestSkipDuringHandlerNeverBoth(t *testing.T) {
 			}
 			done := make(chan skipRes, 1)
 			go func() {
-				res, err := b.client.Skip(b.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k", HeadID: bk.Head.ID, Actor: "test"})
+				res, err := b.client.Skip(b.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k", HeadID: bk.Head.ID, Actor: "test", Reason: "test"})
 				done <- skipRes{res, err}
 			}()
 			// The skip must wait for the handler: prove it is waiting on

@@ -216,7 +216,7 @@ func TestSkipUnblocksInOrder(t *testing.T) {
 		t.Fatalf("k handled %v, want 1 3 4", got)
 	}
 	// Idempotent: the same skip again reports the head as resolved.
-	res, err = b.client.Skip(b.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k", HeadID: bk.Head.ID, Actor: "alice"})
+	res, err = b.client.Skip(b.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k", HeadID: bk.Head.ID, Actor: "alice", Reason: "again"})
 	if err != nil || res.Outcome != partitionq.OutcomeAlreadyResolved {
 		t.Fatalf("second skip = %+v, %v; want already resolved", res, err)
 	}

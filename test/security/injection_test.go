@@ -109,7 +109,7 @@ func TestHostileNamesAreRefused(t *testing.T) {
 		_, checks["Send"] = e.ac.Send(e.ctx, n, partitionq.Message{Key: "k"})
 		_, checks["BlockedKeys"] = e.ac.BlockedKeys(e.ctx, "q", n)
 		_, checks["Status"] = e.ac.Status(e.ctx, n, "g")
-		_, checks["Skip"] = e.ac.Skip(e.ctx, partitionq.Action{Queue: "q", Group: n, Key: "k"})
+		_, checks["Skip"] = e.ac.Skip(e.ctx, partitionq.Action{Queue: "q", Group: n, Key: "k", Reason: "test"})
 		_, checks["DeadLetters"] = e.ac.DeadLetters(e.ctx, partitionq.DeadLetterQuery{Queue: n, Group: "g"})
 		_, checks["Replay"] = e.ac.Replay(e.ctx, partitionq.ReplayRequest{Queue: "q", Group: n, ID: 1})
 		_, checks["NewWorker"] = e.ac.NewWorker(e.ctx, partitionq.WorkerConfig{Queue: n, Group: "g", Handler: e.h})

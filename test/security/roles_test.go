@@ -93,7 +93,7 @@ func TestProducerOnlySends(t *testing.T) {
 		denied(t, "DeadLetters", err)
 		_, err = pc.Groups(e.ctx, partitionq.GroupsQuery{Queue: "q"})
 		denied(t, "Groups", err)
-		_, err = pc.Skip(e.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "a"})
+		_, err = pc.Skip(e.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "a", Reason: "test"})
 		denied(t, "Skip", err)
 	})
 
@@ -140,7 +140,7 @@ func TestWorkerConsumesOnly(t *testing.T) {
 	before := e.state()
 	_, err := wc.Send(e.ctx, "q", partitionq.Message{Key: "x"})
 	denied(t, "Send", err)
-	_, err = wc.Skip(e.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k"})
+	_, err = wc.Skip(e.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k", Reason: "test"})
 	denied(t, "Skip", err)
 	_, err = wc.Replay(e.ctx, partitionq.ReplayRequest{Queue: "q", Group: "g", ID: sc.deadP})
 	denied(t, "Replay", err)
@@ -221,7 +221,7 @@ func TestOperatorActs(t *testing.T) {
 		var res partitionq.ActionResult
 		pgtest.WaitFor(t, 30*time.Second, "quarantine of k2", func() (bool, error) {
 			var err error
-			res, err = oc.Quarantine(e.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k2", HeadID: sc.headK2})
+			res, err = oc.Quarantine(e.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k2", HeadID: sc.headK2, Reason: "test"})
 			if errors.Is(err, partitionq.ErrHeadBusy) {
 				return false, nil
 			}
