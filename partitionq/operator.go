@@ -318,7 +318,8 @@ func (e *NotHeadError) Is(target error) bool { return target == ErrNotHead }
 // never both handled successfully and skipped. Calling it again for the same
 // HeadID returns OutcomeAlreadyResolved. ErrNotBlocked when HeadID is zero
 // and the key is not blocked; a *DrainingError (ErrDraining) when HeadID is
-// zero and the key's head has never failed.
+// zero and the key's head has never failed; a *ValidationError for
+// "reason" when Action.Reason is empty (it goes to the dead letter).
 func (c *Client) Skip(ctx context.Context, a Action) (ActionResult, error) {
 	return c.Act(ctx, AuditSkip, a)
 }
@@ -336,7 +337,8 @@ func (c *Client) RetryNow(ctx context.Context, a Action) (ActionResult, error) {
 // a key known to be broken). Events of the key still in the stream are
 // handled as usual when they arrive. ErrNotBlocked when the key has no
 // events set aside; a draining key's events are quarantined only when
-// HeadID names its head (else a *DrainingError).
+// HeadID names its head (else a *DrainingError). Like Skip, it needs
+// Action.Reason.
 func (c *Client) Quarantine(ctx context.Context, a Action) (ActionResult, error) {
 	return c.Act(ctx, AuditQuarantine, a)
 }
