@@ -72,7 +72,8 @@ type AuditActionInfo struct {
 	// BulkKey is the console's key for the action on every item its view
 	// shows (the dead letters its filter selects); "" for none.
 	BulkKey string
-	// Outcomes lists what AuditEntry.Outcome says for this action: the
+	// Outcomes lists what the audit trail says for this action
+	// (AuditEntry.OutcomeText: its Outcome and Detail): the
 	// Outcome values it records as they are, and the patterns of its
 	// free-text outcomes ("purged N (filter)": N a count; the parentheses
 	// only when there is something to say in them, each part only when

@@ -171,7 +171,8 @@ func TestReplayMatchingInEventOrder(t *testing.T) {
 		t.Fatalf("audit = %+v, %v; want the single replay and the bulk one", audit, err)
 	}
 	if a := audit[0]; a.Action != "replay" || a.Key != "a" || a.Actor != "alice" || a.Reason != "fixed" ||
-		a.Outcome != `replayed 5 (already_replayed 1, key="a")` {
+		a.Outcome != partitionq.OutcomeReplayed || a.Detail != `5 (already_replayed 1, key="a")` ||
+		a.OutcomeText() != `replayed 5 (already_replayed 1, key="a")` {
 		t.Fatalf("bulk audit entry = %+v", a)
 	}
 
@@ -214,7 +215,7 @@ func TestPurgeMatching(t *testing.T) {
 		}
 	}
 	audit, err := b.client.Audit(b.ctx, "q", "g", 10)
-	if err != nil || len(audit) != 1 || audit[0].Action != "purge" || audit[0].Key != "b" || !strings.HasPrefix(audit[0].Outcome, "purged 3 ") {
+	if err != nil || len(audit) != 1 || audit[0].Action != "purge" || audit[0].Key != "b" || audit[0].Outcome != partitionq.OutcomePurged || !strings.HasPrefix(audit[0].Detail, "3 ") {
 		t.Fatalf("audit = %+v, %v; want one purge of 3", audit, err)
 	}
 	// No ids (nil or empty) and no other filter select the whole group:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -278,15 +279,57 @@ type AuditEntry struct {
 	Key     string // "" for an action on no single key (purge, resize, drop_group, a bulk replay of several keys)
 	EventID int64  // 0 for an action on no single event
 	Reason  string
-	// Outcome is what the action came to, as the database recorded it. It
-	// stays a string, not an Outcome: skip, retry and quarantine record an
-	// Outcome value as it is (OutcomeSkipped, OutcomeAlreadyResolved, ...),
-	// and so does a single replay (OutcomeReplayed, OutcomeAlreadyReplayed),
-	// but a bulk replay, a purge, a resize and a group drop record free
-	// text with their counts (`purged 3 (key="tenant-7")`, "started: 4 to 8
-	// slots (generation 2)"). Each action's row of AuditActions lists its
-	// outcomes.
-	Outcome string
+	// Outcome is what the action came to (OutcomeSkipped, ...,
+	// OutcomeDropped; each action's row of AuditActions lists its own),
+	// and Detail the counts the database recorded with it, "" for none: a
+	// bulk replay's "3 (key=\"tenant-7\")", a purge's, a resize's "4 to 8
+	// slots (generation 2)", a group drop's "3 slots, 0 events set aside
+	// dropped". An outcome this version does not know (written by a later
+	// one) is Outcome whole, with no Detail.
+	Outcome Outcome
+	Detail  string
+}
+
+// OutcomeText is the outcome as the audit trail shows it (the CLI's
+// audit, its --json "outcome", the console): Outcome with its Detail,
+// "purged 3 (key=\"tenant-7\")", "started: 4 to 8 slots (generation 2)".
+func (e AuditEntry) OutcomeText() string {
+	switch {
+	case e.Detail == "":
+		return string(e.Outcome)
+	case resizeOutcome(e.Outcome):
+		return string(e.Outcome) + ": " + e.Detail
+	default:
+		return string(e.Outcome) + " " + e.Detail
+	}
+}
+
+// auditOutcomes are the outcomes the audit trail records, longest first
+// (no prefix of a later one matches an earlier one's text).
+var auditOutcomes = []Outcome{OutcomeAlreadyResolved, OutcomeAlreadyReplayed, OutcomeRetryScheduled, OutcomeQuarantined,
+	OutcomeResizeCompleted, OutcomeResizeStarted, OutcomeResizeAborted, OutcomeReplayed, OutcomeSkipped, OutcomePurged, OutcomeDropped}
+
+func resizeOutcome(o Outcome) bool {
+	return o == OutcomeResizeStarted || o == OutcomeResizeCompleted || o == OutcomeResizeAborted
+}
+
+// splitOutcome splits an outcome as the database records it into its
+// Outcome and Detail (OutcomeText joins them again): the resizes' outcomes
+// are followed by ": ", the others by a space.
+func splitOutcome(text string) (Outcome, string) {
+	for _, o := range auditOutcomes {
+		if text == string(o) {
+			return o, ""
+		}
+		sep := " "
+		if resizeOutcome(o) {
+			sep = ": "
+		}
+		if d, ok := strings.CutPrefix(text, string(o)+sep); ok && d != "" {
+			return o, d
+		}
+	}
+	return Outcome(text), ""
 }
 
 // Audit returns the newest operator actions on a group, newest first (a
@@ -308,7 +351,8 @@ func (c *Client) Audit(ctx context.Context, queue, group string, limit int) ([]A
 	out := make([]AuditEntry, len(es))
 	for i, e := range es {
 		out[i] = AuditEntry{ID: e.ID, At: e.At, DBRole: e.DBRole, Actor: e.Actor, Action: AuditAction(e.Action), Queue: e.Queue,
-			Group: e.Group, Reason: e.Reason, Outcome: e.Outcome}
+			Group: e.Group, Reason: e.Reason}
+		out[i].Outcome, out[i].Detail = splitOutcome(e.Outcome)
 		if e.Key != nil {
 			out[i].Key = *e.Key
 		}

@@ -203,11 +203,10 @@ func (c *Client) Preview(ctx context.Context, queue, group, key string, limit in
 	return out, nil
 }
 
-// Outcome is what an operator action came to. The audit trail's
-// AuditEntry.Outcome stays a string, not an Outcome: a skip, retry,
-// quarantine or single replay records one of these values, but a bulk
-// replay, a purge, a resize and a group drop record free text with their
-// counts (see AuditActions).
+// Outcome is what an operator action came to: ActionResult.Outcome,
+// ReplayResult's, and AuditEntry.Outcome in the audit trail, where an
+// action with counts (a bulk replay, a purge, a resize, a group drop) has
+// them in AuditEntry.Detail.
 type Outcome string
 
 // Outcomes of operator actions.
@@ -225,12 +224,25 @@ const (
 	OutcomeRetryScheduled Outcome = "retry_scheduled"
 	// OutcomeQuarantined: the head and every waiting event went to the dead letters.
 	OutcomeQuarantined Outcome = "quarantined"
-	// OutcomeReplayed: a dead letter was sent again.
+	// OutcomeReplayed: dead letters were sent again (a bulk replay's
+	// audit entry has the count in its Detail: "3 (key=\"tenant-7\")").
 	OutcomeReplayed Outcome = "replayed"
 	// OutcomeAlreadyReplayed: the dead letter had been replayed before; nothing changed.
 	OutcomeAlreadyReplayed Outcome = "already_replayed"
-	// OutcomePurged: dead letters were deleted.
+	// OutcomePurged: dead letters were deleted (Detail: how many, and
+	// the filter).
 	OutcomePurged Outcome = "purged"
+	// OutcomeResizeStarted: a resize started (Detail: "4 to 8 slots
+	// (generation 2)").
+	OutcomeResizeStarted Outcome = "started"
+	// OutcomeResizeCompleted: a worker completed a resize (Detail as for
+	// OutcomeResizeStarted).
+	OutcomeResizeCompleted Outcome = "completed"
+	// OutcomeResizeAborted: a resize was aborted (Detail: "4 to 8 slots").
+	OutcomeResizeAborted Outcome = "aborted"
+	// OutcomeDropped: a consumer group was dropped (Detail: "3 slots, 0
+	// events set aside dropped").
+	OutcomeDropped Outcome = "dropped"
 )
 
 // Action identifies a key and says who acts and why. Actor defaults to

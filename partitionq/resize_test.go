@@ -264,8 +264,8 @@ func testResize(t *testing.T, from, to int) {
 	}
 	var started, completed bool
 	for _, a := range audit {
-		started = started || (a.Action == "resize" && a.Actor == "tester" && strings.HasPrefix(string(a.Outcome), fmt.Sprintf("started: %d to %d", from, to)))
-		completed = completed || (a.Action == "resize" && strings.HasPrefix(string(a.Outcome), "completed"))
+		started = started || (a.Action == "resize" && a.Actor == "tester" && a.Outcome == partitionq.OutcomeResizeStarted && strings.HasPrefix(a.Detail, fmt.Sprintf("%d to %d", from, to)))
+		completed = completed || (a.Action == "resize" && a.Outcome == partitionq.OutcomeResizeCompleted)
 	}
 	if !started || !completed {
 		t.Errorf("audit trail misses the resize's start or end: %+v", audit)

@@ -50,7 +50,7 @@ func (v *auditView) columns() []column {
 	var actors, roles, keys, outcomes []string
 	for _, e := range v.entries {
 		actors, roles = append(actors, orDash(line(e.Actor))), append(roles, orDash(line(e.DBRole)))
-		keys, outcomes = append(keys, line(e.Key)), append(outcomes, line(e.Outcome))
+		keys, outcomes = append(keys, line(e.Key)), append(outcomes, line(e.OutcomeText()))
 	}
 	cols := []column{
 		{title: " ", width: 1},
@@ -98,7 +98,7 @@ func (v *auditView) View() string {
 		if e.EventID != 0 {
 			ev = fmt.Sprint(e.EventID)
 		}
-		cells := []string{mark, age(v.at.Sub(e.At)), orDash(line(e.Actor)), line(string(e.Action)), line(e.Key), ev, line(e.Outcome), line(e.Reason)}
+		cells := []string{mark, age(v.at.Sub(e.At)), orDash(line(e.Actor)), line(string(e.Action)), line(e.Key), ev, line(e.OutcomeText()), line(e.Reason)}
 		if wide {
 			cells[1] = stamp(e.At)
 			cells = append(cells[:3], append([]string{line(e.DBRole)}, cells[3:]...)...)
@@ -125,7 +125,7 @@ func (v *auditView) pane(height int) []string {
 	}
 	e := v.entries[v.cursor]
 	st := v.sh.styles
-	what := fmt.Sprintf("%s %s by %s (role %s): %s", stamp(e.At), line(string(e.Action)), orDash(line(e.Actor)), orDash(line(e.DBRole)), line(e.Outcome))
+	what := fmt.Sprintf("%s %s by %s (role %s): %s", stamp(e.At), line(string(e.Action)), orDash(line(e.Actor)), orDash(line(e.DBRole)), line(e.OutcomeText()))
 	if e.Key != "" {
 		what += fmt.Sprintf(" · key %s", line(e.Key))
 	}

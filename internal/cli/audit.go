@@ -67,7 +67,7 @@ command that does each, and what OUTCOME says for it:
 				out := auditJSON{Queue: t.queue, Group: t.group, Entries: make([]auditEntryJSON, 0, len(es))}
 				for _, e := range es {
 					out.Entries = append(out.Entries, auditEntryJSON{ID: e.ID, At: utc(e.At), DBRole: e.DBRole, Actor: e.Actor,
-						Action: string(e.Action), Key: e.Key, EventID: e.EventID, Reason: e.Reason, Outcome: e.Outcome})
+						Action: string(e.Action), Key: e.Key, EventID: e.EventID, Reason: e.Reason, Outcome: e.OutcomeText()})
 				}
 				return writeJSON(cmd.OutOrStdout(), out)
 			}
@@ -107,7 +107,7 @@ func printAudit(w io.Writer, es []partitionq.AuditEntry) error {
 		if e.EventID != 0 {
 			ev = i64(e.EventID)
 		}
-		tb.row(i64(e.ID), fmtTime(e.At), e.DBRole, dash(e.Actor), string(e.Action), dash(e.Key), ev, e.Outcome, dash(e.Reason))
+		tb.row(i64(e.ID), fmtTime(e.At), e.DBRole, dash(e.Actor), string(e.Action), dash(e.Key), ev, e.OutcomeText(), dash(e.Reason))
 	}
 	return tb.flush()
 }

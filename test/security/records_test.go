@@ -349,7 +349,7 @@ func TestReplayedNeedsAReplay(t *testing.T) {
 		t.Fatalf("Audit: %+v, %v", es, err)
 	}
 	for i, want := range []partitionq.Outcome{partitionq.OutcomeAlreadyReplayed, partitionq.OutcomeReplayed} {
-		if a := es[i]; a.Action != "replay" || a.Outcome != string(want) || a.DBRole != e.login("operator") || a.Key != key || a.EventID != evID {
+		if a := es[i]; a.Action != "replay" || a.Outcome != want || a.DBRole != e.login("operator") || a.Key != key || a.EventID != evID {
 			t.Errorf("audit entry %d: %+v, want replay %s of event %d by %s", i, a, want, evID, e.login("operator"))
 		}
 	}
@@ -398,7 +398,7 @@ func TestPurgeIsOneAuditedAction(t *testing.T) {
 		t.Fatalf("Audit: %+v, %v", es, err)
 	}
 	for i, want := range []struct{ role, outcome string }{{e.login("operator"), "purged 1"}, {owner, "purged 0"}, {owner, "purged 2"}} {
-		if a := es[i]; a.Action != "purge" || a.DBRole != want.role || a.Outcome != want.outcome || a.Actor != "alice" || a.Reason != "cleanup" {
+		if a := es[i]; a.Action != "purge" || a.DBRole != want.role || a.OutcomeText() != want.outcome || a.Actor != "alice" || a.Reason != "cleanup" {
 			t.Errorf("audit entry %d: %+v, want purge by %s, %s", i, a, want.role, want.outcome)
 		}
 	}
