@@ -95,12 +95,20 @@ func (c *Client) Resize(ctx context.Context, r ResizeRequest) (ResizeResult, err
 	return ResizeResult{From: g.Slots, To: r.Slots, Generation: gen}, nil
 }
 
+// AbortResizeRequest names the group whose resize to abort.
+type AbortResizeRequest struct {
+	Queue, Group string
+	// Reason and Actor are recorded in the audit trail.
+	Reason, Actor string
+}
+
 // AbortResize aborts the resize in flight of a group while its cutover has
 // not begun (no old slot handed off yet): the new slots' consumers, which
 // hold nothing yet, are unregistered, and the old slots go on past the
 // cutover. Past it, the resize can only complete: ErrPastCutover. ctx
 // governs the call; it is recorded in the audit trail.
-func (c *Client) AbortResize(ctx context.Context, queue, group, reason, actor string) error {
+func (c *Client) AbortResize(ctx context.Context, r AbortResizeRequest) error {
+	queue, group, reason, actor := r.Queue, r.Group, r.Reason, r.Actor
 	if err := ValidateQueueName(queue); err != nil {
 		return err
 	}

@@ -80,7 +80,8 @@ schema's owner; docs/security.md). Recorded in the audit trail.`,
 				if err != nil {
 					return err
 				}
-				if err := s.client.AbortResize(ctx, t.queue, t.group, actor.reason, a.actorOr(actor.actor)); err != nil {
+				if err := s.client.AbortResize(ctx, partitionq.AbortResizeRequest{Queue: t.queue, Group: t.group,
+					Reason: actor.reason, Actor: a.actorOr(actor.actor)}); err != nil {
 					return err
 				}
 				res := resizeJSON{Queue: t.queue, Group: t.group, Generation: g.Generation - 1, Aborted: true}
