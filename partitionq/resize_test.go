@@ -499,3 +499,46 @@ func TestResizeOfAQuietQueueDoesNotWaitForItsNextTick(t *testing.T) {
 		t.Fatalf("after the resize the group has %d slots, want 4", g.Slots)
 	}
 }
+
+// AbortResize before the cutover: the group is back at its slots, the
+// audit trail says so (Outcome and Detail), and a second abort, with
+// nothing in flight, is refused and changes nothing.
+func TestAbortResize(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.group(t, 2) // no worker: nothing hands off, the cutover never begins
+	if _, err := b.client.Resize(b.ctx, partitionq.ResizeRequest{Queue: "q", Group: "g", Slots: 4, Reason: "grow"}); err != nil {
+		t.Fatal(err)
+	}
+	var ve *partitionq.ValidationError
+	if err := b.client.AbortResize(b.ctx, partitionq.AbortResizeRequest{Group: "g"}); !errors.As(err, &ve) {
+		t.Fatalf("AbortResize without a queue: %v, want a ValidationError", err)
+	}
+	if g, err := b.client.Group(b.ctx, "q", "g"); err != nil || g.Resize == nil {
+		t.Fatalf("after a refused abort: %+v, %v; want the resize still in flight", g, err)
+	}
+	if err := b.client.AbortResize(b.ctx, partitionq.AbortResizeRequest{Queue: "q", Group: "g", Reason: "changed my mind", Actor: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	g, err := b.client.Group(b.ctx, "q", "g")
+	if err != nil || g.Slots != 2 || g.Resize != nil {
+		t.Fatalf("after the abort: %+v, %v; want 2 slots, no resize in flight", g, err)
+	}
+	if err := b.client.AbortResize(b.ctx, partitionq.AbortResizeRequest{Queue: "q", Group: "g", Reason: "again"}); err == nil {
+		t.Fatal("a second abort, with no resize in flight, succeeded")
+	}
+	es, err := b.client.Audit(b.ctx, "q", "g", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var aborted []partitionq.AuditEntry
+	for _, e := range es {
+		if e.Action == partitionq.AuditResize && e.Outcome == partitionq.OutcomeResizeAborted {
+			aborted = append(aborted, e)
+		}
+	}
+	if len(aborted) != 1 || aborted[0].Detail != "2 to 4 slots" || aborted[0].Actor != "alice" || aborted[0].Reason != "changed my mind" ||
+		aborted[0].OutcomeText() != "aborted: 2 to 4 slots" {
+		t.Fatalf("audit entries of the abort: %+v (of %+v), want one, 2 to 4 slots, by alice", aborted, es)
+	}
+}
