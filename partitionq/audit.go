@@ -66,6 +66,15 @@ type AuditActionInfo struct {
 	ReasonRequired bool
 	// Confirm: the console asks before it acts.
 	Confirm bool
+	// Resolves: an action on a key's head that resolves the head, so that
+	// the key leaves the blocked keys (skip and quarantine do; retry now
+	// does not: the head stays until a worker handles it). The console
+	// drops the key from its list and closes its detail when it succeeds.
+	Resolves bool
+	// PreviewWaiting: an action on a key's head whose confirmation lists
+	// the key's waiting events (Client.Preview), because they run next or
+	// go to the dead letters with the head (skip, quarantine).
+	PreviewWaiting bool
 	// Key is the console's key for the action on the selected item (a
 	// blocked key, a dead letter); "" for none.
 	Key string
@@ -89,7 +98,7 @@ type AuditActionInfo struct {
 var auditActions = []AuditActionInfo{
 	{Action: AuditSkip, Name: "skip", Command: "skip", On: TargetKeyHead, kind: parked.Skip,
 		Summary:        "Move a blocked key's head event to the dead letters; its waiting events run next",
-		ReasonRequired: true, Confirm: true, Key: "s",
+		ReasonRequired: true, Confirm: true, Resolves: true, PreviewWaiting: true, Key: "s",
 		Outcomes: []string{string(OutcomeSkipped), string(OutcomeAlreadyResolved)}},
 	{Action: AuditRetry, Name: "retry now", Command: "retry", On: TargetKeyHead, kind: parked.RetryNow,
 		Summary:  "Retry a blocked key's head event now, without waiting for its backoff",
@@ -97,7 +106,7 @@ var auditActions = []AuditActionInfo{
 		Outcomes: []string{string(OutcomeRetryScheduled), string(OutcomeAlreadyResolved)}},
 	{Action: AuditQuarantine, Name: "quarantine", Command: "quarantine", On: TargetKeyHead, kind: parked.Quarantine,
 		Summary:        "Move a blocked key's head and all its waiting events to the dead letters",
-		ReasonRequired: true, Confirm: true, Key: "Q",
+		ReasonRequired: true, Confirm: true, Resolves: true, PreviewWaiting: true, Key: "Q",
 		Outcomes: []string{string(OutcomeQuarantined), string(OutcomeAlreadyResolved)}},
 	{Action: AuditReplay, Name: "replay", Command: "dlq replay", On: TargetDeadLetter,
 		Summary: "Send dead letters again",

@@ -53,8 +53,17 @@ func TestAuditActionsTable(t *testing.T) {
 		if (r.On == TargetKeyHead) != (r.kind != "") || (r.kind != "" && string(r.kind) != string(r.Action)) {
 			t.Errorf("%s: acts on %s with the parked kind %q: an action on a key's head, and only one, has the kind of its name", r.Action, r.On, r.kind)
 		}
+		if r.On != TargetKeyHead && (r.Resolves || r.PreviewWaiting) {
+			t.Errorf("%s: Resolves or PreviewWaiting on an action not on a key's head", r.Action)
+		}
 		if r.On == TargetKeyHead {
 			onKey = append(onKey, r.Action)
+			// Skip and quarantine move the head to the dead letters (the
+			// key leaves the blocked keys) and show what runs next or goes
+			// with it; retry now leaves the head where it is.
+			if moves := r.Action != AuditRetry; r.Resolves != moves || r.PreviewWaiting != moves {
+				t.Errorf("%s: Resolves %v, PreviewWaiting %v; want %v", r.Action, r.Resolves, r.PreviewWaiting, moves)
+			}
 			if r.Key == "" {
 				t.Errorf("%s: an action on a key's head without a console key", r.Action)
 			}
