@@ -47,15 +47,16 @@ func (ks keyActions) bindings() []key.Binding {
 func (ks keyActions) matches(msg tea.KeyMsg) bool { return key.Matches(msg, ks.bindings()...) }
 
 // request returns the command for msg on blocked key b: the confirm
-// dialog for an action the table says to confirm first, else the action
-// itself; nil when msg is none of the actions' keys.
+// dialog for an action the table says to confirm first or to give a
+// reason for, else the action itself; nil when msg is none of the
+// actions' keys.
 func (ks keyActions) request(msg tea.KeyMsg, b partitionq.BlockedKey) tea.Cmd {
 	for _, k := range ks {
 		if !key.Matches(msg, k.Binding) {
 			continue
 		}
-		req := actionRequest{kind: keyKind(k.info.Action), key: b}
-		if k.info.Confirm {
+		req := keyRequest(k.info, b)
+		if k.info.Confirm || k.info.ReasonRequired {
 			return send(confirmMsg{req: req})
 		}
 		return send(runActionMsg{req: req})

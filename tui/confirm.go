@@ -63,7 +63,7 @@ func (v *confirmDialog) open(req actionRequest) tea.Cmd {
 
 // previewKey is the key whose waiting events the dialog shows, if any.
 func (v *confirmDialog) previewKey() string {
-	if v.req.kind == actSkip || v.req.kind == actQuarantine {
+	if v.req.kind == actKeyHead && v.req.row.PreviewWaiting {
 		return v.req.key.Key
 	}
 	return ""
@@ -115,7 +115,7 @@ func (v *confirmDialog) onKey(msg tea.KeyMsg) tea.Cmd {
 				v.problem = "Nothing can be done: " + line(v.bulkErr.Error())
 				return nil
 			case v.bulk.Count == 0:
-				v.problem = "No dead letter to " + v.req.kind.verb() + ": esc goes back."
+				v.problem = "No dead letter to " + v.req.verb() + ": esc goes back."
 				return nil
 			}
 		}
@@ -140,10 +140,42 @@ func (v *confirmDialog) View() string {
 	var body []string
 	add := func(s string) { body = append(body, wrap(s, inner)...) }
 	r := v.req
+	switch {
+	case r.kind == actKeyHead:
+		body = append(body, v.keyHeadBody(inner)...)
+	case r.kind == actReplay:
+		d := r.dead
+		body = append(body, st.title.Render(fit(fmt.Sprintf("Replay dead letter %d?", d.ID), inner)))
+		add(fmt.Sprintf("Event #%d %s of key %s (%s) is sent again, at the tail of its key's order.", d.EventID, line(d.Type),
+			clip(line(d.Key), max(8, inner/2)), clip(line(d.Reason), inner)))
+		add("Payload: " + clip(compactPayload(d.Payload), 2*inner))
+	case r.kind.bulk():
+		body = append(body, v.bulkBody(inner)...)
+	}
+	body = append(body, "", v.reason.View())
+	if v.problem != "" {
+		body = append(body, wrap(st.crit.Render(v.problem), inner)...)
+	}
+	body = append(body, st.dim.Render(fmt.Sprintf("enter: %s · esc: cancel", r.verb())))
+	if max := v.h - 2; len(body) > max && max > 0 {
+		body = body[len(body)-max:] // keep the input and the keys visible
+	}
+	box := st.box.Width(v.boxWidth() - 2).Render(strings.Join(body, "\n"))
+	return lipgloss.Place(v.w, v.h, lipgloss.Center, lipgloss.Center, box)
+}
+
+// keyHeadBody says what an action on a key's head will do: skip and
+// quarantine in their own words, any other action from its row of
+// partitionq's table (its name and summary); with the key's waiting
+// events when the row says to preview them.
+func (v *confirmDialog) keyHeadBody(inner int) []string {
+	st, r := v.sh.styles, v.req
+	var body []string
+	add := func(s string) { body = append(body, wrap(s, inner)...) }
 	key := clip(line(r.key.Key), max(8, inner/2))
 	draining := r.key.State == partitionq.KeyDraining
-	switch r.kind {
-	case actSkip:
+	switch r.row.Action {
+	case partitionq.AuditSkip:
 		body = append(body, st.title.Render(fit(fmt.Sprintf("Skip event #%d of key %s?", r.key.Head.ID, key), inner)))
 		if draining {
 			for _, l := range wrap(fmt.Sprintf("Key %s is draining: event #%d never failed. The key's failed event was resolved and its events now run in order without help; skip it only if you mean this very event.", key, r.key.Head.ID), inner) {
@@ -155,7 +187,7 @@ func (v *confirmDialog) View() string {
 		}
 		add("It goes to the dead letters (it can be replayed); the key's waiting events run next, in this order:")
 		body = append(body, v.previewBody(inner)...)
-	case actQuarantine:
+	case partitionq.AuditQuarantine:
 		body = append(body, st.title.Render(fit(fmt.Sprintf("Quarantine key %s?", key), inner)))
 		if draining {
 			for _, l := range wrap(fmt.Sprintf("Key %s is draining: none of its events has failed since its failed event was resolved.", key), inner) {
@@ -165,25 +197,15 @@ func (v *confirmDialog) View() string {
 		add(fmt.Sprintf("The head #%d and the %s events waiting behind it go to the dead letters, in one transaction:", r.key.Head.ID, count(r.key.Waiting)))
 		body = append(body, v.previewBody(inner)...)
 		add("Events of the key still in the stream are handled as usual when they come.")
-	case actReplay:
-		d := r.dead
-		body = append(body, st.title.Render(fit(fmt.Sprintf("Replay dead letter %d?", d.ID), inner)))
-		add(fmt.Sprintf("Event #%d %s of key %s (%s) is sent again, at the tail of its key's order.", d.EventID, line(d.Type),
-			clip(line(d.Key), max(8, inner/2)), clip(line(d.Reason), inner)))
-		add("Payload: " + clip(compactPayload(d.Payload), 2*inner))
-	case actReplayMany, actPurgeMany:
-		body = append(body, v.bulkBody(inner)...)
+	default:
+		body = append(body, st.title.Render(fit(fmt.Sprintf("%s event #%d of key %s?", capital(r.verb()), r.key.Head.ID, key), inner)))
+		add(line(r.row.Summary) + ".")
+		if r.row.PreviewWaiting {
+			add(fmt.Sprintf("The key's %s waiting events:", count(r.key.Waiting)))
+			body = append(body, v.previewBody(inner)...)
+		}
 	}
-	body = append(body, "", v.reason.View())
-	if v.problem != "" {
-		body = append(body, wrap(st.crit.Render(v.problem), inner)...)
-	}
-	body = append(body, st.dim.Render(fmt.Sprintf("enter: %s · esc: cancel", r.kind.verb())))
-	if max := v.h - 2; len(body) > max && max > 0 {
-		body = body[len(body)-max:] // keep the input and the keys visible
-	}
-	box := st.box.Width(v.boxWidth() - 2).Render(strings.Join(body, "\n"))
-	return lipgloss.Place(v.w, v.h, lipgloss.Center, lipgloss.Center, box)
+	return body
 }
 
 // bulkBody says what a bulk replay or purge selects, from its dry run.
@@ -197,10 +219,10 @@ func (v *confirmDialog) bulkBody(width int) []string {
 	}
 	switch {
 	case !v.loaded:
-		out = append(out, st.title.Render(fit(fmt.Sprintf("%s the dead letters of %s?", capital(r.kind.verb()), what), width)), st.dim.Render("  counting…"))
+		out = append(out, st.title.Render(fit(fmt.Sprintf("%s the dead letters of %s?", capital(r.verb()), what), width)), st.dim.Render("  counting…"))
 		return out
 	case v.bulkErr != nil:
-		out = append(out, st.title.Render(fit(fmt.Sprintf("%s the dead letters of %s?", capital(r.kind.verb()), what), width)))
+		out = append(out, st.title.Render(fit(fmt.Sprintf("%s the dead letters of %s?", capital(r.verb()), what), width)))
 		for _, l := range wrap("✗ "+line(v.bulkErr.Error()), width) {
 			out = append(out, st.crit.Render(l))
 		}
@@ -239,7 +261,8 @@ func capital(s string) string {
 	return strings.ToUpper(s[:1]) + s[1:]
 }
 
-// previewBody lists the events the skip runs next (without the head).
+// previewBody lists the key's waiting events (without the head): what
+// a skip runs next, what a quarantine moves with the head.
 func (v *confirmDialog) previewBody(width int) []string {
 	switch {
 	case errors.Is(v.previewErr, partitionq.ErrNotBlocked):

@@ -162,7 +162,7 @@ func TestConsoleAgainstDatabase(t *testing.T) {
 	refreshUntil(t, m, 10*time.Second, "the key gone from the inbox", func() bool { return len(m.blocked.rows) == 0 })
 
 	// The same skip again: the library says it was already resolved.
-	drive(t, m, runActionMsg{req: actionRequest{kind: actSkip, key: partitionq.BlockedKey{Key: "tenant-7", Head: partitionq.HeadEvent{ID: m.confirm.req.key.Head.ID}}, reason: "again"}})
+	drive(t, m, runActionMsg{req: actionRequest{kind: actKeyHead, row: rowOf(t, partitionq.AuditSkip), key: partitionq.BlockedKey{Key: "tenant-7", Head: partitionq.HeadEvent{ID: m.confirm.req.key.Head.ID}}, reason: "again"}})
 	if !strings.HasPrefix(m.flash.text, "• Already resolved") {
 		t.Fatalf("flash after a second skip: %q", m.flash.text)
 	}

@@ -142,52 +142,58 @@ func read(ctx context.Context, sh *shared, plan fetchPlan) (msg snapshotMsg, err
 	return msg, nil
 }
 
-// actionKind names an operator action.
+// actionKind names what an operator action acts on, and how.
 type actionKind int
 
 const (
-	actSkip actionKind = iota
-	actRetry
-	actQuarantine
+	// actKeyHead: an action on a blocked key's head (Client.Act), the row
+	// of partitionq's table in actionRequest.row.
+	actKeyHead actionKind = iota
 	actReplay
 	actReplayMany // the dead letters a filter selects
 	actPurgeMany
 )
 
-// action is the audit trail's action k records.
-func (k actionKind) action() partitionq.AuditAction {
-	return [...]partitionq.AuditAction{partitionq.AuditSkip, partitionq.AuditRetry, partitionq.AuditQuarantine,
-		partitionq.AuditReplay, partitionq.AuditReplay, partitionq.AuditPurge}[k]
-}
-
-// keyKind is the kind of a, an action on a key's head (Client.Act).
-func keyKind(a partitionq.AuditAction) actionKind {
-	for k := actSkip; k <= actQuarantine; k++ {
-		if k.action() == a {
-			return k
-		}
-	}
-	panic("tui: no actionKind for the action on a key's head " + string(a))
-}
-
-// verb names k in prompts and results ("retry now"): its action's name in
-// partitionq's table of actions.
-func (k actionKind) verb() string { return k.action().Name() }
-
 // bulk reports whether k acts on the dead letters a filter selects.
 func (k actionKind) bulk() bool { return k == actReplayMany || k == actPurgeMany }
 
-// actionRequest is an action an operator asked for: on a blocked key
-// (skip, retry now, quarantine) or a dead letter (replay).
+// actionRequest is an action an operator asked for: on a blocked key's
+// head (a row of partitionq's table) or on dead letters (replay, purge).
 type actionRequest struct {
 	kind   actionKind
-	key    partitionq.BlockedKey // as the operator saw it: its Head.ID guards the action
+	row    partitionq.AuditActionInfo // actKeyHead: the action's row
+	key    partitionq.BlockedKey      // as the operator saw it: its Head.ID guards the action
 	dead   partitionq.DeadLetter
 	reason string
 	// match selects the dead letters of a bulk action (its filter as the
 	// operator typed it in filter; all: no filter, pending or all as shown).
 	match  partitionq.DeadLetterQuery
 	filter string
+}
+
+// keyRequest asks for action row on blocked key b's head.
+func keyRequest(row partitionq.AuditActionInfo, b partitionq.BlockedKey) actionRequest {
+	return actionRequest{kind: actKeyHead, row: row, key: b}
+}
+
+// action is the audit trail's action r records.
+func (r actionRequest) action() partitionq.AuditAction {
+	switch r.kind {
+	case actKeyHead:
+		return r.row.Action
+	case actPurgeMany:
+		return partitionq.AuditPurge
+	}
+	return partitionq.AuditReplay
+}
+
+// verb names r's action in prompts and results ("retry now"): its name in
+// partitionq's table of actions.
+func (r actionRequest) verb() string {
+	if r.kind == actKeyHead && r.row.Name != "" {
+		return r.row.Name
+	}
+	return r.action().Name()
 }
 
 // Intents: components ask the root with these.
@@ -271,8 +277,8 @@ func act(sh *shared, req actionRequest) tea.Cmd {
 		msg.err = sh.call(func(ctx context.Context) error {
 			var err error
 			switch req.kind {
-			case actSkip, actRetry, actQuarantine:
-				msg.result, err = sh.client.Act(ctx, req.kind.action(), a)
+			case actKeyHead:
+				msg.result, err = sh.client.Act(ctx, req.row.Action, a)
 			case actReplay:
 				msg.replay, err = sh.client.Replay(ctx, partitionq.ReplayRequest{Queue: sh.queue, Group: sh.group, ID: req.dead.ID, Reason: req.reason, Actor: sh.actor})
 			case actReplayMany:

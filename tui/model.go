@@ -387,25 +387,26 @@ func (m *Model) onAction(msg tea.Msg) tea.Cmd {
 			return nil
 		}
 		m.confirmOpen = false
-		if msg.req.kind == actRetry && msg.req.key.State == partitionq.KeyDraining {
+		if msg.req.action() == partitionq.AuditRetry && msg.req.key.State == partitionq.KeyDraining {
 			m.flash = drainingRetryFlash(msg.req)
 			m.flash.at = m.last.at
 			return nil
 		}
 		m.flash = flash{sev: sevNone, text: pendingText(msg.req)}
-		m.sh.log.Info("action", slog.String("action", msg.req.kind.verb()), slog.String("key", actionKey(msg.req)),
+		m.sh.log.Info("action", slog.String("action", msg.req.verb()), slog.String("key", actionKey(msg.req)),
 			slog.Int64("event_id", msg.req.key.Head.ID), slog.Int64("dead_letter_id", msg.req.dead.ID), slog.String("filter", msg.req.filter),
 			slog.String("reason", msg.req.reason))
 		return act(m.sh, msg.req)
 	case actionMsg:
 		m.flash = resultFlash(msg)
 		m.flash.at = msg.at
-		m.sh.log.Info("action result", slog.String("action", msg.req.kind.verb()), slog.String("key", actionKey(msg.req)),
+		m.sh.log.Info("action result", slog.String("action", msg.req.verb()), slog.String("key", actionKey(msg.req)),
 			slog.String("outcome", string(msg.result.Outcome)+string(msg.replay.Outcome)), slog.Int("count", msg.bulk.Count), slog.Any("err", msg.err))
-		if msg.err == nil && msg.req.kind != actRetry && msg.req.kind != actReplay && !msg.req.kind.bulk() && m.detail.key.Key == msg.req.key.Key {
-			m.detailOpen = false // the key is resolved: back to the inbox
-		}
-		if msg.err == nil && (msg.req.kind == actSkip || msg.req.kind == actQuarantine) {
+		if msg.err == nil && msg.req.kind == actKeyHead && msg.req.row.Resolves {
+			// The key is resolved (the table says so of the action).
+			if m.detail.key.Key == msg.req.key.Key {
+				m.detailOpen = false // back to the inbox
+			}
 			m.blocked.resolvedHere = msg.req.key.Key // it leaves the list as the operator meant
 		}
 		return m.refreshNow()

@@ -127,7 +127,7 @@ func TestSkipConfirmation(t *testing.T) {
 	m, f := setup(t, Options{Actor: "alice"})
 	f.result = partitionq.ActionResult{Outcome: partitionq.OutcomeSkipped, EventID: 48211, Count: 1, NextIDs: []int64{48300, 48317, 48334, 48351}}
 	press(t, m, "2", "enter", "s")
-	if !m.confirmOpen || m.confirm.req.kind != actSkip || m.confirm.req.key.Head.ID != 48211 {
+	if !m.confirmOpen || m.confirm.req.action() != partitionq.AuditSkip || m.confirm.req.key.Head.ID != 48211 {
 		t.Fatalf("s: confirm open %v for %+v", m.confirmOpen, m.confirm.req)
 	}
 	if !m.confirm.loaded || len(m.confirm.preview) != PreviewLimit+1 {

@@ -19,17 +19,18 @@ func pendingText(r actionRequest) string {
 		return "… purging " + actionTarget(r)
 	case actReplay:
 		return fmt.Sprintf("… replaying dead letter %d", r.dead.ID)
-	case actRetry:
+	}
+	if r.row.Action == partitionq.AuditRetry {
 		return fmt.Sprintf("… bringing the retry of key %s forward", line(r.key.Key))
 	}
-	return fmt.Sprintf("… %s: key %s, event #%d", r.kind.verb(), line(r.key.Key), r.key.Head.ID)
+	return fmt.Sprintf("… %s: key %s, event #%d", r.verb(), line(r.key.Key), r.key.Head.ID)
 }
 
 // resultFlash says what the library answered to an action.
 func resultFlash(msg actionMsg) flash {
 	r, k := msg.result, line(msg.req.key.Key)
 	if msg.err != nil {
-		return flash{sev: sevCrit, text: fmt.Sprintf("✗ %s of %s failed: %s", msg.req.kind.verb(), actionTarget(msg.req), actionErrText(msg.err))}
+		return flash{sev: sevCrit, text: fmt.Sprintf("✗ %s of %s failed: %s", msg.req.verb(), actionTarget(msg.req), actionErrText(msg.err))}
 	}
 	if b := msg.bulk; msg.req.kind.bulk() {
 		if msg.req.kind == actPurgeMany {
@@ -62,13 +63,32 @@ func resultFlash(msg actionMsg) flash {
 	case partitionq.OutcomeQuarantined:
 		return flash{sev: sevOK, text: fmt.Sprintf("✓ Quarantined key %s: %s moved to the dead letters", k, plural(r.Count, "event"))}
 	}
+	if msg.req.kind == actKeyHead && r.Outcome != "" {
+		return keyHeadFlash(msg.req, r)
+	}
 	switch msg.replay.Outcome {
 	case partitionq.OutcomeReplayed:
 		return flash{sev: sevOK, text: fmt.Sprintf("✓ Replayed dead letter %d as event #%d", msg.req.dead.ID, msg.replay.NewEventID)}
 	case partitionq.OutcomeAlreadyReplayed:
 		return flash{sev: sevWarn, text: fmt.Sprintf("• Dead letter %d was already replayed (event #%d); nothing changed", msg.req.dead.ID, msg.replay.NewEventID)}
 	}
-	return flash{sev: sevWarn, text: fmt.Sprintf("%s of %s: outcome %q", msg.req.kind.verb(), actionTarget(msg.req), string(r.Outcome)+string(msg.replay.Outcome))}
+	return flash{sev: sevWarn, text: fmt.Sprintf("%s of %s: outcome %q", msg.req.verb(), actionTarget(msg.req), string(r.Outcome)+string(msg.replay.Outcome))}
+}
+
+// keyHeadFlash is the result line of an action on a key's head whose
+// outcome the console has no words of its own for: the action's name,
+// the event and key, the outcome the library recorded and, when it moved
+// more than the head, its count.
+func keyHeadFlash(req actionRequest, r partitionq.ActionResult) flash {
+	id := r.EventID
+	if id == 0 {
+		id = req.key.Head.ID
+	}
+	t := fmt.Sprintf("✓ %s: event #%d of key %s, %s", capital(req.verb()), id, line(req.key.Key), line(string(r.Outcome)))
+	if r.Count > 1 {
+		t += fmt.Sprintf(" (%s)", plural(r.Count, "event"))
+	}
+	return flash{sev: sevOK, text: t}
 }
 
 // filterText is the selection of a bulk action, for the result line.
