@@ -1,0 +1,83 @@
+-- Version 10: event_fate found no event for a queue's very first event
+-- when the queue had ticked between its creation and that event: the
+-- engine's event sequence reads as its start until it hands out its first
+-- id, so those ticks recorded the first id as handed out, and the first of
+-- them, taken before the event's transaction, bounded the lookup below the
+-- event's txid. An operator's skip of that event, once it had been handled,
+-- said "the queue has no event 1" instead of "already resolved". For the
+-- first id the upper bound is now the first tick that records a later id.
+-- Same signature: the grants stay.
+
+create or replace function partitionq.event_fate(p_engine text, p_queue text, p_consumer text, p_key text, p_ev_id bigint)
+returns text language plpgsql stable security definer set search_path = pg_catalog, partitionq, pg_temp as $f$
+declare
+    v_qid   int;
+    v_pfx   text;
+    v_seq   text;
+    v_sub   int;
+    v_last  bigint;
+    v_lo    text;
+    v_hi    text;
+    v_key   text;
+    v_done  boolean;
+    v_head  bigint;
+    v_rows  bigint;
+    v_xmin  text := case p_engine when 'pgq' then 'txid_snapshot_xmin' else 'pg_snapshot_xmin' end;
+    v_xmax  text := case p_engine when 'pgq' then 'txid_snapshot_xmax' else 'pg_snapshot_xmax' end;
+    v_vis   text := case p_engine when 'pgq' then 'txid_visible_in_snapshot' else 'pg_visible_in_snapshot' end;
+begin
+    if p_engine is null or p_engine not in ('pgq', 'pgque') then
+        raise exception 'unknown engine schema %: pgq or pgque', p_engine using errcode = '22023';
+    end if;
+    execute format('select q.queue_id, q.queue_data_pfx, q.queue_event_seq, s.sub_id, s.sub_last_tick
+          from %1$I.queue q join %1$I.subscription s on s.sub_queue = q.queue_id
+          join %1$I.consumer c on c.co_id = s.sub_consumer
+         where q.queue_name = $1 and c.co_name = $2', p_engine)
+        into v_qid, v_pfx, v_seq, v_sub, v_last using p_queue, p_consumer;
+    if v_qid is null then
+        return 'no_consumer';
+    end if;
+    execute format('select ev_extra1 from %I.retry_queue where ev_owner = $1 and ev_id = $2', p_engine)
+        into v_key using v_sub, p_ev_id;
+    get diagnostics v_rows = row_count; -- EXECUTE sets no FOUND
+    if v_rows > 0 then
+        return case when v_key is not distinct from p_key then 'set_aside' else 'other_key' end;
+    end if;
+    execute format('select last_value from %s', v_seq) into v_head;
+    if p_ev_id < 1 or p_ev_id > v_head then
+        return 'no_event';
+    end if;
+    -- (The queue's first tick, made by create_queue before any event, has
+    -- the sequence's start as its tick_event_seq: no id was handed out.)
+    execute format('select %2$s(tick_snapshot)::text from %1$I.tick where tick_queue = $1
+           and case when tick_id = 1 then 0 else tick_event_seq end < $2
+         order by tick_id desc limit 1', p_engine, v_xmin) into v_lo using v_qid, p_ev_id;
+    if v_lo is null then
+        return 'unknown';
+    end if;
+    -- The upper bound: the first tick taken once the id was handed out.
+    -- The sequence's last_value is its start until the first id is handed
+    -- out (is_called false), so every tick before the queue's first event
+    -- records the start too: for that id, the first tick that records a
+    -- later id (none: no upper bound).
+    execute format('select %2$s(tick_snapshot)::text from %1$I.tick where tick_queue = $1
+           and case when tick_id = 1 then 0 else tick_event_seq end >= $2
+           and (tick_event_seq > $2 or $2 > (select min(t1.tick_event_seq) from %1$I.tick t1 where t1.tick_queue = $1 and t1.tick_id = 1))
+         order by tick_id limit 1', p_engine, v_xmax) into v_hi using v_qid, p_ev_id;
+    execute format('select e.ev_extra1, %3$s(e.ev_txid, t.tick_snapshot)
+          from %1$s e, %2$I.tick t
+         where t.tick_queue = $4 and t.tick_id = $5
+           and e.ev_txid >= $1::text::%4$s and ($2 is null or e.ev_txid < $2::text::%4$s) and e.ev_id = $3
+           and (e.ev_owner is null or e.ev_owner = $6)
+         limit 1', v_pfx, p_engine, v_vis, case p_engine when 'pgq' then 'bigint' else 'xid8' end)
+        into v_key, v_done using v_lo, v_hi, p_ev_id, v_qid, v_last, v_sub;
+    get diagnostics v_rows = row_count;
+    if v_rows = 0 then
+        return 'no_event';
+    end if;
+    if v_key is distinct from p_key then
+        return 'other_key';
+    end if;
+    return case when v_done then 'finished' else 'unfinished' end;
+end
+$f$;
