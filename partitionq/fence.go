@@ -8,7 +8,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/partitionq/partitionq/partitionq/internal/db"
+	"github.com/partitionq/partitionq/partitionq/internal/lease"
 	"github.com/partitionq/partitionq/partitionq/internal/runner"
+	"github.com/partitionq/partitionq/partitionq/internal/slotstats"
 )
 
 // ErrNotOwner reports that the worker that handed an event to its handler
@@ -37,8 +39,8 @@ const codeNotOwner = "PQ001"
 //	}
 //	return tx.Commit(ctx)
 func (c *Client) CheckOwner(ctx context.Context, tx pgx.Tx, ev *Event) error {
-	var ok bool
-	if err := tx.QueryRow(ctx, `select partitionq.check_owner($1, $2, $3, $4, $5)`, ev.Queue, ev.Group, ev.Slots, ev.Slot, ev.Epoch).Scan(&ok); err != nil {
+	ok, err := lease.CheckOwner(ctx, tx, ev.Queue, ev.Group, ev.Slots, ev.Slot, ev.Epoch)
+	if err != nil {
 		return fmt.Errorf("check the owner of slot %d: %w", ev.Slot, err)
 	}
 	if !ok {
@@ -77,8 +79,7 @@ func (w *Worker) txHandleFunc() runner.Handler {
 			if herr = w.cfg.TxHandler.HandleTx(ctx, tx, ev); herr != nil {
 				return herr
 			}
-			_, err := tx.Exec(ctx, `select partitionq.record_done($1, $2, $3, $4, $5, $6, $7)`,
-				ev.Queue, ev.Group, ev.Slots, ev.Slot, ev.Epoch, ev.batch, ev.ID)
+			err := slotstats.RecordDone(ctx, tx, ev.Queue, ev.Group, ev.Slots, ev.Slot, ev.Epoch, ev.batch, ev.ID)
 			if db.Code(err) == codeNotOwner {
 				return fmt.Errorf("%w (slot %d, epoch %d)", ErrNotOwner, ev.Slot, ev.Epoch)
 			}

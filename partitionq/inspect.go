@@ -297,7 +297,13 @@ func (c *Client) backlog(ctx context.Context, g Group, x generation, at map[leas
 		spec := store.BacklogSpec{Engine: c.eng.Schema(), Queue: g.Queue, Grp: g.Group, N: x.n, Budget: BacklogBudget,
 			Batch: make([]int64, x.n), Below: make([]int64, x.n)}
 		if installed {
-			stats, err := slotstats.Read(ctx, tx, g.Queue, g.Group)
+			var slots []int32
+			for s := 0; s < x.n; s++ {
+				if _, ok := at[lease.SlotKey{N: x.n, Slot: s}]; ok {
+					slots = append(slots, int32(s))
+				}
+			}
+			stats, err := slotstats.Read(ctx, tx, g.Queue, g.Group, x.n, slots)
 			if code := db.Code(err); code == db.CodeUndefinedTable || code == db.CodeUndefinedColumn {
 				return fmt.Errorf("%w: partitionq's schema in this database is older than this version (no slot rates): run partitionq setup once as its owner to upgrade it", err)
 			}

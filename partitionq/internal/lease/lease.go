@@ -651,6 +651,16 @@ func Fence(ctx context.Context, tx db.DB, queue, group string, n int, slots []in
 	return nil
 }
 
+// CheckOwner reports whether slot (of the generation with n slots) is
+// still owned at epoch, holding its row for share until tx ends
+// (partitionq.check_owner: what a handler's own transaction calls before
+// it commits, Client.CheckOwner).
+func CheckOwner(ctx context.Context, tx db.DB, queue, group string, n, slot int, epoch int64) (bool, error) {
+	var ok bool
+	err := tx.QueryRow(ctx, `select partitionq.check_owner($1, $2, $3, $4, $5)`, queue, group, n, slot, epoch).Scan(&ok)
+	return ok, err
+}
+
 // Owned reads which of slots (of the generation with n slots) are still
 // owned at their epochs (holding those rows for share until tx ends), for
 // transactions that finish several slots at once and must leave out the

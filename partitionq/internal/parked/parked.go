@@ -37,6 +37,7 @@ import (
 
 	"github.com/partitionq/partitionq/partitionq/internal/db"
 	"github.com/partitionq/partitionq/partitionq/internal/engine"
+	"github.com/partitionq/partitionq/partitionq/internal/slotstats"
 	"github.com/partitionq/partitionq/partitionq/internal/store"
 )
 
@@ -503,8 +504,7 @@ func resolve(ctx context.Context, tx pgx.Tx, eng *engine.Engine, s Slot, ids []i
 		if err := deleteFailures(ctx, tx, s, ids); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `delete from partitionq.slot_done where queue = $1 and grp = $2 and n = $5 and slot = $3 and batch_id = 0
-			and ev_id = any($4::int8[])`, s.Queue, s.Group, s.Slot, ids, s.N); err != nil {
+		if err := slotstats.ForgetDrained(ctx, tx, s.Queue, s.Group, s.N, s.Slot, ids); err != nil {
 			return err
 		}
 	}
@@ -514,20 +514,7 @@ func resolve(ctx context.Context, tx pgx.Tx, eng *engine.Engine, s Slot, ids []i
 // doneInDrains returns which of the parked events of slot s an exactly-once
 // handler (TxHandler) committed in an earlier drain that did not commit.
 func doneInDrains(ctx context.Context, q db.DB, s Slot, ids []int64) (map[int64]bool, error) {
-	rows, err := q.Query(ctx, `select ev_id from partitionq.slot_done where queue = $1 and grp = $2 and n = $5 and slot = $3 and batch_id = 0
-		and ev_id = any($4::int8[])`, s.Queue, s.Group, s.Slot, ids, s.N)
-	if err != nil {
-		return nil, err
-	}
-	out := map[int64]bool{}
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		out[id] = true
-	}
-	return out, rows.Err()
+	return slotstats.DrainedDone(ctx, q, s.Queue, s.Group, s.N, s.Slot, ids)
 }
 
 // ---------------------------------------------------------------- failure records

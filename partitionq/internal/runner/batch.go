@@ -13,6 +13,7 @@ import (
 	"github.com/partitionq/partitionq/partitionq/internal/lanes"
 	"github.com/partitionq/partitionq/partitionq/internal/parked"
 	"github.com/partitionq/partitionq/partitionq/internal/progress"
+	"github.com/partitionq/partitionq/partitionq/internal/slotstats"
 )
 
 // batchRun is one slot's open engine batch.
@@ -587,7 +588,7 @@ func (r *Runner) finishTx(ctx context.Context, bs []*batchRun, cs []counts) (don
 		if _, err := r.cfg.Eng.FinishBatches(ctx, tx, ids); err != nil {
 			return err
 		}
-		return resetProgress(ctx, tx, r.cfg.Queue, r.cfg.Group, r.cfg.N, ps, ids, handled, failed)
+		return slotstats.Finish(ctx, tx, r.cfg.Queue, r.cfg.Group, r.cfg.N, ps, ids, handled, failed)
 	})
 	if err != nil {
 		return nil, nil, err

@@ -89,48 +89,15 @@ func (r *Runner) loadProgress(bs []*batchRun) error {
 	for i, b := range bs {
 		slots[i], ids[i] = int32(b.s.slot), b.info.ID
 	}
-	sets := map[int]progress.Set{}
+	var sets map[int]progress.Set
 	err := pgx.BeginFunc(r.stop, r.cfg.Pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(r.stop, `select p.slot, p.done_below, p.done from partitionq.slot_progress p
-			join unnest($3::int4[], $4::int8[]) u(slot, batch) on u.slot = p.slot and u.batch = p.batch_id
-			where p.queue = $1 and p.grp = $2 and p.n = $5`, r.cfg.Queue, r.cfg.Group, slots, ids, r.cfg.N)
-		if err != nil {
-			return err
+		var unreadable []int
+		var err error
+		sets, unreadable, err = slotstats.LoadProgress(r.stop, tx, r.cfg.Queue, r.cfg.Group, r.cfg.N, slots, ids)
+		for _, s := range unreadable {
+			r.log.Warn("partitionq: recorded progress of a batch is unreadable; running the batch whole", slog.Int("slot", s))
 		}
-		for rows.Next() {
-			var s int
-			var below int64
-			var enc []byte
-			if err := rows.Scan(&s, &below, &enc); err != nil {
-				return err
-			}
-			set, err := progress.Decode(below, enc)
-			if err != nil {
-				r.log.Warn("partitionq: recorded progress of a batch is unreadable; running the batch whole", slog.Int("slot", s))
-				continue
-			}
-			sets[s] = set
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		drows, err := tx.Query(r.stop, `select d.slot, d.ev_id from partitionq.slot_done d
-			join unnest($3::int4[], $4::int8[]) u(slot, batch) on u.slot = d.slot and u.batch = d.batch_id
-			where d.queue = $1 and d.grp = $2 and d.n = $5 order by 1, 2`, r.cfg.Queue, r.cfg.Group, slots, ids, r.cfg.N)
-		if err != nil {
-			return err
-		}
-		for drows.Next() {
-			var s int
-			var id int64
-			if err := drows.Scan(&s, &id); err != nil {
-				return err
-			}
-			set := sets[s]
-			set.Add(id)
-			sets[s] = set
-		}
-		return drows.Err()
+		return err
 	})
 	for _, b := range bs {
 		b.skip = sets[b.s.slot]
@@ -141,29 +108,6 @@ func (r *Runner) loadProgress(bs []*batchRun) error {
 		}
 	}
 	return err
-}
-
-// resetProgress clears the progress of finished batches (in their finishing
-// transaction), records when they finished, and adds their last counts to
-// the slots' counters and rate buckets.
-func resetProgress(ctx context.Context, tx pgx.Tx, queue, group string, n int, slots []int32, batches, handled, failed []int64) error {
-	if len(slots) == 0 {
-		return nil
-	}
-	// One round trip: the progress reset, the exactly-once completions
-	// dropped, the rate buckets.
-	batch := &pgx.Batch{}
-	batch.Queue(`
-		insert into partitionq.slot_progress as p (queue, grp, n, slot, batch_id, done_below, done, handled, failed, updated_at, finished_at)
-		select $1, $2, $6, u.slot, null, 0, '', u.h, u.f, clock_timestamp(), clock_timestamp() from unnest($3::int4[], $4::int8[], $5::int8[]) u(slot, h, f)
-		 order by u.slot -- rows locked in slot order, as every write of several slots' rows does: no deadlock
-		on conflict (queue, grp, n, slot) do update
-		   set batch_id = null, done_below = 0, done = '', handled = p.handled + excluded.handled,
-		       failed = p.failed + excluded.failed, updated_at = excluded.updated_at, finished_at = excluded.finished_at`, queue, group, slots, handled, failed, n)
-	batch.Queue(`delete from partitionq.slot_done d using unnest($3::int4[], $4::int8[]) u(slot, batch)
-		where d.queue = $1 and d.grp = $2 and d.n = $5 and d.slot = u.slot and d.batch_id = u.batch`, queue, group, slots, batches, n)
-	slotstats.QueueRecord(batch, queue, group, n, slots, handled, failed)
-	return tx.SendBatch(ctx, batch).Close()
 }
 
 // flushLoop flushes progress whenever there is news, at most once per
@@ -255,16 +199,8 @@ func (r *Runner) flushLocked(ctx context.Context) error {
 		}
 		// The progress and the slots' rate buckets, in one round trip.
 		batch := &pgx.Batch{}
-		batch.Queue(`
-			insert into partitionq.slot_progress as p (queue, grp, n, slot, batch_id, done_below, done, handled, failed, updated_at)
-			select $1, $2, $10, u.slot, u.batch, u.below, u.done, u.h, u.f, clock_timestamp()
-			  from unnest($3::int4[], $4::int8[], $5::int8[], $6::bytea[], $7::int8[], $8::int8[], $9::bool[]) u(slot, batch, below, done, h, f, keep)
-			 where u.keep
-			 order by u.slot -- in slot order, as the finish's reset: a flush and a finish never deadlock
-			on conflict (queue, grp, n, slot) do update
-			   set batch_id = excluded.batch_id, done_below = excluded.done_below, done = excluded.done,
-			       handled = p.handled + excluded.handled, failed = p.failed + excluded.failed, updated_at = excluded.updated_at`,
-			r.cfg.Queue, r.cfg.Group, ps, batches, belows, dones, hs, fs, keep, r.cfg.N)
+		slotstats.QueueProgress(batch, r.cfg.Queue, r.cfg.Group, r.cfg.N, slotstats.Progress{Slots: ps, Batches: batches,
+			Belows: belows, Dones: dones, Handled: hs, Failed: fs, Keep: keep})
 		var kps []int32
 		var khs, kfs []int64
 		for i := range ps {
@@ -282,11 +218,7 @@ func (r *Runner) flushLocked(ctx context.Context) error {
 				}
 			}
 		}
-		if len(dids) > 0 {
-			batch.Queue(`insert into partitionq.slot_done (queue, grp, n, slot, batch_id, ev_id)
-				select $1, $2, $3, u.slot, 0, u.id from unnest($4::int4[], $5::int8[]) u(slot, id)
-				on conflict do nothing`, r.cfg.Queue, r.cfg.Group, r.cfg.N, dslots, dids)
-		}
+		slotstats.QueueDrained(batch, r.cfg.Queue, r.cfg.Group, r.cfg.N, dslots, dids)
 		return tx.SendBatch(tctx, batch).Close()
 	})
 	if err != nil {

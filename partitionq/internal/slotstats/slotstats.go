@@ -1,10 +1,12 @@
 // Package slotstats owns what a group's slots have done, as the database
-// records it for every worker: per slot and second, how many handler calls
-// succeeded and failed (partitionq.slot_rate, added to by the slot's owner
-// in the transactions that record its progress and finish its batches), and
-// the recorded progress of each slot's open batch read back for inspection.
-// Status reads it all for a group in one statement, whatever the number of
-// slots.
+// records it for every worker, and is the one package that queries its
+// tables: per slot and second, how many handler calls succeeded and failed
+// (partitionq.slot_rate, added to by the slot's owner in the transactions
+// that record its progress and finish its batches); the progress of each
+// slot's open batch (partitionq.slot_progress), with the events an
+// exactly-once handler or a drain recorded as done (partitionq.slot_done),
+// which the runner records and reads back through it (progress.go). Status
+// reads it all for a group in one statement, whatever the number of slots.
 //
 // The functions are safe for concurrent use; each runs on the DB it is given.
 package slotstats
@@ -91,10 +93,10 @@ type Slot struct {
 	Rates       Rates
 }
 
-// Read returns every slot of a group that has a row in partitionq.slot (of
-// every generation), in generation and slot order: their recorded progress, last finish and rates, in one
+// Read returns slots (of the generation with n slots) of a group, in slot
+// order: their recorded progress, last finish and rates, in one
 // statement. A progress row that cannot be decoded reads as no progress.
-func Read(ctx context.Context, q db.DB, queue, group string) ([]Slot, error) {
+func Read(ctx context.Context, q db.DB, queue, group string, n int, slots []int32) ([]Slot, error) {
 	rows, err := q.Query(ctx, `
 		with now as (select floor(extract(epoch from now()))::bigint as sec)
 		select s.n, s.slot, coalesce(p.batch_id, 0), coalesce(p.done_below, 0), coalesce(p.done, ''::bytea),
@@ -102,15 +104,14 @@ func Read(ctx context.Context, q db.DB, queue, group string) ([]Slot, error) {
 		       (select coalesce(array_agg(d.ev_id order by d.ev_id), '{}') from partitionq.slot_done d
 		         where d.queue = s.queue and d.grp = s.grp and d.n = s.n and d.slot = s.slot and d.batch_id = p.batch_id),
 		       coalesce(r.h10, 0), coalesce(r.f10, 0), coalesce(r.h60, 0), coalesce(r.f60, 0)
-		  from partitionq.slot s
+		  from (select $1::text as queue, $2::text as grp, $5::int as n, u.slot from unnest($6::int4[]) u(slot)) s
 		  left join partitionq.slot_progress p on p.queue = s.queue and p.grp = s.grp and p.n = s.n and p.slot = s.slot
 		  left join lateral (
 		        select sum(x.handled) filter (where x.sec >= now.sec - $3) as h10, sum(x.failed) filter (where x.sec >= now.sec - $3) as f10,
 		               sum(x.handled) as h60, sum(x.failed) as f60
 		          from partitionq.slot_rate x, now
 		         where x.queue = s.queue and x.grp = s.grp and x.n = s.n and x.slot = s.slot and x.sec >= now.sec - $4 and x.sec < now.sec) r on true
-		 where s.queue = $1 and s.grp = $2
-		 order by s.n, s.slot`, queue, group, int64(ShortWindow/time.Second), int64(LongWindow/time.Second))
+		 order by s.slot`, queue, group, int64(ShortWindow/time.Second), int64(LongWindow/time.Second), n, slots)
 	if err != nil {
 		return nil, fmt.Errorf("read slot statistics: %w", err)
 	}
