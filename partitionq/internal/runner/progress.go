@@ -55,8 +55,12 @@ func (r *Runner) settleDrained(s *slotRun, done []int64) {
 	r.flushMu.Lock() // a flush under way ends first
 	defer r.flushMu.Unlock()
 	// A fault that cut the drain short may have left the pool's idle
-	// sessions dead too: each try drops one.
-	for try := 0; try < 3; try++ {
+	// sessions dead too: each try drops one, so as many tries as the pool
+	// has sessions, and one more, reach a live one. (Three tries were too
+	// few: with more dead idle sessions than that, the handled events were
+	// forgotten unrecorded, and ran again.)
+	tries := int(r.cfg.Pool.Config().MaxConns) + 1
+	for try := 0; try < tries; try++ {
 		if r.flushLocked(r.stop) == nil || r.stop.Err() != nil {
 			break
 		}
