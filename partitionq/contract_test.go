@@ -1,3 +1,5 @@
+// The contract suite: the library's public promises (parallelism, fixed slots, bad input, hostile strings, an untouched engine) checked through the whole API, so it is named for the contract, not one file.
+
 package partitionq_test
 
 import (
@@ -11,7 +13,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
 	"github.com/partitionq/partitionq/partitionq"
 	"github.com/partitionq/partitionq/test/pgtest"
 )
@@ -285,62 +286,5 @@ func TestEngineUntouched(t *testing.T) {
 			}
 		}
 		t.Fatalf("engine functions changed: %d before, %d after", len(before), len(after))
-	}
-}
-
-func TestDropGroup(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	b.group(t, 2)
-	l := &handlingLog{decide: func(context.Context, *partitionq.Event) error { return errBoom }}
-	w := b.worker(t, partitionq.WorkerConfig{Handler: l, Retry: partitionq.RetryConfig{BackoffMin: time.Hour}})
-	b.send(t, "k", 1, 2)
-	pgtest.WaitFor(t, 30*time.Second, "k blocked", func() (bool, error) {
-		bk, err := b.client.BlockedKey(b.ctx, "q", "g", "k")
-		if errors.Is(err, partitionq.ErrNotBlocked) {
-			return false, nil
-		}
-		return err == nil && bk.Waiting == 1, err
-	})
-	drop := partitionq.DropGroupRequest{Queue: "q", Group: "g", Reason: "moving to 8 slots"}
-	if err := b.client.DropGroup(b.ctx, drop); err == nil || !strings.Contains(err.Error(), "live worker") {
-		t.Fatalf("drop while a worker runs: %v", err)
-	}
-	if err := w.Stop(b.ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.client.DropGroup(b.ctx, drop); err == nil || !strings.Contains(err.Error(), "2 events set aside") {
-		t.Fatalf("drop with events set aside: %v", err)
-	}
-	drop.Force = true
-	if err := b.client.DropGroup(b.ctx, drop); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.client.Group(b.ctx, "q", "g"); !errors.Is(err, partitionq.ErrNoSuchGroup) {
-		t.Fatalf("after drop: %v", err)
-	}
-	var rq int
-	if err := b.pool.QueryRow(b.ctx, b.db.SQL(`select count(*) from pgq.retry_queue`)).Scan(&rq); err != nil || rq != 0 {
-		t.Fatalf("retry queue rows after a forced drop: %d, %v", rq, err)
-	}
-	// A new group with another N can be set up on the same queue.
-	if _, err := b.client.Setup(b.ctx, partitionq.GroupSpec{Queue: "q", Group: "g", Slots: 8}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestDrainConcurrencyValidated(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	b.group(t, 1)
-	// A worker-wide number (not per slot), from 1 to 256, whatever Concurrency is.
-	for _, bad := range []int{-1, 257} {
-		_, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: newRecorder(t), Limits: partitionq.LimitsConfig{Concurrency: 4, DrainConcurrency: bad}})
-		if !errors.Is(err, partitionq.ErrInvalid) {
-			t.Fatalf("DrainConcurrency %d: %v", bad, err)
-		}
-	}
-	if _, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: newRecorder(t), Limits: partitionq.LimitsConfig{Concurrency: 4, DrainConcurrency: 32}}); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -1,3 +1,5 @@
+// The cross-engine suite: the same behaviour on PgQ and PgQue (batch chunking, table rotation, foreign producers, keyless retries), spanning send, ticker and worker, so it is named for the engines, not one file.
+
 package partitionq_test
 
 import (

@@ -70,3 +70,27 @@ func TestSetupAfterTheQueueWasDropped(t *testing.T) {
 		t.Fatalf("the group after drop_queue and setup: %+v, %v", g, err)
 	}
 }
+
+func TestSlotOfPinned(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// Pinned so that a change of hash function or of sign handling cannot
+	// pass unnoticed: hashtextextended('tenant-1', 0) = -5960342201233910903,
+	// whose remainder by 4 is -3 in SQL, normalized to 1.
+	cases := []struct {
+		key  string
+		n    int
+		want int
+	}{
+		{"tenant-1", 1, 0}, {"tenant-1", 4, 1}, {"tenant-1", 8, 1}, {"tenant-2", 4, 3}, {"acme", 16, 14},
+	}
+	for _, c := range cases {
+		got, err := b.client.SlotOf(b.ctx, c.key, c.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != c.want {
+			t.Errorf("SlotOf(%q, %d) = %d, want %d", c.key, c.n, got, c.want)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -229,4 +230,103 @@ func TestActionOnALockedRetryQueueIsBusy(t *testing.T) {
 	if err != nil || res.Outcome != partitionq.OutcomeSkipped {
 		t.Fatalf("skip once the lock is free: %+v, %v", res, err)
 	}
+}
+
+func TestQuarantineAndReplay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.group(t, 2)
+	var mu sync.Mutex
+	poisoned := true
+	l := &handlingLog{decide: func(_ context.Context, ev *partitionq.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if ev.Key == "k" && string(ev.Payload) == "1" && poisoned {
+			return errBoom
+		}
+		return nil
+	}}
+	b.worker(t, partitionq.WorkerConfig{Handler: l, Retry: partitionq.RetryConfig{BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond}})
+	b.send(t, "k", 1, 2, 3)
+	pgtest.WaitFor(t, 30*time.Second, "k blocked with 2 waiting", func() (bool, error) {
+		bk, err := b.client.BlockedKey(b.ctx, "q", "g", "k")
+		if errors.Is(err, partitionq.ErrNotBlocked) {
+			return false, nil
+		}
+		return err == nil && bk.Waiting == 2, err
+	})
+	res, err := b.client.Quarantine(b.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k", Reason: "tenant deleted"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Outcome != partitionq.OutcomeQuarantined || res.Count != 3 {
+		t.Fatalf("quarantine = %+v", res)
+	}
+	if _, err := b.client.BlockedKey(b.ctx, "q", "g", "k"); !errors.Is(err, partitionq.ErrNotBlocked) {
+		t.Fatalf("after quarantine: %v, want ErrNotBlocked", err)
+	}
+	dls, err := b.client.DeadLetters(b.ctx, partitionq.DeadLetterQuery{Queue: "q", Group: "g"})
+	if err != nil || len(dls) != 3 {
+		t.Fatalf("dead letters %d, %v; want 3", len(dls), err)
+	}
+	mu.Lock()
+	poisoned = false
+	mu.Unlock()
+	// Replay in order: each goes to the tail of the key's order.
+	for _, d := range dls {
+		r, err := b.client.Replay(b.ctx, partitionq.ReplayRequest{Queue: "q", Group: "g", ID: d.ID, Reason: "fixed", Actor: "bob"})
+		if err != nil || r.Outcome != partitionq.OutcomeReplayed {
+			t.Fatalf("replay %d: %+v %v", d.ID, r, err)
+		}
+	}
+	l.waitOK(t, "k", 3)
+	if got := l.okSeq("k"); !reflect.DeepEqual(got, []string{"1", "2", "3"}) {
+		t.Fatalf("replayed k handled %v", got)
+	}
+	r, err := b.client.Replay(b.ctx, partitionq.ReplayRequest{Queue: "q", Group: "g", ID: dls[0].ID, Reason: "again", Actor: "bob"})
+	if err != nil || r.Outcome != partitionq.OutcomeAlreadyReplayed {
+		t.Fatalf("second replay: %+v %v", r, err)
+	}
+	pr, err := b.client.PurgeMatching(b.ctx, partitionq.BulkRequest{Match: partitionq.DeadLetterQuery{Queue: "q", Group: "g"}, All: true, Reason: "done", Actor: "bob"})
+	if err != nil || pr.Count != 3 {
+		t.Fatalf("purge = %+v, %v", pr, err)
+	}
+	audit, err := b.client.Audit(b.ctx, "q", "g", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actions := map[partitionq.AuditAction]int{}
+	for _, a := range audit {
+		actions[a.Action]++
+	}
+	if !reflect.DeepEqual(actions, map[partitionq.AuditAction]int{partitionq.AuditQuarantine: 1, partitionq.AuditReplay: 4, partitionq.AuditPurge: 1}) {
+		t.Fatalf("audit actions = %v", actions)
+	}
+}
+
+func TestRetryNowBringsAttemptForward(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.group(t, 1)
+	l := &handlingLog{decide: func(_ context.Context, ev *partitionq.Event) error {
+		if ev.Attempt == 1 {
+			return errBoom
+		}
+		return nil
+	}}
+	// A backoff of an hour: only "retry now" can bring the retry.
+	b.worker(t, partitionq.WorkerConfig{Handler: l, Retry: partitionq.RetryConfig{BackoffMin: time.Hour, BackoffMax: time.Hour}})
+	b.send(t, "k", 1)
+	pgtest.WaitFor(t, 30*time.Second, "k blocked", func() (bool, error) {
+		_, err := b.client.BlockedKey(b.ctx, "q", "g", "k")
+		if errors.Is(err, partitionq.ErrNotBlocked) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	res, err := b.client.RetryNow(b.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k"})
+	if err != nil || res.Outcome != partitionq.OutcomeRetryScheduled {
+		t.Fatalf("retry now = %+v, %v", res, err)
+	}
+	l.waitOK(t, "k", 1)
 }

@@ -2,18 +2,20 @@ package tui
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/lipgloss"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/muesli/termenv"
-
-	"github.com/partitionq/partitionq/partitionq/dlqfilter"
-
 	"github.com/partitionq/partitionq/partitionq"
+	"github.com/partitionq/partitionq/partitionq/dlqfilter"
+	"github.com/partitionq/partitionq/test/pgtest"
 )
 
 // Fixed data for the model and view tests: a clock that never moves, so
@@ -292,4 +294,113 @@ func typeText(s string) []tea.Msg {
 		out = append(out, tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{r}})
 	}
 	return out
+}
+
+// These tests drive the model against the real database through the real
+// client: the same commands the console runs, executed in the test's
+// goroutine.
+
+// dbBundle is a fresh database with group files/indexer of 2 slots.
+type dbBundle struct {
+	db     pgtest.DB
+	pool   *pgxpool.Pool
+	client *partitionq.Client
+	ctx    context.Context
+}
+
+func setupDB(t *testing.T) *dbBundle {
+	t.Helper()
+	db := pgtest.New(t)
+	pool := pgtest.Pool(t, db, 20)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	c, err := partitionq.NewClient(ctx, pool, partitionq.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Setup(ctx, partitionq.GroupSpec{Queue: "files", Group: "indexer", Slots: 2, TickMaxLag: 20 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	return &dbBundle{db: db, pool: pool, client: c, ctx: ctx}
+}
+
+// poisonWorker runs a worker whose handler fails for payloads marked
+// poison and records the others.
+type poisonWorker struct {
+	mu      sync.Mutex
+	handled []string // key payload
+}
+
+func (p *poisonWorker) got() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.handled...)
+}
+
+func (b *dbBundle) startWorker(t *testing.T) *poisonWorker {
+	t.Helper()
+	p := &poisonWorker{}
+	h := partitionq.HandlerFunc(func(ctx context.Context, ev *partitionq.Event) error {
+		if strings.Contains(string(ev.Payload), `"poison":true`) {
+			return errors.New("cannot parse invoice: field total missing")
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.handled = append(p.handled, ev.Key+" "+string(ev.Payload))
+		return nil
+	})
+	w, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{
+		Queue: "files", Group: "indexer", Handler: h, Ticker: &partitionq.TickerConfig{Interval: 10 * time.Millisecond},
+		Retry:  partitionq.RetryConfig{HeadScanInterval: 50 * time.Millisecond, BackoffMin: 200 * time.Millisecond, BackoffMax: time.Second},
+		Limits: partitionq.LimitsConfig{PollInterval: 10 * time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := w.Stop(ctx); err != nil {
+			t.Errorf("stop worker: %v", err)
+		}
+	})
+	return p
+}
+
+// sendIncident sends a poison event for tenant-7 with two events behind
+// it, and events of other keys.
+func (b *dbBundle) sendIncident(t *testing.T) {
+	t.Helper()
+	ms := []partitionq.Message{
+		{Key: "tenant-7", Type: "InvoiceCreated", Payload: []byte(`{"seq":1,"poison":true}`)},
+		{Key: "tenant-7", Type: "InvoiceCreated", Payload: []byte(`{"seq":2}`)},
+		{Key: "tenant-7", Type: "InvoiceCreated", Payload: []byte(`{"seq":3}`)},
+	}
+	for i := range 6 {
+		ms = append(ms, partitionq.Message{Key: fmt.Sprintf("tenant-%d", 100+i), Type: "InvoiceCreated", Payload: []byte(`{"seq":1}`)})
+	}
+	if _, err := b.client.SendBatch(b.ctx, "files", ms); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// realModel is a model on the real client whose ticks are recorded, not slept on.
+func realModel(t *testing.T, c Client) *Model {
+	t.Helper()
+	m := newTestModel(t, c, Options{Actor: "tester"})
+	m.sh.now = time.Now
+	drive(t, m, tea.WindowSizeMsg{Width: 100, Height: 30})
+	return m
+}
+
+// refreshUntil refreshes m until cond holds, or fails after timeout.
+func refreshUntil(t *testing.T, m *Model, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	pgtest.WaitFor(t, timeout, what, func() (bool, error) {
+		drive(t, m, refreshNowMsg{})
+		return cond(), nil
+	})
 }

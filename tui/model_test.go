@@ -1,15 +1,22 @@
 package tui
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
-
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/partitionq/partitionq/partitionq"
+	"github.com/partitionq/partitionq/partitionq/connstr"
+	"github.com/partitionq/partitionq/test/netproxy"
+	"github.com/partitionq/partitionq/test/pgtest"
 )
 
 // press drives m with key names and typed text ("text:..." types it).
@@ -406,5 +413,344 @@ func TestOptions(t *testing.T) {
 	m, err := NewModel(t.Context(), newFake(), Options{Queue: "q", Group: "g"})
 	if err != nil || m.sh.refresh != RefreshDefault {
 		t.Fatalf("defaults: %v, refresh %v", err, m.sh.refresh)
+	}
+}
+
+func TestConsoleAgainstDatabase(t *testing.T) {
+	t.Parallel()
+	b := setupDB(t)
+	p := b.startWorker(t)
+	b.sendIncident(t)
+	m := realModel(t, b.client)
+	drive(t, m, m.Init()())
+	refreshUntil(t, m, 30*time.Second, "tenant-7 blocked, seen by the console", func() bool {
+		return len(m.last.blocked) == 1 && m.last.blocked[0].Head.Attempts >= 1
+	})
+	if m.last.status.Slots != 2 || len(m.last.status.SlotStatus) != 2 {
+		t.Fatalf("status: %+v", m.last.status)
+	}
+
+	press(t, m, "2", "s")
+	if !m.confirmOpen || !m.confirm.loaded || len(m.confirm.preview) != 3 {
+		t.Fatalf("confirm: open %v, loaded %v, preview %+v; want the head and 2 waiting events", m.confirmOpen, m.confirm.loaded, m.confirm.preview)
+	}
+	if v := m.View(); !strings.Contains(v, `{"seq":2}`) || !strings.Contains(v, `{"seq":3}`) {
+		t.Fatalf("the confirmation does not preview the waiting events:\n%s", v)
+	}
+	press(t, m, "text:poison invoice", "enter")
+	if !strings.HasPrefix(m.flash.text, "✓ Skipped event #") {
+		t.Fatalf("flash after skip: %q", m.flash.text)
+	}
+	pgtest.WaitFor(t, 30*time.Second, "the waiting events of tenant-7 handled", func() (bool, error) {
+		var seqs []string
+		for _, h := range p.got() {
+			if k, payload, _ := strings.Cut(h, " "); k == "tenant-7" {
+				seqs = append(seqs, payload)
+			}
+		}
+		return strings.Join(seqs, ",") == `{"seq":2},{"seq":3}`, nil
+	})
+	refreshUntil(t, m, 10*time.Second, "the key gone from the inbox", func() bool { return len(m.blocked.rows) == 0 })
+
+	// The same skip again: the library says it was already resolved.
+	drive(t, m, runActionMsg{req: actionRequest{kind: actKeyHead, row: rowOf(t, partitionq.AuditSkip), key: partitionq.BlockedKey{Key: "tenant-7", Head: partitionq.HeadEvent{ID: m.confirm.req.key.Head.ID}}, reason: "again"}})
+	if !strings.HasPrefix(m.flash.text, "• Already resolved") {
+		t.Fatalf("flash after a second skip: %q", m.flash.text)
+	}
+
+	press(t, m, "4")
+	if len(m.audit.entries) != 2 || m.audit.entries[1].Action != "skip" || m.audit.entries[1].Reason != "poison invoice" || m.audit.entries[1].Actor != "tester" {
+		t.Fatalf("audit: %+v", m.audit.entries)
+	}
+	press(t, m, "3")
+	if len(m.dead.list) != 1 || m.dead.list[0].Key != "tenant-7" {
+		t.Fatalf("dead letters: %+v", m.dead.list)
+	}
+	press(t, m, "enter")
+	if v := m.View(); !strings.Contains(v, `"poison": true`) {
+		t.Fatalf("dead letter detail without its pretty payload:\n%s", v)
+	}
+	press(t, m, "r", "text:replay check", "enter")
+	if !strings.HasPrefix(m.flash.text, "✓ Replayed dead letter") {
+		t.Fatalf("flash after replay: %q", m.flash.text)
+	}
+}
+
+// downBound is how soon after the database goes away a refresh must show
+// it: the refresh deadline, and scheduling slack on a busy machine.
+const downBound = RefreshTimeoutDefault + time.Second
+
+// proxied is a client of b's database through a proxy, its connection
+// string the suite's with host and port moved to the proxy and sslmode set
+// to sslmode.
+func proxied(t *testing.T, b *dbBundle, sslmode string) (*partitionq.Client, *netproxy.Proxy) {
+	t.Helper()
+	server := b.pool.Config().ConnConfig
+	if strings.HasPrefix(server.Host, "/") {
+		t.Skipf("the test server is on a Unix socket (%s): a TCP proxy cannot stand in front of it", server.Host)
+	}
+	px, err := netproxy.New(net.JoinHostPort(server.Host, strconv.Itoa(int(server.Port))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	cs, err := connstr.Parse(b.db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(px.Addr())
+	cs.Set("host", host)
+	cs.Set("port", port)
+	cs.Set("sslmode", sslmode)
+	cfg, err := pgxpool.ParseConfig(cs.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	c, err := partitionq.NewClient(b.ctx, pool, partitionq.Config{EngineSchema: b.db.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, px
+}
+
+// refreshDown refreshes m once and fails unless the refresh failed within
+// downBound and the console says the database is down.
+func refreshDown(t *testing.T, m *Model, failures int) []armedTick {
+	t.Helper()
+	start := time.Now()
+	_, ticks := drive(t, m, refreshNowMsg{})
+	if took := time.Since(start); took > downBound {
+		t.Errorf("refresh %d after the database went away took %s; the bound is %s", failures, took.Round(time.Millisecond), downBound)
+	}
+	if m.ref.err == nil || m.ref.failures != failures {
+		t.Fatalf("after refresh %d: %d failures, err %v; want %d failures", failures, m.ref.failures, m.ref.err, failures)
+	}
+	if v := m.View(); !strings.Contains(v, "DB DOWN") || !strings.Contains(v, "Database unreachable") {
+		t.Fatalf("the view does not say the database is away:\n%s", v)
+	}
+	return ticks
+}
+
+// The console sees a lost database within the refresh deadline, whether
+// the connection is refused, frozen (a network partition: nothing answers,
+// nothing closes) or frozen while pgx connects (under sslmode=prefer the
+// TLS attempt then waits, and the attempt without TLS after it): each
+// refresh fails by its deadline and the next one does not wait for it.
+func TestDatabaseGoesAway(t *testing.T) {
+	t.Parallel()
+	b := setupDB(t)
+	for _, c := range []struct {
+		name    string
+		cut     func(*netproxy.Proxy)
+		recover bool
+	}{
+		{"refused", func(px *netproxy.Proxy) { px.Close() }, false},
+		{"frozen", (*netproxy.Proxy).Freeze, true},
+		{"frozen while connecting", func(px *netproxy.Proxy) { px.DropAll(); px.Freeze() }, true},
+	} {
+		for _, sslmode := range []string{"prefer", "disable"} {
+			t.Run(c.name+"/sslmode="+sslmode, func(t *testing.T) {
+				t.Parallel()
+				client, px := proxied(t, b, sslmode)
+				m := realModel(t, client)
+				drive(t, m, m.Init()())
+				if m.ref.err != nil || m.last.status.Slots != 2 {
+					t.Fatalf("first refresh: %v", m.ref.err)
+				}
+
+				c.cut(px)
+				refreshDown(t, m, 1)
+				ticks := refreshDown(t, m, 2)
+				if len(ticks) != 1 || ticks[0].d <= m.sh.refresh {
+					t.Fatalf("after %d failures the next refresh is armed in %+v; want a backoff", m.ref.failures, ticks)
+				}
+				if !c.recover {
+					return
+				}
+				px.Resume()
+				refreshUntil(t, m, 30*time.Second, "the console to recover", func() bool { return m.ref.err == nil })
+				if v := m.View(); strings.Contains(v, "unreachable") || !strings.Contains(v, "● live") {
+					t.Fatalf("after recovery:\n%s", v)
+				}
+			})
+		}
+	}
+}
+
+// hangingClient is a client whose Status never answers until released,
+// whatever its context says: a call stuck in a way no deadline reaches.
+type hangingClient struct {
+	*fakeClient
+	release chan struct{}
+	mu      sync.Mutex
+	calls   int
+}
+
+func (h *hangingClient) Status(ctx context.Context, queue, group string) (partitionq.GroupStatus, error) {
+	h.mu.Lock()
+	h.calls++
+	h.mu.Unlock()
+	<-h.release
+	return partitionq.GroupStatus{}, errors.New("released")
+}
+
+func TestRefreshThatHangsDoesNotBlockTheNext(t *testing.T) {
+	h := &hangingClient{fakeClient: newFake(), release: make(chan struct{})}
+	t.Cleanup(func() { close(h.release) })
+	m := newTestModel(t, h, Options{RefreshTimeout: RefreshMin})
+	drive(t, m, tea.WindowSizeMsg{Width: 100, Height: 30})
+
+	start := time.Now()
+	_, ticks := drive(t, m, m.Init()())
+	if took := time.Since(start); took > RefreshMin+time.Second {
+		t.Errorf("the hanging refresh took %s to count as failed; its deadline is %s", took, RefreshMin)
+	}
+	if m.ref.failures != 1 || !errors.Is(m.ref.err, context.DeadlineExceeded) || m.ref.inFlight {
+		t.Fatalf("after the deadline: %d failures, err %v, in flight %v; want 1 failure, a deadline error, nothing in flight", m.ref.failures, m.ref.err, m.ref.inFlight)
+	}
+	if !strings.Contains(m.ref.err.Error(), "no answer within 100ms") {
+		t.Errorf("the error does not name the deadline: %v", m.ref.err)
+	}
+	if v := m.View(); !strings.Contains(v, "DB DOWN") {
+		t.Fatalf("the view does not say the database is down:\n%s", v)
+	}
+	if len(ticks) != 1 {
+		t.Fatalf("ticks armed: %+v", ticks)
+	}
+
+	// The tick's refresh goes ahead although the first call still hangs.
+	drive(t, m, ticks[0].msg)
+	h.mu.Lock()
+	calls := h.calls
+	h.mu.Unlock()
+	if calls != 2 || m.ref.failures != 2 {
+		t.Fatalf("after the next tick: %d calls to Status, %d failures; want 2 and 2", calls, m.ref.failures)
+	}
+}
+
+func TestRefreshTimeoutOption(t *testing.T) {
+	m, err := NewModel(context.Background(), newFake(), Options{Queue: "files", Group: "indexer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.sh.refreshLimit != RefreshTimeoutDefault {
+		t.Errorf("default refresh deadline %s, want %s", m.sh.refreshLimit, RefreshTimeoutDefault)
+	}
+	_, err = NewModel(context.Background(), newFake(), Options{Queue: "files", Group: "indexer", RefreshTimeout: time.Millisecond})
+	var ve *partitionq.ValidationError
+	if !errors.As(err, &ve) || ve.Field != "Options.RefreshTimeout" {
+		t.Fatalf("a 1ms refresh deadline: %v", err)
+	}
+}
+
+// Issue 28: a refresh in flight (here one whose Status hangs, as on a slow
+// database) never holds the keys: Update hands the read to a command and
+// returns, and the keys pressed meanwhile move, switch views and open
+// dialogs at once.
+func TestKeysAnswerWhileARefreshIsInFlight(t *testing.T) {
+	h := &hangingClient{fakeClient: newFake(), release: make(chan struct{})}
+	m := incidentModel(t, Options{}, 100, 30)
+	m.sh.client = h
+	cmd := m.refreshNow() // the read, not run: Bubble Tea runs it on a goroutine of its own
+	if cmd == nil || !m.ref.inFlight {
+		t.Fatalf("no refresh in flight (cmd %v, in flight %v)", cmd, m.ref.inFlight)
+	}
+	done := make(chan struct{})
+	go func() { cmd(); close(done) }() // hangs until released
+	start := time.Now()
+	press(t, m, "2", "down", "s") // runs what the keys return; a refresh asked meanwhile waits for the one in flight
+	if took := time.Since(start); !m.confirmOpen || m.active != tabBlocked || took > time.Second {
+		t.Fatalf("keys during the refresh: confirm open %v, view %v, after %s", m.confirmOpen, m.active, took)
+	}
+	close(h.release)
+	<-done
+}
+
+// The console under real use (issue 13): what an operator on a laggy link,
+// with hostile keys and a fresh worker, sees and does.
+
+// Finding 4: several characters that arrive in one read come as one key
+// message (tmux send-keys -l jjjj, a held key, a laggy SSH link); each
+// is a key of its own.
+func TestKeysTypedFastAreEachAKey(t *testing.T) {
+	t.Parallel()
+	m, f := setup(t, Options{})
+	drive(t, m, tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("31")})
+	if m.active != tabSlots || !m.dead.have {
+		t.Fatalf(`"31" in one message: tab %d (dead letters read: %v); want the dead letters read, then the slots`, m.active, m.dead.have)
+	}
+	drive(t, m, tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("2jj")})
+	if m.active != tabBlocked || m.blocked.cursor != 2 {
+		t.Fatalf(`"2jj" in one message: tab %d, cursor %d; want the blocked keys, third row`, m.active, m.blocked.cursor)
+	}
+	drive(t, m, tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("kk")})
+	if m.blocked.cursor != 0 {
+		t.Fatalf(`"kk": cursor %d, want 0`, m.blocked.cursor)
+	}
+	// A key that opens a text input hands it the rest: "fbill" filters.
+	drive(t, m, tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("fbill")})
+	if !m.blocked.filtering || m.blocked.filter.Value() != "bill" || len(m.blocked.rows) != 1 {
+		t.Fatalf(`"fbill": filtering %v, filter %q, %d rows`, m.blocked.filtering, m.blocked.filter.Value(), len(m.blocked.rows))
+	}
+	// Typed fast into the reason, "qq" is text, not quit.
+	press(t, m, "esc", "s")
+	if seen, _ := drive(t, m, tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("qq fast")}); quits(seen) || m.confirm.reason.Value() != "qq fast" {
+		t.Fatalf("typing fast into the reason: quit %v, reason %q", quits(seen), m.confirm.reason.Value())
+	}
+	if len(f.done()) != 0 {
+		t.Fatalf("actions: %q", f.done())
+	}
+}
+
+// The result line says when the library answered, and goes after FlashFor.
+func TestResultLineExpires(t *testing.T) {
+	t.Parallel()
+	m, f := setup(t, Options{})
+	f.result = partitionq.ActionResult{Outcome: partitionq.OutcomeRetryScheduled, EventID: 48211}
+	press(t, m, "2", "r")
+	want := "03:12:00 ✓ Retry of event #48211 (key tenant-7) brought forward"
+	if !strings.Contains(m.View(), want) {
+		t.Fatalf("the result line lacks %q:\n%s", want, m.View())
+	}
+	m.Update(snap(FlashFor-time.Second, m.plan()))
+	if !strings.Contains(m.View(), want) {
+		t.Fatal("the result line went before FlashFor")
+	}
+	m.Update(snap(FlashFor, m.plan()))
+	if strings.Contains(m.View(), "Retry of event") {
+		t.Fatalf("the result line is still there after %s:\n%s", FlashFor, m.View())
+	}
+}
+
+// Finding 5: a group that does not exist is an empty state, not an error:
+// the console says how to create it, keeps looking, and shows it once it
+// is there.
+func TestMissingGroupKeepsLooking(t *testing.T) {
+	t.Parallel()
+	f := newFake()
+	f.err = fmt.Errorf("%w %q on queue %q: run partitionq setup (Client.Setup) first", partitionq.ErrNoSuchGroup, "nosuch", "files")
+	m := newTestModel(t, f, Options{Queue: "files", Group: "nosuch"})
+	drive(t, m, tea.WindowSizeMsg{Width: 80, Height: 24})
+	_, ticks := drive(t, m, m.Init()())
+	v := m.View()
+	if !strings.Contains(v, `No consumer group "nosuch" on queue "files"`) || !strings.Contains(v, "partitionq setup --queue files --group nosuch") ||
+		!strings.Contains(v, "keeps looking") || strings.Contains(v, "Client.Setup") {
+		t.Fatalf("no such group:\n%s", v)
+	}
+	if len(ticks) != 1 || ticks[0].d != RefreshDefault {
+		t.Fatalf("ticks %+v: want the next look armed at the normal pace", ticks)
+	}
+	f.mu.Lock()
+	f.err = nil
+	f.mu.Unlock()
+	drive(t, m, ticks[0].msg)
+	if v := m.View(); strings.Contains(v, "No consumer group") || !strings.Contains(v, "● live") {
+		t.Fatalf("once the group exists:\n%s", v)
 	}
 }

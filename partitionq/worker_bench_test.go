@@ -12,6 +12,76 @@ import (
 	"github.com/partitionq/partitionq/test/pgtest"
 )
 
+// BenchmarkBlastRadius measures how long the other keys of a slot take to
+// drain a backlog, with and without one blocked key whose own backlog is
+// interleaved with theirs: the difference is the cost of setting the
+// blocked key's events aside. Run side by side:
+//
+//	make db && go test -run '^$' -bench BlastRadius -benchtime 1x ./partitionq/
+func BenchmarkBlastRadius(b *testing.B) {
+	for _, blocked := range []int{0, 10000} {
+		b.Run(fmt.Sprintf("blocked_backlog=%d", blocked), func(b *testing.B) {
+			for range b.N {
+				blastRun(b, blocked)
+			}
+		})
+	}
+}
+
+func blastRun(b *testing.B, blocked int) {
+	b.StopTimer()
+	db := pgtest.New(b)
+	pool := pgtest.Pool(b, db, 20)
+	ctx := context.Background()
+	c, err := partitionq.NewClient(ctx, pool, partitionq.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := c.Setup(ctx, partitionq.GroupSpec{Queue: "q", Group: "g", Slots: 1, TickMaxLag: 10 * time.Millisecond}); err != nil {
+		b.Fatal(err)
+	}
+	const others, perKey = 100, 200
+	var ms []partitionq.Message
+	for i := 0; i < others*perKey || len(ms) > 0; {
+		for j := 0; j < 1000 && i < others*perKey; j++ {
+			ms = append(ms, partitionq.Message{Key: fmt.Sprintf("k%d", i%others), Payload: []byte("{}")})
+			if blocked > 0 && i%(others*perKey/blocked) == 0 {
+				ms = append(ms, partitionq.Message{Key: "hot", Payload: []byte("{}")})
+			}
+			i++
+		}
+		if _, err := c.SendBatch(ctx, "q", ms); err != nil {
+			b.Fatal(err)
+		}
+		ms = nil
+	}
+	var done atomic.Int64
+	h := partitionq.HandlerFunc(func(ctx context.Context, ev *partitionq.Event) error {
+		if ev.Key == "hot" {
+			return fmt.Errorf("blocked")
+		}
+		done.Add(1)
+		return nil
+	})
+	w, err := c.NewWorker(ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: h, Ticker: &partitionq.TickerConfig{Interval: 10 * time.Millisecond}, Retry: partitionq.RetryConfig{BackoffMin: time.Hour}, Limits: partitionq.LimitsConfig{PollInterval: 5 * time.Millisecond}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.StartTimer()
+	start := time.Now()
+	if err := w.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	pgtest.WaitFor(b, 5*time.Minute, "the other keys drained", func() (bool, error) { return done.Load() == others*perKey, nil })
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err := w.Stop(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(others*perKey)/elapsed.Seconds(), "other-events/s")
+	b.ReportMetric(float64(blocked), "set-aside")
+}
+
 // BenchmarkDrain measures how fast a worker drains a blocked key: the key's
 // head fails once, its 10,000 later events are set aside behind it, and the
 // benchmark times the drain of all of them once the head succeeds. With

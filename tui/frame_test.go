@@ -3,11 +3,11 @@ package tui
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
-
 	"github.com/partitionq/partitionq/partitionq"
 )
 
@@ -91,5 +91,39 @@ func TestOddSizes(t *testing.T) {
 			press(t, m, keys...)
 			checkFrame(t, m.View(), size[0], size[1])
 		}
+	}
+}
+
+// Finding 3: a key with a newline (and escapes in its type and error)
+// stays on its row, the frame keeps its size in every view, and the result
+// line stays one line.
+func TestHostileKeysKeepTheFrame(t *testing.T) {
+	t.Parallel()
+	for _, size := range [][2]int{{80, 24}, {120, 40}, {60, 15}} {
+		for _, keys := range [][]string{{"2"}, {"2", "enter"}, {"2", "s"}, {"2", "Q"}, {"1"}, {"2", "G", "enter"}} {
+			m := incidentModelWith(t, Options{}, size[0], size[1], hostileBlocked())
+			press(t, m, keys...)
+			m.Update(snapWith(0, m.plan(), hostileBlocked()))
+			v := m.View()
+			checkFrame(t, v, size[0], size[1])
+			if strings.ContainsAny(v, "\x1b\t\r") || strings.Contains(v, "multi\nline") {
+				t.Fatalf("%dx%d after %v: the view writes an untrusted text raw:\n%s", size[0], size[1], keys, v)
+			}
+		}
+	}
+	// The result of a skip of that key: one line, with its time.
+	m, f := setup(t, Options{})
+	f.mu.Lock()
+	f.blocked = hostileBlocked()
+	f.result = partitionq.ActionResult{Outcome: partitionq.OutcomeSkipped, EventID: 48211, Count: 1}
+	f.mu.Unlock()
+	press(t, m, "ctrl+r", "2", "s", "text:corrupt", "enter")
+	if got := f.done(); len(got) != 1 || got[0] != "skip multi\nline\nkey #48211 corrupt" {
+		t.Fatalf("actions %q: want a skip of the key as it is, not as shown", got)
+	}
+	v := m.View()
+	checkFrame(t, v, 100, 30)
+	if !strings.Contains(v, `03:12:00 ✓ Skipped event #48211 of key multi\nline\nkey`) {
+		t.Fatalf("the result line:\n%s", v)
 	}
 }
