@@ -18,8 +18,25 @@ import (
 // event's id. event_fate took the first of them, made before the event's
 // transaction, as the upper bound of its lookup, found nothing, and an
 // operator's skip of that event, once handled, said "the queue has no
-// event 1" (migration 0010).
+// event 1" (migration 0010, which also looks again without an upper bound
+// when the event is not below it).
 func TestEventFateOfAQueuesFirstEventAfterEmptyTicks(t *testing.T) {
+	testEventFate(t, false)
+}
+
+// What became of an event that had its id before a tick and its txid
+// after it (an event takes its id, then its transaction a txid with its
+// first write): the tick records the id as handed out, and its snapshot
+// is below the event's txid. event_fate took it as the upper bound of its
+// lookup and said no_event; it now looks again without a bound.
+func TestEventFateOfAnEventWhoseTxidCameAfterATick(t *testing.T) {
+	testEventFate(t, true)
+}
+
+// testEventFate sends an event to a queue of its own that ticked before,
+// and wants event_fate to find it before and after a consumer reads it;
+// late: its id is taken, the queue ticks, then it is inserted with it.
+func testEventFate(t *testing.T, late bool) {
 	pool, eng := sharedDB(t)
 	ctx := context.Background()
 	queue := fmt.Sprintf("fate_%d", resizeQueues.Add(1))
@@ -62,12 +79,32 @@ func TestEventFateOfAQueuesFirstEventAfterEmptyTicks(t *testing.T) {
 	}
 	tick() // an empty tick, made before the event's transaction
 	tick()
-	id, err := eng.Insert(ctx, pool, queue, engine.NewEvent{Key: "k", Type: "t", Data: "{}"})
-	if err != nil {
-		t.Fatal(err)
+	var id int64
+	if late {
+		if _, err := eng.Insert(ctx, pool, queue, engine.NewEvent{Key: "first", Type: "t", Data: "{}"}); err != nil {
+			t.Fatal(err)
+		}
+		tick()
+		var seq string
+		if err := pool.QueryRow(ctx, fmt.Sprintf(`select queue_event_seq from %s.queue where queue_name = $1`, eng.Schema()), queue).Scan(&seq); err != nil {
+			t.Fatal(err)
+		}
+		if err := pool.QueryRow(ctx, `select nextval($1::regclass)`, seq).Scan(&id); err != nil { // no txid: a sequence is not transactional
+			t.Fatal(err)
+		}
+		tick() // records the id as handed out, with a snapshot below the event's txid
+		if _, err := pool.Exec(ctx, fmt.Sprintf(`select %s.insert_event_raw($1, $2, now(), null, null, 't', '{}', 'k', null, null, null)`, eng.Schema()),
+			queue, id); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		var err error
+		if id, err = eng.Insert(ctx, pool, queue, engine.NewEvent{Key: "k", Type: "t", Data: "{}"}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if fate, err := store.EventFate(ctx, pool, eng.Schema(), queue, "c", "k", id); err != nil || fate != store.FateUnfinished {
-		t.Fatalf("the fate of the queue's first event (%d), sent after empty ticks, not yet read: %q, %v; want %q", id, fate, err, store.FateUnfinished)
+		t.Fatalf("the fate of event %d, not yet read: %q, %v; want %q", id, fate, err, store.FateUnfinished)
 	}
 	tick() // the tick that holds the event
 	// The consumer reads and finishes its batches up to the tick that
@@ -90,7 +127,7 @@ func TestEventFateOfAQueuesFirstEventAfterEmptyTicks(t *testing.T) {
 		}
 	}
 	if fate, err := store.EventFate(ctx, pool, eng.Schema(), queue, "c", "k", id); err != nil || fate != store.FateFinished {
-		t.Fatalf("the fate of the queue's first event (%d), handled: %q, %v; want %q", id, fate, err, store.FateFinished)
+		t.Fatalf("the fate of event %d, handled: %q, %v; want %q", id, fate, err, store.FateFinished)
 	}
 	if fate, err := store.EventFate(ctx, pool, eng.Schema(), queue, "c", "other", id); err != nil || fate != store.FateOtherKey {
 		t.Fatalf("the fate of event %d asked as another key's: %q, %v; want %q", id, fate, err, store.FateOtherKey)

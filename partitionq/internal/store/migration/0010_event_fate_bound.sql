@@ -1,12 +1,16 @@
--- Version 10: event_fate found no event for a queue's very first event
--- when the queue had ticked between its creation and that event: the
--- engine's event sequence reads as its start until it hands out its first
--- id, so those ticks recorded the first id as handed out, and the first of
--- them, taken before the event's transaction, bounded the lookup below the
--- event's txid. An operator's skip of that event, once it had been handled,
--- said "the queue has no event 1" instead of "already resolved". For the
--- first id the upper bound is now the first tick that records a later id.
--- Same signature: the grants stay.
+-- Version 10: event_fate could say "no_event" for an event the queue has
+-- (an operator's skip of it, once handled, said "the queue has no event 2"
+-- instead of "already resolved"). It looks the event up between two ticks'
+-- snapshots, and the upper one was the first tick that recorded the id as
+-- handed out; but an event takes its id before its transaction takes a
+-- txid (with its first write), so that tick can come between the two, and
+-- its snapshot bound the lookup below the event's txid. Likewise for a
+-- queue's very first event when the queue ticked before it was sent: the
+-- engine's sequence reads as its start until it hands out its first id, so
+-- those ticks recorded the first id as handed out. Now the first id's upper
+-- bound is the first tick that records a later id, and an event not found
+-- below the bound is looked up again without one (the operator's rare
+-- path: a scan from the lower tick on). Same signature: the grants stay.
 
 create or replace function partitionq.event_fate(p_engine text, p_queue text, p_consumer text, p_key text, p_ev_id bigint)
 returns text language plpgsql stable security definer set search_path = pg_catalog, partitionq, pg_temp as $f$
@@ -18,6 +22,7 @@ declare
     v_last  bigint;
     v_lo    text;
     v_hi    text;
+    v_try   int;
     v_key   text;
     v_done  boolean;
     v_head  bigint;
@@ -64,14 +69,20 @@ begin
            and case when tick_id = 1 then 0 else tick_event_seq end >= $2
            and (tick_event_seq > $2 or $2 > (select min(t1.tick_event_seq) from %1$I.tick t1 where t1.tick_queue = $1 and t1.tick_id = 1))
          order by tick_id limit 1', p_engine, v_xmax) into v_hi using v_qid, p_ev_id;
-    execute format('select e.ev_extra1, %3$s(e.ev_txid, t.tick_snapshot)
-          from %1$s e, %2$I.tick t
-         where t.tick_queue = $4 and t.tick_id = $5
-           and e.ev_txid >= $1::text::%4$s and ($2 is null or e.ev_txid < $2::text::%4$s) and e.ev_id = $3
-           and (e.ev_owner is null or e.ev_owner = $6)
-         limit 1', v_pfx, p_engine, v_vis, case p_engine when 'pgq' then 'bigint' else 'xid8' end)
-        into v_key, v_done using v_lo, v_hi, p_ev_id, v_qid, v_last, v_sub;
-    get diagnostics v_rows = row_count;
+    for v_try in 1..2 loop
+        execute format('select e.ev_extra1, %3$s(e.ev_txid, t.tick_snapshot)
+              from %1$s e, %2$I.tick t
+             where t.tick_queue = $4 and t.tick_id = $5
+               and e.ev_txid >= $1::text::%4$s and ($2 is null or e.ev_txid < $2::text::%4$s) and e.ev_id = $3
+               and (e.ev_owner is null or e.ev_owner = $6)
+             limit 1', v_pfx, p_engine, v_vis, case p_engine when 'pgq' then 'bigint' else 'xid8' end)
+            into v_key, v_done using v_lo, v_hi, p_ev_id, v_qid, v_last, v_sub;
+        get diagnostics v_rows = row_count;
+        exit when v_rows > 0 or v_hi is null;
+        -- Not below the bound: its transaction may have taken its txid
+        -- after that tick, though it had its id before. Again, unbounded.
+        v_hi := null;
+    end loop;
     if v_rows = 0 then
         return 'no_event';
     end if;
