@@ -7,9 +7,8 @@
 -- its snapshot bound the lookup below the event's txid. Likewise for a
 -- queue's very first event when the queue ticked before it was sent: the
 -- engine's sequence reads as its start until it hands out its first id, so
--- those ticks recorded the first id as handed out. Now the first id's upper
--- bound is the first tick that records a later id, and an event not found
--- below the bound is looked up again without one (the operator's rare
+-- those ticks recorded the first id as handed out. An event not found
+-- below the bound is now looked up again without one (the operator's rare
 -- path: a scan from the lower tick on). Same signature: the grants stay.
 
 create or replace function partitionq.event_fate(p_engine text, p_queue text, p_consumer text, p_key text, p_ev_id bigint)
@@ -60,14 +59,8 @@ begin
     if v_lo is null then
         return 'unknown';
     end if;
-    -- The upper bound: the first tick taken once the id was handed out.
-    -- The sequence's last_value is its start until the first id is handed
-    -- out (is_called false), so every tick before the queue's first event
-    -- records the start too: for that id, the first tick that records a
-    -- later id (none: no upper bound).
     execute format('select %2$s(tick_snapshot)::text from %1$I.tick where tick_queue = $1
            and case when tick_id = 1 then 0 else tick_event_seq end >= $2
-           and (tick_event_seq > $2 or $2 > (select min(t1.tick_event_seq) from %1$I.tick t1 where t1.tick_queue = $1 and t1.tick_id = 1))
          order by tick_id limit 1', p_engine, v_xmax) into v_hi using v_qid, p_ev_id;
     for v_try in 1..2 loop
         execute format('select e.ev_extra1, %3$s(e.ev_txid, t.tick_snapshot)
@@ -80,7 +73,9 @@ begin
         get diagnostics v_rows = row_count;
         exit when v_rows > 0 or v_hi is null;
         -- Not below the bound: its transaction may have taken its txid
-        -- after that tick, though it had its id before. Again, unbounded.
+        -- after that tick, though it had its id before (or, for a queue's
+        -- first event, the tick was an empty one that read the sequence's
+        -- start). Again, unbounded.
         v_hi := null;
     end loop;
     if v_rows = 0 then
