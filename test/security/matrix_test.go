@@ -67,6 +67,11 @@ var matrix = map[string]map[string]string{
 	"function engine_first_tick_seeing": {},
 	"function ensure_generation":        {},
 	"function refuse_old_worker":        {},
+	// What a worker's claim and a resize's waiting slots ask of the
+	// generations (migration 11).
+	"function has_generations":          {"worker": "X"},
+	"function is_generation":            {"worker": "X"},
+	"function resizing":                 {"worker": "X"},
 }
 
 // privileges reads what role may do on every object of partitionq's schema

@@ -463,7 +463,7 @@ func (h *Holder) claim(ctx context.Context) {
 		// generation has a row): its consumer is gone.
 		if _, err := tx.Exec(ctx, `insert into partitionq.slot (queue, grp, n, slot)
 			select $1, $2, $4, s from unnest($3::int4[]) s
-			 where not exists (select 1 from partitionq.generation g where g.queue = $1 and g.grp = $2)
+			 where not partitionq.has_generations($1, $2)
 			on conflict do nothing`, h.cfg.Queue, h.cfg.Group, want, h.cfg.N); err != nil {
 			return err
 		}
@@ -483,8 +483,7 @@ func (h *Holder) claim(ctx context.Context) {
 			 where s.queue = $1 and s.grp = $2 and s.n = $5 and s.slot = any($3::int4[])
 			   and (s.worker_id is null or s.worker_id = $4 or s.worker_id in (select id from gone)
 			        or not exists (select 1 from partitionq.worker w where w.id = s.worker_id))
-			   and ($6 = 0 or exists (select 1 from partitionq.generation g
-			                          where g.queue = $1 and g.grp = $2 and g.slots = $5 and g.number = $6))
+			   and ($6 = 0 or partitionq.is_generation($1, $2, $5, $6))
 			returning s.slot, s.epoch`, h.cfg.Queue, h.cfg.Group, want, id, h.cfg.N, h.cfg.Generation)
 		if err != nil {
 			return err
@@ -674,6 +673,30 @@ func Owned(ctx context.Context, tx db.DB, queue, group string, n int, slots []in
 		join unnest($3::int4[], $4::int8[]) u(slot, epoch) on u.slot = s.slot and u.epoch = s.epoch
 		 where s.queue = $1 and s.grp = $2 and s.n = $5 and s.worker_id is not null
 		   for share of s`, queue, group, ss, epochs, n)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]bool{}
+	for rows.Next() {
+		var s int
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out[s] = true
+	}
+	return out, rows.Err()
+}
+
+// RemainingSlots returns which slots of the generation with n slots still
+// have an ownership row (not handed off), for the new slots of the
+// generation with m slots waiting for their parents: none once the resize
+// from n to m slots has ended. (A generation keeps its parent's N after
+// its resize; a later resize may make a generation with that N again,
+// whose slots are not its parents.)
+func RemainingSlots(ctx context.Context, q db.DB, queue, group string, n, m int) (map[int]bool, error) {
+	rows, err := q.Query(ctx, `select s.slot from partitionq.slot s
+		where s.queue = $1 and s.grp = $2 and s.n = $3 and partitionq.resizing($1, $2, $3, $4)`,
+		queue, group, n, m)
 	if err != nil {
 		return nil, err
 	}

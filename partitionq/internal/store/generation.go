@@ -155,32 +155,6 @@ func Handoff(ctx context.Context, q db.DB, engineSchema, queue, group string, sl
 	return done, err
 }
 
-// RemainingSlots returns which slots of the generation with n slots still
-// have an ownership row (not handed off), for the new slots of the
-// generation with m slots waiting for their parents: none once the resize
-// from n to m slots has ended. (A generation keeps its parent's N after
-// its resize; a later resize may make a generation with that N again,
-// whose slots are not its parents.)
-func RemainingSlots(ctx context.Context, q db.DB, queue, group string, n, m int) (map[int]bool, error) {
-	rows, err := q.Query(ctx, `select s.slot from partitionq.slot s
-		where s.queue = $1 and s.grp = $2 and s.n = $3
-		  and exists (select 1 from partitionq.generation g
-		               where g.queue = $1 and g.grp = $2 and g.slots = $4 and g.parent_slots = $3 and g.resize_txid is not null)`,
-		queue, group, n, m)
-	if err != nil {
-		return nil, err
-	}
-	out := map[int]bool{}
-	for rows.Next() {
-		var s int
-		if err := rows.Scan(&s); err != nil {
-			return nil, err
-		}
-		out[s] = true
-	}
-	return out, rows.Err()
-}
-
 // Parents returns the slots of a generation with n slots whose keys slot j
 // of a generation with m slots holds some of: with slot = h mod N, a key in
 // old slot i and new slot j has h = i (mod N) and h = j (mod M), which holds

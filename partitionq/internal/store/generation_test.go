@@ -15,6 +15,7 @@ import (
 	"github.com/partitionq/partitionq/partitionq/internal/db"
 	"github.com/partitionq/partitionq/partitionq/internal/dbtest"
 	"github.com/partitionq/partitionq/partitionq/internal/engine"
+	"github.com/partitionq/partitionq/partitionq/internal/lease"
 	"github.com/partitionq/partitionq/partitionq/internal/store"
 )
 
@@ -353,7 +354,7 @@ func TestCutoverRegistersTheNewSlotsAtTheFirstTickThatSeesTheResize(t *testing.T
 	if gs[1].Cutover != tick || !slices.Equal(parentSubs, oldSubs) {
 		t.Errorf("the new generation: cutover %d, parent subscriptions %v; want %d, %v", gs[1].Cutover, gs[1].ParentSubs, tick, oldSubs)
 	}
-	remaining, err := store.RemainingSlots(ctx, pool, queue, resizeGroup, 2, 4)
+	remaining, err := lease.RemainingSlots(ctx, pool, queue, resizeGroup, 2, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +440,7 @@ func TestAResizePastItsFirstHandoffCanOnlyComplete(t *testing.T) {
 	if done {
 		t.Error("the handoff of the first of two old slots completed the resize")
 	}
-	remaining, err := store.RemainingSlots(ctx, pool, queue, resizeGroup, 2, 4)
+	remaining, err := lease.RemainingSlots(ctx, pool, queue, resizeGroup, 2, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -466,7 +467,7 @@ func TestAResizePastItsFirstHandoffCanOnlyComplete(t *testing.T) {
 	if got, want := consumers(t, ctx, pool, eng, queue), []string{"g#0/4", "g#1/4", "g#2/4", "g#3/4"}; !slices.Equal(got, want) {
 		t.Errorf("consumers after the resize = %v, want %v", got, want)
 	}
-	if remaining, err := store.RemainingSlots(ctx, pool, queue, resizeGroup, 2, 4); err != nil || len(remaining) != 0 {
+	if remaining, err := lease.RemainingSlots(ctx, pool, queue, resizeGroup, 2, 4); err != nil || len(remaining) != 0 {
 		t.Errorf("old slots after the resize = %v (%v), want none", remaining, err)
 	}
 }
