@@ -63,14 +63,16 @@ help: ## List the targets
 	@echo
 	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z0-9_-]+:.*## / { printf "  %-12s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
-# One package at a time (-p 1): the packages that run worker processes
-# (crash, chaos, CLI) each open some 60 connections at their peak, and two
-# at once go past a default server's max_connections of 100.
+# scripts/gotest.sh runs the packages one at a time (-p 1: the packages
+# that run worker processes, crash and CLI, each open some 60 connections
+# at their peak, and two at once go past a default server's max_connections
+# of 100), and test/chaos, which has a throwaway cluster of its own, beside
+# them.
 test: ## Run all tests with the race detector, on PgQ and then on PgQue (ENGINES=...)
-	@$(WITH_DB) $(PER_ENGINE) go test -race -count=1 -p 1 -timeout 20m $(TESTFLAGS) ./...
+	@$(WITH_DB) $(PER_ENGINE) scripts/gotest.sh -race -count=1 -timeout 20m $(TESTFLAGS)
 
 test-short: ## Same as test, with -short
-	@$(WITH_DB) $(PER_ENGINE) go test -race -count=1 -p 1 -timeout 15m -short $(TESTFLAGS) ./...
+	@$(WITH_DB) $(PER_ENGINE) scripts/gotest.sh -race -count=1 -timeout 15m -short $(TESTFLAGS)
 
 demo: ## Run the demo: a storage service in miniature, in the console (DEMOFLAGS=...)
 	@$(WITH_DB) set -x; go run ./cmd/partitionq demo $(DEMOFLAGS)
