@@ -538,14 +538,17 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // for the watcher's start line (the end of its output: `setsid -f` forks, so
 // the command substitution ends with the watcher's output, not with the
 // watcher), holds the event a random time, fails its first "f" attempts
-// (the payload's), and logs its success (O) and end (a second end after a
-// normal exit is ignored). The run's worker field is
+// (the payload's), and logs its success (O) and end; a scripted failure
+// logs its end too, before it exits: the watcher polls /proc and, on a
+// loaded machine, may see the exit only after the worker has already
+// started the retry, which would read as an overlap of the two runs. (The
+// watcher's second end of a run that logged its own is ignored.) The run's worker field is
 // <worker pid>/<shell pid>, so each run pairs with its own end.
 const execHandler = `p=$(cat); s=$(printf '%s' "$p" | sed -n 's/.*"s":\([0-9]*\).*/\1/p'); f=$(printf '%s' "$p" | sed -n 's/.*"f":\([0-9]*\).*/\1/p'); w="$PPID/$$"
 ready=$(setsid -f '{runwatch}' "$$" '{log}' "$PARTITIONQ_KEY" "$s" "$w" </dev/null 2>/dev/null; echo x)
 [ "$ready" = x ] || exit 1
 sleep "$(awk -v seed="$$$(date +%N)" 'BEGIN { srand(seed % 100000); printf "%.3f", rand() * {hold} }')"
-if [ "$PARTITIONQ_ATTEMPT" -le "${f:-0}" ]; then echo "scripted failure" >&2; exit 1; fi
+if [ "$PARTITIONQ_ATTEMPT" -le "${f:-0}" ]; then echo "scripted failure" >&2; printf 'E "%s" %s %s %s\n' "$PARTITIONQ_KEY" "$s" "$w" "$(date +%s%N)" >> '{log}'; exit 1; fi
 now=$(date +%s%N)
 printf 'O "%s" %s %s %s\nE "%s" %s %s %s\n' "$PARTITIONQ_KEY" "$s" "$w" "$now" "$PARTITIONQ_KEY" "$s" "$w" "$now" >> '{log}'`
 
