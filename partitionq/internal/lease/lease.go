@@ -673,18 +673,7 @@ func Owned(ctx context.Context, tx db.DB, queue, group string, n int, slots []in
 		join unnest($3::int4[], $4::int8[]) u(slot, epoch) on u.slot = s.slot and u.epoch = s.epoch
 		 where s.queue = $1 and s.grp = $2 and s.n = $5 and s.worker_id is not null
 		   for share of s`, queue, group, ss, epochs, n)
-	if err != nil {
-		return nil, err
-	}
-	out := map[int]bool{}
-	for rows.Next() {
-		var s int
-		if err := rows.Scan(&s); err != nil {
-			return nil, err
-		}
-		out[s] = true
-	}
-	return out, rows.Err()
+	return slotSet(rows, err)
 }
 
 // RemainingSlots returns which slots of the generation with n slots still
@@ -697,9 +686,15 @@ func RemainingSlots(ctx context.Context, q db.DB, queue, group string, n, m int)
 	rows, err := q.Query(ctx, `select s.slot from partitionq.slot s
 		where s.queue = $1 and s.grp = $2 and s.n = $3 and partitionq.resizing($1, $2, $3, $4)`,
 		queue, group, n, m)
+	return slotSet(rows, err)
+}
+
+// slotSet collects a query's one column of slot numbers as a set.
+func slotSet(rows pgx.Rows, err error) (map[int]bool, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer rows.Close()
 	out := map[int]bool{}
 	for rows.Next() {
 		var s int
