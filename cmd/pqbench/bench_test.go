@@ -124,7 +124,7 @@ func TestShortBench(t *testing.T) {
 			t.Errorf("W1 has no partitionq run with %s (has %v)", k, kinds)
 		}
 	}
-	for _, f := range []string{"results.json", "results.md", "w2.svg", "nsweep.svg"} {
+	for _, f := range []string{"results.json", "results.md", "w2.svg", "nsweep.svg", "latency.svg"} {
 		if st, err := os.Stat(filepath.Join(cfg.Out, f)); err != nil || st.Size() == 0 {
 			t.Errorf("output %s missing or empty: %v", f, err)
 		}

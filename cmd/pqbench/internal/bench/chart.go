@@ -6,6 +6,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"time"
 )
 
 // chartW2 draws W2's throughput against N × concurrency (both axes
@@ -274,4 +275,124 @@ func niceCeil(v float64) float64 {
 		}
 	}
 	return 10 * p
+}
+
+// latencyTargetP99 is the p99 the latency step aims at, at the lowest tick
+// settings, whatever N (docs/benchmarks.md, Latency).
+const latencyTargetP99 = 25.0 // ms
+
+// chartLatency draws the latency step as SVG: partitionq's send-to-handler
+// p50 and p99 at the lowest tick settings against N, its p99 with every
+// default, and the peers' p99 and the target as lines (both axes
+// logarithmic).
+func (r *Report) chartLatency() string {
+	var fast []*Result
+	var def *Result
+	var peers []*Result
+	for _, x := range r.rows("latency") {
+		if x.Lat == nil || x.Err != "" || x.Lat.Count == 0 {
+			continue
+		}
+		switch {
+		case x.System == SysPartitionq && strings.Contains(x.Config, "lowest ticks"):
+			fast = append(fast, x)
+		case x.System == SysPartitionq && strings.Contains(x.Config, "default ticks"):
+			def = x
+		case x.System == SysPgBoss || x.System == SysGraphile:
+			peers = append(peers, x)
+		}
+	}
+	if len(fast) == 0 {
+		return ""
+	}
+	sort.SliceStable(fast, func(i, j int) bool { return fast[i].N < fast[j].N })
+	msOf := func(d time.Duration) float64 { return math.Max(float64(d)/float64(time.Millisecond), 0.1) }
+	const (
+		width, height           = 760, 440
+		left, top, right, below = 80, 50, 230, 70
+		colP50, colP99, colDef  = "#1f77b4", "#d62728", "#2ca02c"
+		colPeer, colTarget      = "#555", "#d62728"
+	)
+	pw, ph := float64(width-left-right), float64(height-top-below)
+	maxN, lo, hi := 1.0, latencyTargetP99, latencyTargetP99
+	for _, x := range fast {
+		maxN = math.Max(maxN, float64(x.N))
+		lo, hi = math.Min(lo, msOf(x.Lat.P50)), math.Max(hi, msOf(x.Lat.P99))
+	}
+	if def != nil {
+		maxN = math.Max(maxN, float64(def.N))
+		hi = math.Max(hi, msOf(def.Lat.P99))
+	}
+	for _, p := range peers {
+		lo, hi = math.Min(lo, msOf(p.Lat.P99)), math.Max(hi, msOf(p.Lat.P99))
+	}
+	x1 := math.Max(1, math.Ceil(math.Log2(maxN)))
+	// From the power of ten below the lowest value to the one above the highest.
+	y0, y1 := math.Floor(math.Log10(lo)), math.Ceil(math.Log10(hi*1.2))
+	px := func(n int) float64 { return float64(left) + math.Log2(float64(n))/x1*pw }
+	py := func(v float64) float64 {
+		return float64(top) + ph - (math.Log10(v)-y0)/(y1-y0)*ph
+	}
+
+	var sb strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }
+	w(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
+	w(`<rect width="100%%" height="100%%" fill="white"/>` + "\n")
+	w(`<text x="%d" y="22" font-size="14" font-weight="bold">Latency, send to handler (%s events/s for %s, c = %d): what N costs</text>`+"\n",
+		left, commas(int64(r.Config.LatRate)), r.Config.LatDuration, r.Config.LatC)
+	for e := y0; e <= y1; e++ {
+		v := math.Pow(10, e)
+		y := py(v)
+		w(`<line x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", left, y, float64(left)+pw, y)
+		label := fnum(v)
+		if v >= 1 {
+			label = commas(int64(v))
+		}
+		w(`<text x="%d" y="%.1f" text-anchor="end" dominant-baseline="middle">%s ms</text>`+"\n", left-6, y, label)
+	}
+	for e := 0.0; e <= x1; e++ {
+		n := int(math.Pow(2, e))
+		x := px(n)
+		w(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%.1f" stroke="#eee"/>`+"\n", x, top, x, float64(top)+ph)
+		w(`<text x="%.1f" y="%.1f" text-anchor="middle">%d</text>`+"\n", x, float64(top)+ph+16, n)
+	}
+	w(`<rect x="%d" y="%d" width="%.1f" height="%.1f" fill="none" stroke="#333"/>`+"\n", left, top, pw, ph)
+	w(`<text x="%.1f" y="%.1f" text-anchor="middle">N (slots, one worker)</text>`+"\n", float64(left)+pw/2, float64(top)+ph+36)
+	type hl struct {
+		v           float64
+		color, dash string
+		label       string
+	}
+	lines := []hl{{latencyTargetP99, colTarget, "2 3", fmt.Sprintf("target p99 %s ms", fnum(latencyTargetP99))}}
+	for _, p := range peers {
+		lines = append(lines, hl{msOf(p.Lat.P99), colPeer, "6 4", fmt.Sprintf("%s p99 %s ms", p.System, ms(p.Lat.P99))})
+	}
+	sort.Slice(lines, func(i, j int) bool { return lines[i].v > lines[j].v }) // top to bottom
+	labelY := math.Inf(-1)
+	for _, l := range lines {
+		y := py(l.v)
+		w(`<line x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="1.2" stroke-dasharray="%s"/>`+"\n", left, y, float64(left)+pw, y, l.color, l.dash)
+		labelY = math.Max(y, labelY+13) // labels of close lines one under the other
+		w(`<text x="%.1f" y="%.1f" font-size="11" fill="%s" dominant-baseline="middle">%s</text>`+"\n", float64(left)+pw+6, labelY, l.color, html.EscapeString(l.label))
+	}
+	series := func(val func(*Result) time.Duration, color, name string) {
+		var pts []string
+		for _, x := range fast {
+			cx, cy := px(x.N), py(msOf(val(x)))
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", cx, cy))
+			w(`%s`+"\n", marker("circle", cx, cy, color, fmt.Sprintf("%s %s: %s ms", name, x.Config, ms(val(x)))))
+		}
+		w(`<polyline points="%s" fill="none" stroke="%s" stroke-width="1.5"/>`+"\n", strings.Join(pts, " "), color)
+		last := fast[len(fast)-1]
+		w(`<text x="%.1f" y="%.1f" font-size="11" fill="%s">%s</text>`+"\n", px(last.N)+8, py(msOf(val(last)))+4, color, name)
+	}
+	series(func(x *Result) time.Duration { return x.Lat.P50 }, colP50, "p50, lowest ticks")
+	series(func(x *Result) time.Duration { return x.Lat.P99 }, colP99, "p99, lowest ticks")
+	if def != nil {
+		cx, cy := px(def.N), py(msOf(def.Lat.P99))
+		w(`%s`+"\n", marker("cross", cx, cy, colDef, fmt.Sprintf("p99 with every default, %s: %s ms", def.Config, ms(def.Lat.P99))))
+		w(`<text x="%.1f" y="%.1f" font-size="11" fill="%s" text-anchor="end">p99, every default: %s ms</text>`+"\n", cx-8, cy+16, colDef, ms(def.Lat.P99))
+	}
+	w("</svg>\n")
+	return sb.String()
 }

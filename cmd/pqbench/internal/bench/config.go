@@ -32,7 +32,8 @@ type Config struct {
 	Engines  []string
 	PgQueSQL string
 
-	// Out is the directory for results.json, results.md and w2.svg.
+	// Out is the directory for results.json, results.md and the charts
+	// (nsweep.svg, latency.svg, w2.svg).
 	Out string
 	// PeersDir holds the Node.js side (bench/peers). Peers turns the peer
 	// systems on; they are skipped, with a note, when npm ci fails there.
@@ -100,7 +101,7 @@ type Config struct {
 	// CPUProfile, when set, is where Main writes a CPU profile of the run.
 	CPUProfile string
 	// Render, when set, is a directory whose results.json Main renders
-	// again (results.md, w2.svg) instead of running anything.
+	// again (results.md and the charts) instead of running anything.
 	Render string
 
 	// RunTimeout bounds one run beyond its expected duration.
@@ -118,7 +119,7 @@ func Full() Config {
 		Slots: []int{1, 2, 4, 8}, Conc: []int{1, 16, 64},
 		W3Matrix: [][2]int{{1, 16}, {4, 16}, {8, 16}, {1, 64}, {4, 64}, {8, 64}},
 		Sweep:    []int{1, 4, 16, 64, 256}, SweepConc: 16, MultiN: 64, MultiWorkers: 4, VariantN: 16,
-		IdleSlots: 64, IdleWindow: 10 * time.Second,
+		IdleSlots: 256, IdleWindow: 10 * time.Second,
 		SingleSend: 20_000,
 		LatRate:    1000, LatDuration: 10 * time.Second, LatN: 64, LatC: 16, LatFastTick: 10 * time.Millisecond, LatFastNs: []int{4, 64, 256}, LatTrials: 3, ResizeFrom: 4,
 		PeerWorkers: []int{16, 64}, PeerW1Events: 20_000, PeerRuns: []string{"W1", "W2", "W2bulk", "W3", "latency"},
@@ -169,7 +170,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.SetOutput(stderr)
 	short := fs.Bool("short", false, "run the short form (seconds): small workloads, a few configurations")
 	db := fs.String("db", "", "admin URL of the PostgreSQL server (with PgQ) to measure on; defaults to $DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres")
-	out := fs.String("out", "", "output directory (results.json, results.md, w2.svg); defaults to bench-out (bench-out/short with -short)")
+	out := fs.String("out", "", "output directory (results.json, results.md and the charts nsweep.svg, latency.svg, w2.svg); defaults to bench-out (bench-out/short with -short)")
 	peersDir := fs.String("peers-dir", "", "directory of the Node.js peers (package.json, run.mjs); defaults to bench/peers")
 	noPeers := fs.Bool("no-peers", false, "skip pg-boss and graphile-worker")
 	keep := fs.Bool("keep", false, "keep the bench databases after the run")
@@ -183,7 +184,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	w2 := fs.Int("w2-events", 0, "W2 size (default 20000)")
 	w2keys := fs.Int("w2-keys", 0, "W2 keys (default 1000)")
 	peerWorkers := fs.String("peer-workers", "", "comma-separated concurrency of the peers' W2 and W3 runs (default 16,64)")
-	render := fs.String("render", "", "render DIR/results.json of an earlier run again (results.md, w2.svg) and print it; runs nothing")
+	render := fs.String("render", "", "render DIR/results.json of an earlier run again (results.md and the charts) and print it; runs nothing")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the bench process to this file")
 	only := fs.String("only", "", "comma-separated steps to run: producer, W1, W2, W3, idle, latency, resize, peers (default all)")
 	peerRuns := fs.String("peer-runs", "", "comma-separated peer runs: W1, W2, W2bulk, W3, latency (default all; W2 with -short)")

@@ -130,6 +130,11 @@ func (r *Report) write(dir string) error {
 			return err
 		}
 	}
+	if svg := r.chartLatency(); svg != "" {
+		if err := os.WriteFile(filepath.Join(dir, "latency.svg"), []byte(svg), 0o644); err != nil {
+			return err
+		}
+	}
 	if svg := r.chartW2(); svg != "" {
 		return os.WriteFile(filepath.Join(dir, "w2.svg"), []byte(svg), 0o644)
 	}
