@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"reflect"
 	"strconv"
 	"strings"
@@ -1365,23 +1364,8 @@ func TestWorkerConnectAttemptsTimeOut(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.group(t, 1)
-	server := b.pool.Config().ConnConfig
-	if strings.HasPrefix(server.Host, "/") {
-		t.Skipf("the test server is on a Unix socket (%s): a TCP proxy cannot stand in front of it", server.Host)
-	}
-	px, err := netproxy.New(net.JoinHostPort(server.Host, strconv.Itoa(int(server.Port))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { px.Close() })
-	cs, err := connstr.Parse(b.db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	host, port, _ := net.SplitHostPort(px.Addr())
-	cs.Set("host", host)
-	cs.Set("port", port)
-	cfg, err := pgxpool.ParseConfig(cs.String())
+	px, url := netproxy.Front(t, b.db.URL)
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +12,6 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/partitionq/partitionq/partitionq"
-	"github.com/partitionq/partitionq/partitionq/connstr"
 	"github.com/partitionq/partitionq/test/netproxy"
 	"github.com/partitionq/partitionq/test/pgtest"
 )
@@ -485,24 +482,8 @@ const downBound = RefreshTimeoutDefault + time.Second
 // to sslmode.
 func proxied(t *testing.T, b *dbBundle, sslmode string) (*partitionq.Client, *netproxy.Proxy) {
 	t.Helper()
-	server := b.pool.Config().ConnConfig
-	if strings.HasPrefix(server.Host, "/") {
-		t.Skipf("the test server is on a Unix socket (%s): a TCP proxy cannot stand in front of it", server.Host)
-	}
-	px, err := netproxy.New(net.JoinHostPort(server.Host, strconv.Itoa(int(server.Port))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { px.Close() })
-	cs, err := connstr.Parse(b.db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	host, port, _ := net.SplitHostPort(px.Addr())
-	cs.Set("host", host)
-	cs.Set("port", port)
-	cs.Set("sslmode", sslmode)
-	cfg, err := pgxpool.ParseConfig(cs.String())
+	px, url := netproxy.Front(t, b.db.URL, "sslmode", sslmode)
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
 	}

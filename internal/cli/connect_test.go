@@ -2,13 +2,9 @@ package cli_test
 
 import (
 	"context"
-	"net"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partitionq/partitionq/internal/cli"
 	"github.com/partitionq/partitionq/partitionq/connstr"
@@ -34,21 +30,9 @@ func rewrite(t *testing.T, url string, kv ...string) string {
 func frozen(t *testing.T) *harness {
 	t.Helper()
 	h := newHarness(t)
-	cfg, err := pgxpool.ParseConfig(h.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.HasPrefix(cfg.ConnConfig.Host, "/") {
-		t.Skipf("the test server is on a Unix socket (%s): a TCP proxy cannot stand in front of it", cfg.ConnConfig.Host)
-	}
-	px, err := netproxy.New(net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { px.Close() })
+	px, url := netproxy.Front(t, h.url)
 	px.Freeze()
-	host, port, _ := net.SplitHostPort(px.Addr())
-	h.url = rewrite(t, h.url, "host", host, "port", port)
+	h.url = url
 	h.env["DATABASE_URL"] = h.url
 	return h
 }
