@@ -558,8 +558,8 @@ func (r *Report) targets(sb *strings.Builder) {
 		}
 		switch {
 		case strings.Contains(x.Config, "lowest ticks"):
-			target := 25 * time.Millisecond
-			what := "≤ 25 ms"
+			target := latencyTargetP99
+			what := fmt.Sprintf("≤ %d ms", latencyTargetP99.Milliseconds())
 			if bossP99 > 0 {
 				target = min(target, bossP99)
 				what += fmt.Sprintf(" and below pg-boss's %s ms", ms(bossP99))
