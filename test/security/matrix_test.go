@@ -69,9 +69,9 @@ var matrix = map[string]map[string]string{
 	"function refuse_old_worker":        {},
 	// What a worker's claim and a resize's waiting slots ask of the
 	// generations (migration 11).
-	"function has_generations":          {"worker": "X"},
-	"function is_generation":            {"worker": "X"},
-	"function resizing":                 {"worker": "X"},
+	"function has_generations": {"worker": "X"},
+	"function is_generation":   {"worker": "X"},
+	"function resizing":        {"worker": "X"},
 }
 
 // privileges reads what role may do on every object of partitionq's schema
