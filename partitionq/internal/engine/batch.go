@@ -25,51 +25,56 @@ type BatchInfo struct {
 }
 
 // NextBatches opens the next batch of every consumer (or returns the one
-// that is open), in two statements for all of them. A consumer behind the
-// queue's newest tick takes every tick it is behind by as one batch, judged
-// by its own lag (the engine's next_batch_custom with min_interval = the
-// time from its last tick to the newest), up to about maxEvents events of
-// the queue (min_count: counted queue-wide, every slot's events; the
-// engine's find_tick_helper may take up to twice that when the newest tick
-// is within twice of it, or the first tick past it otherwise, so a merged
-// batch spans at most max(2 x maxEvents, maxEvents + one tick's events)
-// events of the queue). A consumer level with the newest tick takes it.
-// maxEvents <= 0 takes one tick per batch. Consumers with equal starting
-// ticks get equal batches, so they can be read together (OpenRead).
+// that is open), in one statement for all of them (the engine's
+// next_batch_custom returns a batch already open as it is). A consumer
+// behind the queue's newest tick takes every tick it is behind by as one
+// batch, judged by its own lag (min_interval = the time from its last tick
+// to the newest), up to about maxEvents events of the queue (min_count:
+// counted queue-wide, every slot's events; the engine's find_tick_helper
+// may take up to twice that when the newest tick is within twice of it, or
+// the first tick past it otherwise, so a merged batch spans at most
+// max(2 x maxEvents, maxEvents + one tick's events) events of the queue).
+// A consumer level with the newest tick gets no batch (ID 0). maxEvents <=
+// 0 takes one tick per batch. Consumers with equal starting ticks get
+// equal batches, so they can be read together (OpenRead).
 func (e *Engine) NextBatches(ctx context.Context, tx pgx.Tx, queue string, consumers []string, maxEvents int) ([]BatchInfo, error) {
 	if len(consumers) == 0 {
 		return nil, nil
 	}
+	var count *int
 	if maxEvents > 0 {
-		if _, err := tx.Exec(ctx, e.f(`
-			with newest as (select t.tick_time from pgq.tick t join pgq.queue q on q.queue_id = t.tick_queue
-			                 where q.queue_name = $1 order by t.tick_queue desc, t.tick_id desc limit 1),
-			     own as (select c.co_name, t.tick_time
-			               from unnest($2::text[]) u(c)
-			               join pgq.consumer c on c.co_name = u.c
-			               join pgq.queue q on q.queue_name = $1
-			               join pgq.subscription s on s.sub_queue = q.queue_id and s.sub_consumer = c.co_id
-			               join pgq.tick t on t.tick_queue = s.sub_queue and t.tick_id = s.sub_last_tick
-			              where s.sub_batch is null)
-			select count(pgq.next_batch_custom($1, own.co_name, null, $3, greatest(newest.tick_time - own.tick_time, '1 microsecond'::interval)))
-			  from own, newest`), queue, consumers, maxEvents); err != nil {
-			return nil, fmt.Errorf("open batches: %w", err)
-		}
+		count = &maxEvents
 	}
-	// next_batch_info returns the batch opened above, or opens the next tick.
+	// The consumers' own last ticks are looked up one by one (a scalar
+	// subquery per consumer, by name), not joined: the planner, short of
+	// statistics on the engine's tables, would read every subscription of
+	// the queue on every call.
 	rows, err := tx.Query(ctx, e.f(`
-		select c, coalesce(i.batch_id, 0), coalesce(i.prev_tick_id, 0), coalesce(i.cur_tick_id, 0),
-		       coalesce(i.prev_tick_event_seq, 0), coalesce(i.cur_tick_event_seq, 0)
-		  from unnest($2::text[]) with ordinality u(c, o), lateral pgq.next_batch_info($1, u.c) i
-		 order by u.o`), queue, consumers)
+		select u.c, coalesce(b.batch_id, 0), coalesce(b.prev_tick_id, 0), coalesce(b.cur_tick_id, 0),
+		       coalesce(b.prev_tick_event_seq, 0), coalesce(b.cur_tick_event_seq, 0)
+		  from unnest($2::text[]) with ordinality u(c, o)
+		  left join (select queue_id from pgq.queue where queue_name = $1) q on true
+		  left join lateral (select n.tick_time from pgq.tick n where n.tick_queue = q.queue_id
+		                      order by n.tick_queue desc, n.tick_id desc limit 1) newest on true,
+		  lateral pgq.next_batch_custom($1, u.c, null, $3::int4,
+		       case when $3::int4 is not null then greatest(newest.tick_time - (
+		           select t.tick_time from pgq.consumer c
+		             join pgq.subscription s on s.sub_queue = q.queue_id and s.sub_consumer = c.co_id
+		             join pgq.tick t on t.tick_queue = s.sub_queue and t.tick_id = s.sub_last_tick
+		            where c.co_name = u.c), '1 microsecond'::interval) end) b
+		 order by u.o`), queue, consumers, count)
 	if err != nil {
 		return nil, fmt.Errorf("open batches: %w", err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (BatchInfo, error) {
+	infos, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (BatchInfo, error) {
 		var b BatchInfo
 		err := r.Scan(&b.Consumer, &b.ID, &b.PrevTick, &b.CurTick, &b.PrevSeq, &b.CurSeq)
 		return b, err
 	})
+	if err == nil && len(infos) != len(consumers) {
+		err = fmt.Errorf("open batches: %d of %d consumers answered", len(infos), len(consumers))
+	}
+	return infos, err
 }
 
 // undo moves consumers whose batch was just opened in tx (nothing of it

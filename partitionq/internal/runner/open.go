@@ -110,16 +110,16 @@ func (r *Runner) openBatches() bool {
 		if moved, movedTo, err = r.advance(tx, move); err != nil {
 			return err
 		}
-		if infos, err = r.cfg.Eng.NextBatches(r.stop, tx, r.cfg.Queue, consumersOf(direct), r.cfg.BatchMaxEvents); err != nil {
+		// One statement opens the direct slots' batches and the probes'.
+		open := append([]*slotRun(nil), direct...)
+		for _, c := range cohorts {
+			open = append(open, c.probe)
+		}
+		all, err := r.cfg.Eng.NextBatches(r.stop, tx, r.cfg.Queue, consumersOf(open), r.cfg.BatchMaxEvents)
+		if err != nil {
 			return err
 		}
-		probes := make([]*slotRun, len(cohorts))
-		for i, c := range cohorts {
-			probes[i] = c.probe
-		}
-		if probeInfos, err = r.cfg.Eng.NextBatches(r.stop, tx, r.cfg.Queue, consumersOf(probes), r.cfg.BatchMaxEvents); err != nil {
-			return err
-		}
+		infos, probeInfos = all[:len(direct):len(direct)], all[len(direct):]
 		if cutover, err = store.Cutover(r.stop, tx, r.cfg.Eng.Schema(), r.cfg.Queue, r.cfg.Group, r.cfg.N); err != nil || cutover == 0 {
 			return err
 		}
