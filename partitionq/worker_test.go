@@ -813,7 +813,7 @@ type stmtCounter struct {
 
 func (c *stmtCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	switch {
-	case strings.Contains(d.SQL, "next_batch_info"):
+	case strings.Contains(d.SQL, "next_batch_custom"):
 		c.nextBatch.Add(1)
 	case strings.Contains(d.SQL, "max(t.tick_id)"):
 		c.lastTick.Add(1)

@@ -282,9 +282,48 @@ const readCursor = "partitionq_read"
 // server. It returns the first chunk of at most limit events. Only
 // integers are pasted into the statement around the engine's query.
 func (e *Engine) OpenRead(ctx context.Context, tx pgx.Tx, spec ReadSpec, limit int) (*Cursor, []SlotEvent, error) {
+	q, err := e.readSQL(ctx, tx, spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := tx.Exec(ctx, "declare "+readCursor+" no scroll cursor for "+q+" order by 2"); err != nil {
+		return nil, nil, fmt.Errorf("read batch %d: %w", spec.Batch, err)
+	}
+	c := &Cursor{tx: tx}
+	evs, err := c.Next(ctx, limit)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read batch %d: %w", spec.Batch, err)
+	}
+	return c, evs, nil
+}
+
+// SlotsWithEvents returns which of spec's slots have events in its batch
+// (one scan, no event copied out), in no order.
+func (e *Engine) SlotsWithEvents(ctx context.Context, tx pgx.Tx, spec ReadSpec) ([]int, error) {
+	q, err := e.readSQL(ctx, tx, spec)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, "select distinct _r.slot from ("+q+") _r(slot)")
+	if err != nil {
+		return nil, fmt.Errorf("look at batch %d: %w", spec.Batch, err)
+	}
+	slots, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("look at batch %d: %w", spec.Batch, err)
+	}
+	out := make([]int, len(slots))
+	for i, s := range slots {
+		out[i] = int(s)
+	}
+	return out, nil
+}
+
+// readSQL is the query of spec's events (see OpenRead), unordered.
+func (e *Engine) readSQL(ctx context.Context, tx pgx.Tx, spec ReadSpec) (string, error) {
 	var sql string
 	if err := tx.QueryRow(ctx, e.f(`select pgq.batch_event_sql($1)`), spec.Batch).Scan(&sql); err != nil {
-		return nil, nil, fmt.Errorf("read batch %d: %w", spec.Batch, err)
+		return "", fmt.Errorf("read batch %d: %w", spec.Batch, err)
 	}
 	if len(spec.Subs) > 1 || len(spec.Owners) > 0 {
 		// The engine's query keeps the retried events of its own consumer;
@@ -292,7 +331,7 @@ func (e *Engine) OpenRead(ctx context.Context, tx pgx.Tx, spec ReadSpec, limit i
 		// the further owners).
 		own := " and (ev_owner is null or ev_owner = " + strconv.Itoa(int(spec.Sub)) + ")"
 		if !strings.Contains(sql, own) {
-			return nil, nil, ErrBatchSQL
+			return "", ErrBatchSQL
 		}
 		subs := make([]string, 0, len(spec.Subs)+len(spec.Owners))
 		for _, s := range append(append([]int32(nil), spec.Subs...), spec.Owners...) {
@@ -320,20 +359,11 @@ func (e *Engine) OpenRead(ctx context.Context, tx pgx.Tx, spec ReadSpec, limit i
 	if spec.AfterID > 0 {
 		where = append(where, "ev_id > "+strconv.FormatInt(spec.AfterID, 10))
 	}
-	q := "declare " + readCursor + " no scroll cursor for select " + slotCol + ", ev_id, ev_time, coalesce(ev_retry, 0), coalesce(ev_type, ''), coalesce(ev_data, ''), coalesce(ev_extra1, ''), ev_extra2, ev_extra3, ev_extra4, ev_extra1 is null from (" + sql + ") _evs"
+	q := "select " + slotCol + ", ev_id, ev_time, coalesce(ev_retry, 0), coalesce(ev_type, ''), coalesce(ev_data, ''), coalesce(ev_extra1, ''), ev_extra2, ev_extra3, ev_extra4, ev_extra1 is null from (" + sql + ") _evs"
 	if len(where) > 0 {
 		q += " where " + strings.Join(where, " and ")
 	}
-	q += " order by 2"
-	if _, err := tx.Exec(ctx, q); err != nil {
-		return nil, nil, fmt.Errorf("read batch %d: %w", spec.Batch, err)
-	}
-	c := &Cursor{tx: tx}
-	evs, err := c.Next(ctx, limit)
-	if err != nil {
-		return nil, nil, fmt.Errorf("read batch %d: %w", spec.Batch, err)
-	}
-	return c, evs, nil
+	return q, nil
 }
 
 // Next returns the next chunk of at most limit events; an empty chunk means
@@ -379,16 +409,25 @@ func (e *Engine) TickAndAnnounce(ctx context.Context, db DB) (int64, error) {
 // Positions returns the last finished tick of each consumer (0 for one not
 // registered), in the order given.
 func (e *Engine) Positions(ctx context.Context, db DB, queue string, consumers []string) ([]int64, error) {
+	return e.positions(ctx, db, queue, consumers, false)
+}
+
+// IdlePositions is Positions with 0 for a consumer whose batch is open.
+func (e *Engine) IdlePositions(ctx context.Context, db DB, queue string, consumers []string) ([]int64, error) {
+	return e.positions(ctx, db, queue, consumers, true)
+}
+
+func (e *Engine) positions(ctx context.Context, db DB, queue string, consumers []string, idle bool) ([]int64, error) {
 	if len(consumers) == 0 {
 		return nil, nil
 	}
 	rows, err := db.Query(ctx, e.f(`
-		select coalesce(s.sub_last_tick, 0)
+		select coalesce(case when $3 and s.sub_batch is not null then 0 else s.sub_last_tick end, 0)
 		  from unnest($2::text[]) with ordinality u(c, o)
 		  left join pgq.consumer c on c.co_name = u.c
 		  left join pgq.queue q on q.queue_name = $1
 		  left join pgq.subscription s on s.sub_queue = q.queue_id and s.sub_consumer = c.co_id
-		 order by u.o`), queue, consumers)
+		 order by u.o`), queue, consumers, idle)
 	if err != nil {
 		return nil, fmt.Errorf("read positions: %w", err)
 	}

@@ -1,9 +1,12 @@
 package runner_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -137,6 +140,111 @@ func TestColdSlotsEventsRun(t *testing.T) {
 			t.Errorf("event %d ran %d times, want once", id, ran[id])
 		}
 	}
+}
+
+// A look peeks at a small probe batch for its candidates' events and opens
+// the batches of those it finds in the same transaction: an event of a
+// cold slot waits for one look and one read, not for a read of the probe's
+// batch and then a second look (no cohort read rides on the probe's).
+func TestAColdSlotsBatchOpensInTheProbesLook(t *testing.T) {
+	t.Parallel()
+	g := newGroup(t, 8)
+	var keys []string
+	for i := range 80 {
+		keys = append(keys, fmt.Sprintf("p%d", i))
+	}
+	slotOf := g.slotsOf(keys)
+	keyOf := map[int]string{}
+	for _, k := range keys {
+		if _, ok := keyOf[slotOf[k]]; !ok {
+			keyOf[slotOf[k]] = k
+		}
+	}
+	if len(keyOf) < 8 {
+		t.Fatalf("80 keys cover only %d of 8 slots", len(keyOf))
+	}
+	var c calls
+	cfg := g.config([]int{0, 1, 2, 3, 4, 5, 6, 7}, runner.Pause, c.handler(nil))
+	cfg.PollInterval = time.Millisecond
+	logs := &traceLog{}
+	cfg.Log = slog.New(logs)
+	r := g.start(cfg)
+	handled := func() int64 {
+		var n int64
+		for _, st := range r.stats {
+			n += st.Handled.Load()
+		}
+		return n
+	}
+	var sent int64
+	round := func(what string, ks ...string) {
+		t.Helper()
+		sent += int64(len(g.send(ks...)))
+		waitFor(t, what, func() bool { return handled() >= sent })
+	}
+	// Every slot warm, then every slot but 0 cold: they form a cohort.
+	round("a round with events for every slot", keyOf[0], keyOf[1], keyOf[2], keyOf[3], keyOf[4], keyOf[5], keyOf[6], keyOf[7])
+	round("a round with events for slot 0", keyOf[0])
+	round("a second round with events for slot 0", keyOf[0])
+	mark := logs.len()
+	round("a round with events for three cold slots", keyOf[0], keyOf[3], keyOf[5], keyOf[6])
+	opened := map[int]bool{}
+	for _, rec := range logs.since(mark) {
+		switch rec.msg {
+		case "partitionq: cohort read":
+			t.Errorf("a cohort read rode on the probe's batch (%v): the look should have peeked at it", rec.attrs)
+		case "partitionq: batch opened":
+			opened[rec.slot] = true
+		}
+	}
+	for _, s := range []int{3, 5, 6} {
+		if !opened[s] {
+			t.Errorf("slot %d ran an event without a batch opened for it in the round", s)
+		}
+	}
+}
+
+// traceLog keeps the runner's log records: their messages, slots and
+// attributes.
+type traceLog struct {
+	mu   sync.Mutex
+	recs []traceRec
+}
+
+type traceRec struct {
+	msg   string
+	slot  int
+	attrs map[string]string
+}
+
+func (l *traceLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *traceLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *traceLog) WithGroup(string) slog.Handler            { return l }
+func (l *traceLog) Handle(_ context.Context, r slog.Record) error {
+	rec := traceRec{msg: r.Message, slot: -1, attrs: map[string]string{}}
+	r.Attrs(func(a slog.Attr) bool {
+		rec.attrs[a.Key] = a.Value.String()
+		if a.Key == "slot" && a.Value.Kind() == slog.KindInt64 {
+			rec.slot = int(a.Value.Int64())
+		}
+		return true
+	})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.recs = append(l.recs, rec)
+	return nil
+}
+
+func (l *traceLog) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.recs)
+}
+
+func (l *traceLog) since(i int) []traceRec {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]traceRec(nil), l.recs[i:]...)
 }
 
 // Under the pause policy a failing event sets its key aside: the key's

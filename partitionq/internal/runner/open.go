@@ -25,11 +25,14 @@ import (
 //
 // Idle slots that are cold (their last batch, or the last read that looked
 // at them, had no event of theirs) form a cohort: only one of them, the
-// probe (the one that has read the least), opens a batch, and its read looks
-// at the others' events too (their slot numbers and retry owners are in the
-// read). The others open nothing: those the read found events for are warm
-// and open their own batches at once; the rest move on to the end of the
-// probe's batch without one. Per tick that is one batch for the cohort plus
+// probe (the one that has read the least), opens a batch, and the others'
+// events in it are looked at (their slot numbers and retry owners): in the
+// look's own transaction when the batch is small (peek: at most peekMax
+// events, outside a resize), else by the probe's read. The others open
+// nothing: those with events are warm and open their own batches, in the
+// same transaction after a peek, else in the next look; the rest move on to
+// the end of the probe's batch without one. A slot taken without an open
+// batch starts cold (load). Per tick that is one batch for the cohort plus
 // one per slot with events; a slot with events in every tick is never cold
 // and opens a batch per tick as before; a slot behind takes every tick it is
 // behind by as one batch (engine.NextBatches), the probe too.
@@ -105,6 +108,7 @@ func (r *Runner) openBatches() bool {
 	var atCutover []*slotRun
 	var moved []bool
 	var movedTo []int64
+	var woke peeked
 	err := pgx.BeginFunc(r.stop, r.cfg.Pool, func(tx pgx.Tx) error {
 		var err error
 		if moved, movedTo, err = r.advance(tx, move); err != nil {
@@ -120,7 +124,11 @@ func (r *Runner) openBatches() bool {
 			return err
 		}
 		infos, probeInfos = all[:len(direct):len(direct)], all[len(direct):]
-		if cutover, err = store.Cutover(r.stop, tx, r.cfg.Eng.Schema(), r.cfg.Queue, r.cfg.Group, r.cfg.N); err != nil || cutover == 0 {
+		if cutover, err = store.Cutover(r.stop, tx, r.cfg.Eng.Schema(), r.cfg.Queue, r.cfg.Group, r.cfg.N); err != nil {
+			return err
+		}
+		if cutover == 0 {
+			woke, err = r.peek(tx, cohorts, probeInfos)
 			return err
 		}
 		if infos, err = r.cfg.Eng.BoundBatches(r.stop, tx, r.cfg.Queue, infos, cutover); err != nil {
@@ -207,6 +215,16 @@ func (r *Runner) openBatches() bool {
 		}
 		s.mu.Unlock()
 	}
+	for i, s := range woke.moved {
+		r.trace("slot moved ahead", "slot", s.slot, "to", woke.to[i], "ok", woke.ok[i])
+		s.mu.Lock()
+		if woke.ok[i] {
+			s.pos = woke.to[i]
+		} else {
+			s.pos, s.lastTick, s.cold = 0, 0, false
+		}
+		s.mu.Unlock()
+	}
 	for _, s := range atCutover {
 		s.mu.Lock()
 		s.pos, s.lastTick = cutover, cutover
@@ -244,10 +262,18 @@ func (r *Runner) openBatches() bool {
 	cands := map[span][]*slotRun{}
 	for i, info := range probeInfos {
 		note(cohorts[i].probe, info)
-		if info.ID != 0 && info.PrevTick == cohorts[i].at {
+		if info.ID == 0 || info.PrevTick != cohorts[i].at {
+			continue
+		}
+		if i >= len(woke.done) || !woke.done[i] { // not peeked at (a resize, a large batch): the candidates ride on its read
 			k := span{info.PrevTick, info.CurTick}
 			cands[k] = append(cands[k], cohorts[i].cands...)
+			continue
 		}
+		r.probed(cohorts[i].cands, woke.seen, info.PrevTick, info.CurTick, false)
+	}
+	for i, s := range woke.warm {
+		note(s, woke.infos[i])
 	}
 	if len(opened) == 0 {
 		return false
@@ -319,8 +345,10 @@ func (r *Runner) plan(idle []*slotRun, newest, cutover int64) (direct []*slotRun
 
 // probed records what a completed read of a probe's batch ending at tick
 // cur showed of its candidates: those with events (seen) open batches of
-// their own next; the others have read up to cur, with nothing to handle.
-func (r *Runner) probed(cands []*slotRun, seen map[int]bool, prev, cur int64) {
+// their own next (the look wakes again for them when wake is set; a peek
+// has opened them already); the others have read up to cur, with nothing
+// to handle.
+func (r *Runner) probed(cands []*slotRun, seen map[int]bool, prev, cur int64, wake bool) {
 	warm := false
 	for _, s := range cands {
 		s.mu.Lock()
@@ -334,9 +362,94 @@ func (r *Runner) probed(cands []*slotRun, seen map[int]bool, prev, cur int64) {
 		r.trace("probed", "slot", s.slot, "prev", prev, "cur", cur, "seen", seen[s.slot], "last", s.lastTick, "pos", s.pos)
 		s.mu.Unlock()
 	}
-	if warm {
+	if warm && wake {
 		signal(r.wake)
 	}
+}
+
+// peekMax is the most events of the queue (its sequence's count, which
+// leaves out retried events) a probe's batch may span for the look to peek
+// at it: larger ones are read with the candidates riding, so that a look
+// stays short.
+const peekMax = 5000
+
+// peeked is what a look's peek at its cohorts' probe batches found and did.
+type peeked struct {
+	done  []bool       // by cohort: its probe's batch was peeked at
+	seen  map[int]bool // candidates with events in it
+	warm  []*slotRun   // of those, the ones whose batches were opened
+	infos []engine.BatchInfo
+	moved []*slotRun // candidates whose consumers were moved to where they have read first
+	ok    []bool
+	to    []int64
+}
+
+// peek looks, in the look's transaction, at which of each cohort's
+// candidates have events in its probe's batch (one scan of a batch of at
+// most about peekMax events, no event copied out), and opens at once the batches of the
+// candidates it finds events for, so that an event of a cold slot waits
+// for one look and one read, not for the probe's read and a second look.
+// Outside a resize only (the caller's check): a candidate's batch is not
+// bounded by a cutover.
+func (r *Runner) peek(tx pgx.Tx, cohorts []cohort, probeInfos []engine.BatchInfo) (peeked, error) {
+	p := peeked{done: make([]bool, len(cohorts)), seen: map[int]bool{}}
+	var warm []*slotRun
+	for i, c := range cohorts {
+		info := probeInfos[i]
+		if info.ID == 0 || info.PrevTick != c.at || len(c.cands) == 0 || info.CurSeq-info.PrevSeq > peekMax {
+			continue
+		}
+		spec := engine.ReadSpec{Batch: info.ID, Sub: c.probe.info.SubID, Subs: []int32{c.probe.info.SubID}, N: r.cfg.N, Owners: r.cfg.ParentSubs}
+		for _, s := range c.cands {
+			spec.Subs = append(spec.Subs, s.info.SubID)
+			spec.Slots = append(spec.Slots, s.slot)
+		}
+		slots, err := r.cfg.Eng.SlotsWithEvents(r.stop, tx, spec)
+		if err != nil {
+			return peeked{}, err
+		}
+		p.done[i] = true
+		found := map[int]bool{}
+		for _, s := range slots {
+			found[s] = true
+		}
+		for _, s := range c.cands {
+			if found[s.slot] {
+				p.seen[s.slot] = true
+				warm = append(warm, s)
+			}
+		}
+	}
+	if len(warm) == 0 {
+		return p, nil
+	}
+	// A candidate's consumer may stand behind where it has read (cohort
+	// reads skipped it there): moved first, as a direct slot's would be.
+	var open []*slotRun
+	for _, s := range warm {
+		if s.snapshotPos() < s.snapshotLast() {
+			p.moved = append(p.moved, s)
+		} else {
+			open = append(open, s)
+		}
+	}
+	if len(p.moved) > 0 {
+		var err error
+		if p.ok, p.to, err = r.advance(tx, p.moved); err != nil {
+			return peeked{}, err
+		}
+		for i, s := range p.moved {
+			if p.ok[i] {
+				open = append(open, s)
+			}
+		}
+	}
+	infos, err := r.cfg.Eng.NextBatches(r.stop, tx, r.cfg.Queue, consumersOf(open), r.cfg.BatchMaxEvents)
+	if err != nil {
+		return peeked{}, err
+	}
+	p.warm, p.infos = open, infos
+	return p, nil
 }
 
 // advance moves the consumers of slots whose reads went further than
