@@ -122,29 +122,69 @@ func Run(ctx context.Context, cfg Config) {
 		defer wg.Done()
 		maintLoop(ctx, cfg, failed)
 	}()
+	ticked := make(chan struct{}, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		censusLoop(ctx, cfg, ticked, failed)
+	}()
 	tick := time.NewTicker(cfg.Interval)
 	defer tick.Stop()
-	behind := true // the census may be behind when the ticker starts
-	var counted time.Time
-	ticked := false
 	for {
 		made, err := tickRound(ctx, cfg.Eng, cfg.Pool)
 		if failed("tick", err) || failed("moving retry events", MoveRetries(ctx, cfg.Eng, cfg.Pool)) {
 			return
 		}
-		ticked = ticked || made > 0
-		if behind || (ticked && time.Since(counted) >= CensusEvery) {
-			n, err := Census(ctx, cfg.Eng, cfg.Pool)
-			if failed("counting the new ticks' events by slot", err) {
-				return
+		if made > 0 {
+			select {
+			case ticked <- struct{}{}:
+			default:
 			}
-			behind, ticked, counted = n >= CensusBudget, false, time.Now()
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
+	}
+}
+
+// censusLoop counts the new ticks' events by slot (the census) at once,
+// then after ticks are made, at most every CensusEvery, and again at once
+// while a round finds more than its budget. It runs beside the ticks: a
+// round takes longer the more ticks it counts (tens of milliseconds at N =
+// 256), and ticks must not wait for it.
+func censusLoop(ctx context.Context, cfg Config, ticked <-chan struct{}, failed func(string, error) bool) {
+	behind := true // the census may be behind when the ticker starts
+	for {
+		if !behind {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ticked:
+			}
+		}
+		start := time.Now()
+		n, err := Census(ctx, cfg.Eng, cfg.Pool)
+		if failed("counting the new ticks' events by slot", err) {
+			return
+		}
+		behind = err == nil && n >= CensusBudget
+		if !behind {
+			sleep(ctx, CensusEvery-time.Since(start))
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
 }
 
@@ -217,8 +257,8 @@ func tickRound(ctx context.Context, eng *engine.Engine, pool *pgxpool.Pool) (int
 // events by slot (the census, which status reads) while it makes ticks: a
 // round costs some fixed reads of every group of the database whatever the
 // ticks it counts, and at short tick intervals a round after every tick
-// took most of a small server's CPU. Status counts what the census has not
-// (one bounded scan), so it stays exact.
+// took a fifth of a small server's CPU. Status counts what the census has
+// not (one bounded scan), so it stays exact.
 const CensusEvery = 250 * time.Millisecond
 
 // CensusBudget is about how many events one census round counts (the
