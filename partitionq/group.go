@@ -137,8 +137,12 @@ type SetupResult struct {
 }
 
 // TickMaxLagDefault is the ticker_max_lag Setup gives a queue it creates
-// (GroupSpec.TickMaxLag).
-const TickMaxLagDefault = 10 * time.Millisecond
+// (GroupSpec.TickMaxLag): shorter than any ticker interval, so that every
+// run of the ticker ticks while events wait. The engine skips a tick while
+// its newest is younger than the lag, so a lag equal to the interval (10
+// ms each) skipped about every other run, and events waited up to two
+// intervals.
+const TickMaxLagDefault = time.Millisecond
 
 // Setup creates the queue when missing, registers one engine consumer per
 // slot, and creates partitionq's own schema (dead letters, audit). It is

@@ -84,7 +84,7 @@ it (send --dedup-id) is remembered.`,
 	f := cmd.Flags()
 	t.bind(f)
 	f.IntVar(&slots, "slots", 0, fmt.Sprintf("fixed number of slots N of the group, 1 to %d (required)", partitionq.MaxSlots))
-	f.DurationVar(&tickMaxLag, "tick-max-lag", 0, "set the queue's ticker_max_lag: the longest a sent event waits for a tick while the ticker runs (default: 10ms on a queue setup creates, then a tick comes whenever the ticker runs and events wait; an existing queue keeps its setting)")
+	f.DurationVar(&tickMaxLag, "tick-max-lag", 0, "set the queue's ticker_max_lag: the longest a sent event waits for a tick while the ticker runs (default: 1ms on a queue setup creates, then a tick comes whenever the ticker runs and events wait; an existing queue keeps its setting)")
 	f.DurationVar(&dedup, "dedup-window", 0, "set the queue's dedup window: how long a dedup id sent to it is remembered, 1ms to 168h (default: leave the queue as it is; 1h until set)")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd

@@ -18,15 +18,16 @@ import (
 // poll intervals) at LatN slots, and LatTrials times at each of LatFastNs
 // with the lowest tick settings this bench runs (the in-process ticker's
 // interval and the slots' poll interval at LatFastTick: the one flag of
-// docs/tuning.md), each row the median trial by p99, the others' p99 in
+// docs/tuning.md; the queue's max lag setup's), each row the median trial by p99, the others' p99 in
 // its note.
 func (b *bench) latency(ctx context.Context, wl *Workload) error {
-	b.add(b.latencyRun(ctx, wl, "lat_default", "default ticks (setup's max lag 10ms; ticker 100ms, poll 500ms)", b.cfg.LatN, 0, 0, 0))
+	b.add(b.latencyRun(ctx, wl, "lat_default", fmt.Sprintf("default ticks (setup's max lag %s; ticker %s, poll %s)",
+		partitionq.TickMaxLagDefault, partitionq.TickIntervalDefault, partitionq.PollIntervalDefault), b.cfg.LatN, 0, 0, 0))
 	f := b.cfg.LatFastTick
 	for _, n := range b.cfg.LatFastNs {
 		var trials []*Result
 		for i := range max(1, b.cfg.LatTrials) {
-			trials = append(trials, b.latencyRun(ctx, wl, fmt.Sprintf("lat_fast_n%d_%d", n, i), fmt.Sprintf("lowest ticks (ticker %s, poll %s)", f, f), n, f, f, f))
+			trials = append(trials, b.latencyRun(ctx, wl, fmt.Sprintf("lat_fast_n%d_%d", n, i), fmt.Sprintf("lowest ticks (ticker %s, poll %s)", f, f), n, 0, f, f))
 		}
 		b.add(medianByP99(trials))
 	}
