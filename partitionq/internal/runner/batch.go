@@ -111,11 +111,14 @@ func (r *Runner) newBatch(s *slotRun, info engine.BatchInfo) *batchRun {
 
 // load reads, for slots taken since the last look, what the engine says of
 // their blocked keys (one query for all of them), and where their
-// consumers stand: a slot without an open batch starts cold, in the
-// cohort, so that a worker that takes many slots does not open a batch for
-// each of them (ten thousand events a second at N = 256 and 10 ms ticks)
-// until each has found itself empty; one with an open batch opens it
-// again first (its recorded progress resumes it).
+// consumers stand: a slot level with the queue's newest tick, without an
+// open batch, starts cold, in the cohort, so that a worker that takes many
+// idle slots does not open a batch for each of them (ten thousand a second
+// at N = 256 and 10 ms ticks) until each has found itself empty. A slot
+// behind opens its own batches from the start (a backlog has events for
+// every slot: the probe's read would read them all for nothing), and one
+// with an open batch opens it again first (its recorded progress resumes
+// it).
 func (r *Runner) load(slots []*slotRun) error {
 	var fresh []*slotRun
 	var infos []parked.Slot
@@ -144,6 +147,10 @@ func (r *Runner) load(slots []*slotRun) error {
 	if err != nil {
 		return err
 	}
+	newest, err := r.cfg.Eng.LastTick(r.stop, r.cfg.Pool, r.cfg.Queue)
+	if err != nil {
+		return err
+	}
 	anyBlocked := false
 	for i, s := range fresh {
 		var ks []string
@@ -154,7 +161,7 @@ func (r *Runner) load(slots []*slotRun) error {
 		anyBlocked = anyBlocked || len(ks) > 0
 		s.mu.Lock()
 		s.loaded = true
-		if pos[i] > 0 && s.pos == 0 && s.lastTick == 0 && s.batch == nil {
+		if pos[i] > 0 && pos[i] >= newest && s.pos == 0 && s.lastTick == 0 && s.batch == nil {
 			s.pos, s.lastTick, s.cold = pos[i], pos[i], true
 		}
 		s.mu.Unlock()
@@ -621,6 +628,7 @@ func (r *Runner) finished(b *batchRun) {
 	s.mu.Lock()
 	s.lastTick, s.pos = b.info.CurTick, b.info.CurTick
 	s.cold = b.events.Load() == 0
+	s.small = !s.cold && b.info.CurSeq-b.info.PrevSeq <= peekMax
 	s.mu.Unlock()
 	r.trace("batch finished", "slot", s.slot, "batch", b.info.ID, "cur", b.info.CurTick, "events", b.events.Load())
 	b.lanes.Wait()

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"errors"
 	"log/slog"
 	"time"
 
@@ -24,7 +25,9 @@ import (
 // about idleAdvance plus one tick.
 //
 // Idle slots that are cold (their last batch, or the last read that looked
-// at them, had no event of theirs) form a cohort: only one of them, the
+// at them, had no event of theirs), and outside a resize those whose last
+// batch was small (a look can peek at the next one: at a low rate most
+// slots with events have none in the next tick) form a cohort: only one of them, the
 // probe (the one that has read the least), opens a batch, and the others'
 // events in it are looked at (their slot numbers and retry owners): in the
 // look's own transaction when the batch is small (peek: at most peekMax
@@ -197,6 +200,10 @@ func (r *Runner) openBatches() bool {
 		}
 		return nil
 	})
+	if errors.Is(err, errResizeBegan) {
+		r.trace("look undone: a resize began")
+		return r.stop.Err() == nil
+	}
 	if err != nil {
 		if r.stop.Err() == nil {
 			r.log.Warn("partitionq: opening batches failed; retrying", slog.Any("error", err))
@@ -320,7 +327,7 @@ func (r *Runner) plan(idle []*slotRun, newest, cutover int64) (direct []*slotRun
 	var cold []*slotRun
 	for _, s := range idle {
 		s.mu.Lock()
-		at, isCold, pos := s.lastTick, s.cold, s.pos
+		at, isCold, pos := s.lastTick, s.cold || (s.small && cutover == 0), s.pos
 		s.mu.Unlock()
 		if !isCold || at <= 0 || pos <= 0 || newest <= 0 || (cutover != 0 && at >= cutover) {
 			direct = append(direct, s)
@@ -448,9 +455,21 @@ func (r *Runner) peek(tx pgx.Tx, cohorts []cohort, probeInfos []engine.BatchInfo
 	if err != nil {
 		return peeked{}, err
 	}
+	// These batches were opened after the resize was read: one that began
+	// since (its cutover tick could be among their ticks) undoes the look,
+	// which runs again at once, on the resize's path.
+	if cutover, err := store.Cutover(r.stop, tx, r.cfg.Eng.Schema(), r.cfg.Queue, r.cfg.Group, r.cfg.N); err != nil {
+		return peeked{}, err
+	} else if cutover != 0 {
+		return peeked{}, errResizeBegan
+	}
 	p.warm, p.infos = open, infos
 	return p, nil
 }
+
+// errResizeBegan undoes a look that opened batches after it read that no
+// resize was in flight, and found one after.
+var errResizeBegan = errors.New("a resize began during the look")
 
 // advance moves the consumers of slots whose reads went further than
 // their consumers (slots skipped by cohort reads) to where they have read,
