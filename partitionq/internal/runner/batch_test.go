@@ -95,16 +95,10 @@ func TestABatchRunsExactlyItsSlotsKeys(t *testing.T) {
 func TestColdSlotsEventsRun(t *testing.T) {
 	t.Parallel()
 	g := newGroup(t, 4)
-	var keys []string
-	for i := range 40 {
-		keys = append(keys, fmt.Sprintf("c%d", i))
-	}
-	slotOf := g.slotsOf(keys)
-	keyOf := map[int]string{} // one key per slot
-	for _, k := range keys {
-		if _, ok := keyOf[slotOf[k]]; !ok {
-			keyOf[slotOf[k]] = k
-		}
+	keyOf := g.keyPerSlot("c")
+	slotOf := map[string]int{} // the server's routing of those keys
+	for s, k := range keyOf {
+		slotOf[k] = s
 	}
 	var c calls
 	cfg := g.config([]int{0, 1, 2, 3}, runner.Pause, c.handler(nil))
@@ -112,13 +106,6 @@ func TestColdSlotsEventsRun(t *testing.T) {
 	// queue's newest tick (its poll): look often.
 	cfg.PollInterval = time.Millisecond
 	r := g.start(cfg)
-	handled := func() int64 {
-		var n int64
-		for _, st := range r.stats {
-			n += st.Handled.Load()
-		}
-		return n
-	}
 	var sent []int64
 	// Round 1 warms every slot; then each round has events of one slot
 	// only, so the other three go cold and ride on a probe.
@@ -126,7 +113,7 @@ func TestColdSlotsEventsRun(t *testing.T) {
 	for i, round := range rounds {
 		sent = append(sent, g.send(round...)...)
 		n := int64(len(sent))
-		waitFor(t, fmt.Sprintf("round %d ran (%d events in all)", i+1, n), func() bool { return handled() >= n })
+		waitFor(t, fmt.Sprintf("round %d ran (%d events in all)", i+1, n), func() bool { return r.handled() >= n })
 	}
 	ran := map[int64]int{}
 	for _, x := range c.list() {
@@ -149,38 +136,18 @@ func TestColdSlotsEventsRun(t *testing.T) {
 func TestAColdSlotsBatchOpensInTheProbesLook(t *testing.T) {
 	t.Parallel()
 	g := newGroup(t, 8)
-	var keys []string
-	for i := range 80 {
-		keys = append(keys, fmt.Sprintf("p%d", i))
-	}
-	slotOf := g.slotsOf(keys)
-	keyOf := map[int]string{}
-	for _, k := range keys {
-		if _, ok := keyOf[slotOf[k]]; !ok {
-			keyOf[slotOf[k]] = k
-		}
-	}
-	if len(keyOf) < 8 {
-		t.Fatalf("80 keys cover only %d of 8 slots", len(keyOf))
-	}
+	keyOf := g.keyPerSlot("p")
 	var c calls
 	cfg := g.config([]int{0, 1, 2, 3, 4, 5, 6, 7}, runner.Pause, c.handler(nil))
 	cfg.PollInterval = time.Millisecond
 	logs := &traceLog{}
 	cfg.Log = slog.New(logs)
 	r := g.start(cfg)
-	handled := func() int64 {
-		var n int64
-		for _, st := range r.stats {
-			n += st.Handled.Load()
-		}
-		return n
-	}
 	var sent int64
 	round := func(what string, ks ...string) {
 		t.Helper()
 		sent += int64(len(g.send(ks...)))
-		waitFor(t, what, func() bool { return handled() >= sent })
+		waitFor(t, what, func() bool { return r.handled() >= sent })
 	}
 	// Every slot warm, then every slot but 0 cold: they form a cohort.
 	round("a round with events for every slot", keyOf[0], keyOf[1], keyOf[2], keyOf[3], keyOf[4], keyOf[5], keyOf[6], keyOf[7])

@@ -182,6 +182,27 @@ func (g *groupRig) waitRead(slots ...int) {
 	})
 }
 
+// keyPerSlot returns a key of every slot of the group: the first of
+// prefix0, prefix1, ... that the server routes to it.
+func (g *groupRig) keyPerSlot(prefix string) map[int]string {
+	g.t.Helper()
+	var keys []string
+	for i := range 10 * g.n {
+		keys = append(keys, fmt.Sprintf("%s%d", prefix, i))
+	}
+	slotOf := g.slotsOf(keys)
+	keyOf := map[int]string{}
+	for _, k := range keys {
+		if _, ok := keyOf[slotOf[k]]; !ok {
+			keyOf[slotOf[k]] = k
+		}
+	}
+	if len(keyOf) < g.n {
+		g.t.Fatalf("%d keys cover only %d of %d slots", len(keys), len(keyOf), g.n)
+	}
+	return keyOf
+}
+
 // slotsOf asks the server for the slot of every key, with the routing
 // expression of docs/architecture.md.
 func (g *groupRig) slotsOf(keys []string) map[string]int {
@@ -270,6 +291,15 @@ type running struct {
 	cancelHard context.CancelFunc
 	done       chan error
 	once       sync.Once
+}
+
+// handled counts the events the runner's slots handled.
+func (r *running) handled() int64 {
+	var n int64
+	for _, st := range r.stats {
+		n += st.Handled.Load()
+	}
+	return n
 }
 
 // start runs a runner with cfg and waits until it owns all its slots.
