@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/partitionq/partitionq/partitionq"
 	"github.com/partitionq/partitionq/test/pgtest"
 )
@@ -410,4 +412,74 @@ func TestCensusBacklogEqualsAFullScan(t *testing.T) {
 		t.Fatalf("the census has %d rows (%v), want 7: the base and 6 ticks", behind, err)
 	}
 	check("through Status", true)
+}
+
+// The ticker's census looks only at queues with a tick it has not counted
+// (migration 12): in a database of idle groups a round counts nothing and
+// runs no queue's census; a tick on one queue runs the census of that
+// queue's numbers of slots, and of no other queue's.
+func TestTheTickersCensusPassesOverIdleQueues(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, q := range []string{"q1", "q2", "q3"} {
+		for _, n := range []int{2, 4} {
+			if _, err := b.client.Setup(b.ctx, partitionq.GroupSpec{Queue: q, Group: fmt.Sprintf("g%d", n), Slots: n}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// One round of the ticker's census, in a transaction that counts the
+	// census calls it makes (track_functions, for this transaction only;
+	// the session's counts not yet reported to the server's statistics
+	// are read before and after, so earlier rounds do not count).
+	round := func() (counted, calls int64) {
+		t.Helper()
+		const censusCalls = `select coalesce(sum(calls), 0) from pg_stat_xact_user_functions
+			where schemaname = 'partitionq' and funcname = 'census'`
+		err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(b.ctx, `set local track_functions = 'pl'`); err != nil {
+				return err
+			}
+			var before int64
+			if err := tx.QueryRow(b.ctx, censusCalls).Scan(&before); err != nil {
+				return err
+			}
+			if err := tx.QueryRow(b.ctx, `select partitionq.census_all($1, 1000000)`, b.db.Schema).Scan(&counted); err != nil {
+				return err
+			}
+			if err := tx.QueryRow(b.ctx, censusCalls).Scan(&calls); err != nil {
+				return err
+			}
+			calls -= before
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return counted, calls
+	}
+	if _, calls := round(); calls != 6 {
+		t.Fatalf("the first round ran %d censuses, want 6 (3 queues x 2 numbers of slots, none counted yet)", calls)
+	}
+	if counted, calls := round(); calls != 0 || counted != 0 {
+		t.Fatalf("a round with no new tick counted %d events in %d censuses, want none", counted, calls)
+	}
+	for i := range 3 {
+		if _, err := b.client.Send(b.ctx, "q2", partitionq.Message{Key: fmt.Sprint("k", i), Payload: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.pool.Exec(b.ctx, b.db.SQL(`select pgq.force_tick('q2')`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(b.ctx, b.db.SQL(`select pgq.ticker('q2')`)); err != nil {
+		t.Fatal(err)
+	}
+	counted, calls := round()
+	if calls != 2 || counted != 6 {
+		t.Fatalf("after a tick of q2 with 3 events the round counted %d events in %d censuses, want 6 in 2 (q2's groups of 2 and 4 slots, 3 events each)", counted, calls)
+	}
+	if counted, calls := round(); calls != 0 || counted != 0 {
+		t.Fatalf("a round after everything was counted counted %d events in %d censuses, want none", counted, calls)
+	}
 }
