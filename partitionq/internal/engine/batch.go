@@ -308,15 +308,11 @@ func (e *Engine) SlotsWithEvents(ctx context.Context, tx pgx.Tx, spec ReadSpec) 
 	if err != nil {
 		return nil, fmt.Errorf("look at batch %d: %w", spec.Batch, err)
 	}
-	slots, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	slots, err := pgx.CollectRows(rows, pgx.RowTo[int])
 	if err != nil {
 		return nil, fmt.Errorf("look at batch %d: %w", spec.Batch, err)
 	}
-	out := make([]int, len(slots))
-	for i, s := range slots {
-		out[i] = int(s)
-	}
-	return out, nil
+	return slots, nil
 }
 
 // readSQL is the query of spec's events (see OpenRead), unordered.

@@ -212,26 +212,8 @@ func (r *Runner) openBatches() bool {
 		return r.stop.Err() == nil
 	}
 	r.cutover.Store(cutover)
-	for i, s := range move {
-		r.trace("slot moved ahead", "slot", s.slot, "to", movedTo[i], "ok", moved[i])
-		s.mu.Lock()
-		if moved[i] {
-			s.pos = movedTo[i]
-		} else {
-			s.pos, s.lastTick, s.cold = 0, 0, false // not where it was thought to be: open alone from wherever it is
-		}
-		s.mu.Unlock()
-	}
-	for i, s := range woke.moved {
-		r.trace("slot moved ahead", "slot", s.slot, "to", woke.to[i], "ok", woke.ok[i])
-		s.mu.Lock()
-		if woke.ok[i] {
-			s.pos = woke.to[i]
-		} else {
-			s.pos, s.lastTick, s.cold = 0, 0, false
-		}
-		s.mu.Unlock()
-	}
+	r.movedAhead(move, moved, movedTo)
+	r.movedAhead(woke.moved, woke.ok, woke.to)
 	for _, s := range atCutover {
 		s.mu.Lock()
 		s.pos, s.lastTick = cutover, cutover
@@ -494,6 +476,21 @@ func (r *Runner) advance(tx pgx.Tx, ss []*slotRun) (ok []bool, to []int64, err e
 	}
 	ok, err = r.cfg.Eng.Advance(r.stop, tx, r.cfg.Queue, consumersOf(ss), from, to)
 	return ok, to, err
+}
+
+// movedAhead records what a committed advance (of ss, to to[i] where
+// ok[i]) did to the slots' positions.
+func (r *Runner) movedAhead(ss []*slotRun, ok []bool, to []int64) {
+	for i, s := range ss {
+		r.trace("slot moved ahead", "slot", s.slot, "to", to[i], "ok", ok[i])
+		s.mu.Lock()
+		if ok[i] {
+			s.pos = to[i]
+		} else {
+			s.pos, s.lastTick, s.cold = 0, 0, false // not where it was thought to be: open alone from wherever it is
+		}
+		s.mu.Unlock()
+	}
 }
 
 // fence checks, in tx, that the worker owns the slots at their epochs
