@@ -139,7 +139,9 @@ type GroupStatus struct {
 	// Ticks is the queue's newest tick; Ticks.Stalled says that events wait
 	// and nothing makes ticks (no slot reads them until a ticker runs).
 	Ticks TickStatus
-	At    time.Time
+	// At is when the status was read: the database's clock at the read of
+	// the rates, whose windows end at the start of At's second.
+	At time.Time
 }
 
 // Status reads the status of every slot of a group. It runs a fixed number
@@ -303,12 +305,15 @@ func (c *Client) backlog(ctx context.Context, g Group, x generation, at map[leas
 					slots = append(slots, int32(s))
 				}
 			}
-			stats, err := slotstats.Read(ctx, tx, g.Queue, g.Group, x.n, slots)
+			stats, now, err := slotstats.Read(ctx, tx, g.Queue, g.Group, x.n, slots)
 			if code := db.Code(err); code == db.CodeUndefinedTable || code == db.CodeUndefinedColumn {
 				return fmt.Errorf("%w: partitionq's schema in this database is older than this version (no slot rates): run partitionq setup once as its owner to upgrade it", err)
 			}
 			if err != nil {
 				return err
+			}
+			if !now.IsZero() {
+				gs.At = now // the rates' window ends at the read's second, not Status's first
 			}
 			for _, st := range stats {
 				i, ok := at[lease.SlotKey{N: st.N, Slot: st.Slot}]

@@ -95,15 +95,17 @@ type Slot struct {
 
 // Read returns slots (of the generation with n slots) of a group, in slot
 // order: their recorded progress, last finish and rates, in one
-// statement. A progress row that cannot be decoded reads as no progress.
-func Read(ctx context.Context, q db.DB, queue, group string, n int, slots []int32) ([]Slot, error) {
+// statement, and the database's time the rates end at (now() of q's
+// transaction; zero when slots is empty). A progress row that cannot be
+// decoded reads as no progress.
+func Read(ctx context.Context, q db.DB, queue, group string, n int, slots []int32) ([]Slot, time.Time, error) {
 	rows, err := q.Query(ctx, `
 		with now as (select floor(extract(epoch from now()))::bigint as sec)
 		select s.n, s.slot, coalesce(p.batch_id, 0), coalesce(p.done_below, 0), coalesce(p.done, ''::bytea),
 		       coalesce(now() - p.finished_at, interval '-1 second'),
 		       (select coalesce(array_agg(d.ev_id order by d.ev_id), '{}') from partitionq.slot_done d
 		         where d.queue = s.queue and d.grp = s.grp and d.n = s.n and d.slot = s.slot and d.batch_id = p.batch_id),
-		       coalesce(r.h10, 0), coalesce(r.f10, 0), coalesce(r.h60, 0), coalesce(r.f60, 0)
+		       coalesce(r.h10, 0), coalesce(r.f10, 0), coalesce(r.h60, 0), coalesce(r.f60, 0), now()
 		  from (select $1::text as queue, $2::text as grp, $5::int as n, u.slot from unnest($6::int4[]) u(slot)) s
 		  left join partitionq.slot_progress p on p.queue = s.queue and p.grp = s.grp and p.n = s.n and p.slot = s.slot
 		  left join lateral (
@@ -113,10 +115,11 @@ func Read(ctx context.Context, q db.DB, queue, group string, n int, slots []int3
 		         where x.queue = s.queue and x.grp = s.grp and x.n = s.n and x.slot = s.slot and x.sec >= now.sec - $4 and x.sec < now.sec) r on true
 		 order by s.slot`, queue, group, int64(ShortWindow/time.Second), int64(LongWindow/time.Second), n, slots)
 	if err != nil {
-		return nil, fmt.Errorf("read slot statistics: %w", err)
+		return nil, time.Time{}, fmt.Errorf("read slot statistics: %w", err)
 	}
 	short, long := ShortWindow.Seconds(), LongWindow.Seconds()
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Slot, error) {
+	var at time.Time
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Slot, error) {
 		var (
 			s              Slot
 			below          int64
@@ -126,7 +129,7 @@ func Read(ctx context.Context, q db.DB, queue, group string, n int, slots []int3
 			f60            int64
 			sinceFinishRaw time.Duration
 		)
-		if err := r.Scan(&s.N, &s.Slot, &s.Batch, &below, &enc, &sinceFinishRaw, &done, &h10, &f10, &h60, &f60); err != nil {
+		if err := r.Scan(&s.N, &s.Slot, &s.Batch, &below, &enc, &sinceFinishRaw, &done, &h10, &f10, &h60, &f60, &at); err != nil {
 			return Slot{}, err
 		}
 		s.SinceFinish = sinceFinishRaw
@@ -145,4 +148,8 @@ func Read(ctx context.Context, q db.DB, queue, group string, n int, slots []int3
 		s.Done = set
 		return s, nil
 	})
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	return got, at, nil
 }
