@@ -272,6 +272,10 @@ var ErrBatchSQL = errors.New("the engine's batch query has an unexpected shape")
 type Cursor struct {
 	tx   pgx.Tx
 	done bool
+	prev int // the last chunk's length
+	// decoded counts the rows read by decodeRaw (the others were scanned).
+	decoded int
+	types   types
 }
 
 const readCursor = "partitionq_read"
@@ -372,15 +376,30 @@ func (c *Cursor) Next(ctx context.Context, limit int) ([]SlotEvent, error) {
 	if err != nil {
 		return nil, err
 	}
-	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SlotEvent, error) {
-		var ev SlotEvent
-		err := r.Scan(&ev.Slot, &ev.ID, &ev.Time, &ev.Retry, &ev.Type, &ev.Data, &ev.Key, &ev.Extra2, &ev.Extra3, &ev.Extra4, &ev.NoKey)
-		return ev, err
-	})
-	if err != nil {
+	defer rows.Close()
+	if c.types == nil {
+		c.types = types{}
+	}
+	raw := rawReadable(rows.FieldDescriptions())
+	// As many as the chunk before (a read's chunks are full but its last):
+	// a big read grows its slice once, a small one allocates little.
+	evs := make([]SlotEvent, 0, min(limit, max(64, c.prev)))
+	for rows.Next() {
+		evs = append(evs, SlotEvent{})
+		ev := &evs[len(evs)-1]
+		if raw && decodeRaw(rows.RawValues(), ev, c.types) {
+			c.decoded++
+			continue
+		}
+		if err := scanRead(rows, ev); err != nil {
+			return nil, err
+		}
+	}
+	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	c.done = len(evs) < limit
+	c.prev = len(evs)
 	return evs, nil
 }
 

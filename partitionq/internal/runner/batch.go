@@ -278,7 +278,8 @@ func (r *Runner) readOnce(id int64, group []*batchRun, cands []*slotRun, seen ma
 	}
 	limit := int64(2 * r.cfg.ChunkSize)
 	for len(evs) > 0 {
-		for _, ev := range evs {
+		for i := range evs {
+			ev := &evs[i] // the lanes hold it in the chunk: an event is not copied on its way
 			if b := bySlot[ev.Slot]; b != nil && b.reader.Load() == id {
 				b.add(ev)
 			} else if cand[ev.Slot] {
@@ -341,7 +342,7 @@ func (b *batchRun) waitBelow(ctx context.Context, limit int64, short bool) bool 
 
 // add hands one event of the batch to its key's lane (or skips it, when a
 // previous owner resolved it).
-func (b *batchRun) add(ev engine.SlotEvent) {
+func (b *batchRun) add(ev *engine.SlotEvent) {
 	b.lastID.Store(ev.ID)
 	b.events.Add(1)
 	if b.skip.Has(ev.ID) {

@@ -255,7 +255,7 @@ func (s *slotRun) blockedKeys() (map[string]uint64, bool) {
 
 // item is one event of a batch in its key's lane.
 type item struct {
-	ev engine.SlotEvent
+	ev *engine.SlotEvent // in its read's chunk
 	ks *keyState
 }
 
