@@ -124,6 +124,21 @@ func TestShortBench(t *testing.T) {
 			t.Errorf("W1 has no partitionq run with %s (has %v)", k, kinds)
 		}
 	}
+	// W3's runs: drains raised to c (docs/tuning.md), and the last
+	// configuration again with the worker's default.
+	var tuned, dflt int
+	for _, r := range rep.Results {
+		if r.Workload == "W3" && r.System == bench.SysPartitionq {
+			if strings.HasSuffix(r.Config, fmt.Sprintf(", %d drains", r.Conc)) {
+				tuned++
+			} else {
+				dflt++
+			}
+		}
+	}
+	if tuned != len(cfg.W3Matrix) || dflt != 1 {
+		t.Errorf("W3 has %d partitionq runs with drains = c and %d with the default; want %d and 1", tuned, dflt, len(cfg.W3Matrix))
+	}
 	for _, f := range []string{"results.json", "results.md", "w2.svg", "nsweep.svg", "latency.svg"} {
 		if st, err := os.Stat(filepath.Join(cfg.Out, f)); err != nil || st.Size() == 0 {
 			t.Errorf("output %s missing or empty: %v", f, err)

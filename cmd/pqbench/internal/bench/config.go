@@ -127,6 +127,22 @@ func Full() Config {
 	}
 }
 
+// w3Runs is W3's partitionq runs: each of W3Matrix with as many drains of
+// blocked keys at once as handler calls per slot (docs/tuning.md's advice
+// for a skewed load with failures), and its last configuration again with
+// the worker's default drains.
+func (c Config) w3Runs() []pqRun {
+	out := runsOf(c.W3Matrix)
+	for i := range out {
+		out[i].Drains = out[i].C
+	}
+	if len(c.W3Matrix) > 0 {
+		last := c.W3Matrix[len(c.W3Matrix)-1]
+		out = append(out, pqRun{N: last[0], C: last[1]})
+	}
+	return out
+}
+
 // w1Runs is W1's partitionq runs: the N sweep, the split over several
 // workers, the variants.
 func (c Config) w1Runs() []pqRun {
@@ -178,6 +194,8 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	slots := fs.String("slots", "", "comma-separated N values of the W2 matrix (default 1,2,4,8)")
 	conc := fs.String("conc", "", "comma-separated in-slot concurrency values of the W2 matrix (default 1,16,64)")
 	sweep := fs.String("sweep", "", "comma-separated N values of W1's N sweep (default 1,4,16,64,256)")
+	latN := fs.String("latency-n", "", "comma-separated N values of the latency step's lowest-tick runs (default 4,64,256)")
+	latTrials := fs.Int("latency-trials", 0, "trials of each lowest-tick latency run, the median shown (default 3)")
 	multi := fs.Int("multi-workers", -1, "W1: how many workers split 64 slots in the several-workers run (default 4; 0 for none)")
 	variantN := fs.Int("variant-n", -1, "W1: N of the TxHandler and DisableProgress runs (default 16; 0 for none)")
 	w1 := fs.Int("w1-events", 0, "W1 backlog size (default 200000)")
@@ -231,6 +249,14 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 		if cfg.Sweep, err = intList("sweep", *sweep); err != nil {
 			return Config{}, err
 		}
+	}
+	if *latN != "" {
+		if cfg.LatFastNs, err = intList("latency-n", *latN); err != nil {
+			return Config{}, err
+		}
+	}
+	if *latTrials > 0 {
+		cfg.LatTrials = *latTrials
 	}
 	if *multi >= 0 {
 		cfg.MultiWorkers = *multi

@@ -24,6 +24,7 @@ type pqRun struct {
 	N, C    int
 	Workers int
 	Variant string
+	Drains  int // DrainConcurrency (0: the worker's default)
 }
 
 // Variants of pqRun.
@@ -43,6 +44,9 @@ func (p pqRun) label() string {
 	}
 	if p.Variant != "" {
 		s += ", " + p.Variant
+	}
+	if p.Drains > 0 {
+		s += fmt.Sprintf(", %d drains", p.Drains)
 	}
 	return s
 }
@@ -68,6 +72,9 @@ func groupName(p pqRun, t int) string {
 		s += "tx"
 	case VariantNoProgress:
 		s += "np"
+	}
+	if p.Drains > 0 {
+		s += fmt.Sprintf("d%d", p.Drains)
 	}
 	return fmt.Sprintf("%s_t%d", s, t)
 }
@@ -271,7 +278,7 @@ func (b *bench) runPartitionq(ctx context.Context, wl *Workload, queue string, i
 				Queue: queue, Group: groupName(p, trial), SlotCount: n,
 				Identity: fmt.Sprintf("pqbench-%d", i), DisableProgress: p.Variant == VariantNoProgress,
 				Retry:  partitionq.RetryConfig{Policy: partitionq.PolicyPause, BackoffMin: backoff},
-				Limits: partitionq.LimitsConfig{Concurrency: c, ShutdownTimeout: 10 * time.Second},
+				Limits: partitionq.LimitsConfig{Concurrency: c, ShutdownTimeout: 10 * time.Second, DrainConcurrency: p.Drains},
 			}
 			if p.workers() > 1 {
 				for s := i * per; s < (i+1)*per || (i == p.workers()-1 && s < n); s++ {

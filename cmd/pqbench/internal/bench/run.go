@@ -163,7 +163,7 @@ func (b *bench) runAll(ctx context.Context) error {
 		{"W1", func(ctx context.Context) error { return b.drainWorkload(ctx, w1, "w1", cfg.w1Runs(), 0, cfg.W1Trials) }},
 		{"W2", func(ctx context.Context) error { return b.drainWorkload(ctx, w2, "w2", runsOf(cfg.matrix()), 0, 1) }},
 		{"W3", func(ctx context.Context) error {
-			return b.drainWorkload(ctx, w3, "w3", runsOf(cfg.W3Matrix), cfg.W3Backoff, 1)
+			return b.drainWorkload(ctx, w3, "w3", cfg.w3Runs(), cfg.W3Backoff, 1)
 		}},
 		{"idle", func(ctx context.Context) error { return b.idle(ctx) }},
 		{"latency", func(ctx context.Context) error { return b.latency(ctx, lat) }},
