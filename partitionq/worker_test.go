@@ -167,6 +167,64 @@ func TestPauseHoldsKeyAndOthersFlow(t *testing.T) {
 	b.waitUnblocked(t)
 }
 
+// A key that fails in a batch is drained while the batch still runs: its
+// parked events are written with the batch's progress, not at the batch's
+// end, so a slow key of the same batch does not hold them. Key B's only
+// event is handled first and returns only once A's last event has been
+// handled; A's first event fails once. Before, A's parked events waited for
+// B's event to return (the batch's end), which waited for them: B gave up
+// after 20 s and the test failed.
+func TestABlockedKeyDrainsWhileItsBatchRuns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.group(t, 1)
+	aDone := make(chan struct{})
+	var once sync.Once
+	var bWaited atomic.Bool
+	l := &handlingLog{decide: func(ctx context.Context, ev *partitionq.Event) error {
+		switch {
+		case ev.Key == "A" && string(ev.Payload) == "1" && ev.Attempt == 1:
+			return errBoom
+		case ev.Key == "A" && string(ev.Payload) == "5":
+			once.Do(func() { close(aDone) })
+		case ev.Key == "B":
+			select {
+			case <-aDone:
+				bWaited.Store(true)
+			case <-time.After(20 * time.Second):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}}
+	b.worker(t, partitionq.WorkerConfig{Handler: l, Retry: partitionq.RetryConfig{BackoffMin: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond},
+		Limits: partitionq.LimitsConfig{Concurrency: 4}})
+	ms := []partitionq.Message{{Key: "B", Type: "T", Payload: []byte("1")}}
+	for i := 1; i <= 5; i++ {
+		ms = append(ms, partitionq.Message{Key: "A", Type: "T", Payload: []byte(fmt.Sprint(i))})
+	}
+	if _, err := b.client.SendBatch(b.ctx, "q", ms); err != nil { // one transaction: one batch
+		t.Fatal(err)
+	}
+	l.waitOK(t, "B", 1)
+	if !bWaited.Load() {
+		t.Fatalf("A's parked events were not drained while B's event held the batch open: A handled %v", l.okSeq("A"))
+	}
+	if got := l.okSeq("A"); !reflect.DeepEqual(got, []string{"1", "2", "3", "4", "5"}) {
+		t.Fatalf("A handled %v, want 1..5 in order", got)
+	}
+	if got := l.attempts("A", "1"); !reflect.DeepEqual(got, []int{1, 2}) {
+		t.Fatalf("A#1 attempts %v, want 1 2", got)
+	}
+	for _, p := range []string{"2", "3", "4", "5"} { // waiting is not failing (H1)
+		if got := l.attempts("A", p); !reflect.DeepEqual(got, []int{1}) {
+			t.Fatalf("A#%s attempts %v, want [1]", p, got)
+		}
+	}
+	b.waitUnblocked(t)
+}
+
 // waitUnblocked waits until the group has no blocked key and no set-aside event.
 func (b *bundle) waitUnblocked(t *testing.T) {
 	t.Helper()
@@ -802,6 +860,97 @@ func TestDrainResumesAfterAFault(t *testing.T) {
 	}
 	if len(wrong) > 0 {
 		t.Errorf("after a fault in a drain: %v", wrong)
+	}
+}
+
+// Events a batch parked are written before the batch ends (with the
+// progress that resolves them in the batch). A worker stopped with the
+// batch open and its slow event in flight hands the batch to the next
+// worker, which repeats only that event: it skips the parked events in
+// the batch, and drains them once from the retry queue, in order.
+func TestEventsParkedBeforeTheBatchEndsSurviveATakeover(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.group(t, 1)
+	var mu sync.Mutex
+	runs := map[string]int{}
+	var order []string
+	inKey := map[string]bool{}
+	overlaps := 0
+	h := partitionq.HandlerFunc(func(ctx context.Context, ev *partitionq.Event) error {
+		name := ev.Key + string(ev.Payload)
+		mu.Lock()
+		if inKey[ev.Key] {
+			overlaps++
+		}
+		inKey[ev.Key] = true
+		runs[name]++
+		n := runs[name]
+		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			inKey[ev.Key] = false
+			mu.Unlock()
+		}()
+		switch {
+		case name == "A1" && n == 1:
+			return errBoom
+		case name == "B1" && n == 1:
+			<-ctx.Done() // holds the batch open until the worker stops
+			return ctx.Err()
+		}
+		mu.Lock()
+		order = append(order, name)
+		mu.Unlock()
+		return nil
+	})
+	cfg := partitionq.WorkerConfig{Handler: h, Retry: partitionq.RetryConfig{BackoffMin: time.Second, BackoffMax: time.Second},
+		Limits: partitionq.LimitsConfig{ShutdownTimeout: 100 * time.Millisecond}}
+	w1 := b.worker(t, cfg)
+	ms := []partitionq.Message{{Key: "B", Type: "T", Payload: []byte("1")}}
+	for i := 1; i <= 5; i++ {
+		ms = append(ms, partitionq.Message{Key: "A", Type: "T", Payload: []byte(fmt.Sprint(i))})
+	}
+	if _, err := b.client.SendBatch(b.ctx, "q", ms); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, 10*time.Second, "A's events parked while the batch is open", func() (bool, error) {
+		return b.count(t, `select count(*) from pgq.retry_queue`) == 5 && b.count(t, `select count(*) from pgq.subscription where sub_batch is not null`) == 1, nil
+	})
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	if err := w1.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if open := b.count(t, `select count(*) from pgq.subscription where sub_batch is not null`); open != 1 {
+		t.Fatalf("%d batches open after the stop, want the one left to the next worker", open)
+	}
+	b.worker(t, cfg)
+	pgtest.WaitFor(t, 30*time.Second, "every event handled, nothing left behind", func() (bool, error) {
+		mu.Lock()
+		done := runs["A5"] > 0 && runs["B1"] > 1
+		mu.Unlock()
+		return done && b.count(t, `select count(*) from pgq.retry_queue`) == 0 && b.count(t, `select count(*) from pgq.subscription where sub_batch is not null`) == 0, nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[string]int{"A1": 2, "A2": 1, "A3": 1, "A4": 1, "A5": 1, "B1": 2}
+	for name, n := range want {
+		if runs[name] != n {
+			t.Errorf("%s ran %d times, want %d (runs %v)", name, runs[name], n, runs)
+		}
+	}
+	var a []string
+	for _, x := range order {
+		if x[0] == 'A' {
+			a = append(a, x)
+		}
+	}
+	if !reflect.DeepEqual(a, []string{"A1", "A2", "A3", "A4", "A5"}) {
+		t.Errorf("A handled %v, want A1..A5 in order", a)
+	}
+	if overlaps != 0 {
+		t.Errorf("%d overlapping runs of a key", overlaps)
 	}
 }
 

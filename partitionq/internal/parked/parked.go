@@ -72,15 +72,27 @@ type Failure struct {
 
 // ---------------------------------------------------------------- a batch
 
-// Outcome collects what the end of one slot's batch leaves behind: events
-// parked behind a blocked head, heads that failed (parked with their failure
+// Outcome collects what one slot's batch leaves behind: events parked
+// behind a blocked head, heads that failed (parked with their failure
 // records), timed retries (skip policy) and dead letters. Write stores it in
 // the transaction that finishes the batch, so a crash before that commit
-// leaves the batch open and nothing half-written. Its methods are safe for
-// concurrent use.
+// leaves the batch open and nothing half-written. While the batch runs, a
+// progress flush may Take what was collected so far and write it early, in
+// the transaction that also records those events as resolved in the batch
+// (so a key's parked events are drained without waiting for the batch's
+// slowest key, and a next owner of the batch skips them). Its methods are
+// safe for concurrent use.
 type Outcome struct {
-	s     Slot
-	mu    sync.Mutex
+	s    Slot
+	mu   sync.Mutex
+	idle *sync.Cond // signalled when a taken Part is given back
+	part
+	taken  bool // a Part is being written
+	closed bool // the batch is finishing: nothing is taken any more
+}
+
+// part is a share of an Outcome: what Write stores.
+type part struct {
 	retry []engine.RetryRow
 	fails []failedHead
 	dead  []store.DeadLetter
@@ -95,7 +107,11 @@ type failedHead struct {
 }
 
 // NewOutcome returns an empty Outcome of slot s.
-func NewOutcome(s Slot) *Outcome { return &Outcome{s: s, keys: map[string]bool{}} }
+func NewOutcome(s Slot) *Outcome {
+	o := &Outcome{s: s, part: part{keys: map[string]bool{}}}
+	o.idle = sync.NewCond(&o.mu)
+	return o
+}
 
 // Wait parks an event behind its key's blocked head. Its ev_retry is kept:
 // waiting is not failing (H1).
@@ -132,38 +148,126 @@ func (o *Outcome) Dead(dl store.DeadLetter) {
 }
 
 // Counts reports how many events the outcome parks or retries, and how many
-// dead letters it writes.
+// dead letters it writes (not counting Parts taken).
 func (o *Outcome) Counts() (retry, dead int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return len(o.retry), len(o.dead)
 }
 
-// ParkedKeys lists the keys the outcome parks events of.
+// ParkedKeys lists the keys the outcome parks events of (not counting
+// Parts taken).
 func (o *Outcome) ParkedKeys() []string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	out := make([]string, 0, len(o.keys))
-	for k := range o.keys {
+	return o.part.parkedKeys()
+}
+
+func (p *part) parkedKeys() []string {
+	out := make([]string, 0, len(p.keys))
+	for k := range p.keys {
 		out = append(out, k)
 	}
 	sort.Strings(out)
 	return out
 }
 
-// Write stores the outcome in tx (the batch's finishing transaction).
-func (o *Outcome) Write(ctx context.Context, tx db.DB, eng *engine.Engine) error {
+// Close says the batch is finishing: it waits until a Part being written
+// early is settled, and no Part is taken after. Call it before the
+// finishing transaction begins (the Part's transaction may wait for locks).
+func (o *Outcome) Close() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if err := eng.PutRetry(ctx, tx, o.s.Queue, o.s.Consumer, o.retry); err != nil {
+	o.closed = true
+	for o.taken {
+		o.idle.Wait()
+	}
+}
+
+// Write stores the outcome in tx (the batch's finishing transaction),
+// closing it first.
+func (o *Outcome) Write(ctx context.Context, tx db.DB, eng *engine.Engine) error {
+	o.Close()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.part.write(ctx, tx, eng, o.s)
+}
+
+func (p *part) write(ctx context.Context, tx db.DB, eng *engine.Engine, s Slot) error {
+	if err := eng.PutRetry(ctx, tx, s.Queue, s.Consumer, p.retry); err != nil {
 		return err
 	}
-	for _, f := range o.fails {
-		if err := putFailure(ctx, tx, o.s, f.evID, f.attempts, f.lastErr, f.after); err != nil {
+	for _, f := range p.fails {
+		if err := putFailure(ctx, tx, s, f.evID, f.attempts, f.lastErr, f.after); err != nil {
 			return err
 		}
 	}
-	return store.GiveUp(ctx, tx, eng.Schema(), o.s.Queue, o.s.Group, o.s.Slot, o.s.Epoch, o.s.Consumer, o.dead)
+	return store.GiveUp(ctx, tx, eng.Schema(), s.Queue, s.Group, s.Slot, s.Epoch, s.Consumer, p.dead)
+}
+
+// Part is what an Outcome had collected when it was taken, to be written
+// before the batch finishes. The taker writes it in a transaction that
+// records its events (IDs) as resolved in the batch's progress, and then
+// calls Settle with whether that transaction committed.
+type Part struct {
+	o *Outcome
+	part
+}
+
+// Take takes what the outcome has collected, or returns nil when it has
+// nothing, a Part is being written, or the batch is finishing.
+func (o *Outcome) Take() *Part {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.taken || o.closed || len(o.retry) == 0 && len(o.dead) == 0 {
+		return nil
+	}
+	p := &Part{o: o, part: o.part}
+	o.part = part{keys: map[string]bool{}}
+	o.taken = true
+	return p
+}
+
+// IDs returns the events the part resolves in its batch.
+func (p *Part) IDs() []int64 {
+	ids := make([]int64, 0, len(p.retry)+len(p.dead))
+	for _, r := range p.retry {
+		ids = append(ids, r.ID)
+	}
+	for _, d := range p.dead {
+		ids = append(ids, d.EvID)
+	}
+	return ids
+}
+
+// Keys lists the keys the part parks events of.
+func (p *Part) Keys() []string { return p.part.parkedKeys() }
+
+// Dead counts the part's dead letters.
+func (p *Part) Dead() int { return len(p.dead) }
+
+// Write stores the part in tx.
+func (p *Part) Write(ctx context.Context, tx db.DB, eng *engine.Engine) error {
+	return p.part.write(ctx, tx, eng, p.o.s)
+}
+
+// Settle ends the part's write: a part whose transaction did not commit
+// goes back to its outcome, ahead of what was collected since, for the
+// next flush or the batch's finish to write.
+func (p *Part) Settle(committed bool) {
+	o := p.o
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !committed {
+		o.retry = append(p.retry, o.retry...)
+		o.fails = append(p.fails, o.fails...)
+		o.dead = append(p.dead, o.dead...)
+		for k := range p.keys {
+			o.keys[k] = true
+		}
+	}
+	o.taken = false
+	o.idle.Broadcast()
 }
 
 // DeadLetter builds the dead letter of event ev of slot s, whatever gave it

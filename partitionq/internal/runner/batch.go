@@ -377,6 +377,7 @@ func (r *Runner) handleInBatch(b *batchRun, it item) {
 		// A waiting event is not a failure: its ev_retry is kept (H1).
 		b.s.stats.Parked.Add(1)
 		b.out.Wait(ev.Event)
+		r.parkedInBatch(b)
 		return
 	}
 	if r.stop.Err() != nil || !b.s.active() {
@@ -398,6 +399,7 @@ func (r *Runner) handleInBatch(b *batchRun, it item) {
 		return
 	}
 	b.s.failed.Add(1)
+	defer r.parkedInBatch(b)
 	if dead, reason := r.exhausted(res, attempt); dead {
 		r.log.Warn("partitionq: event dead-lettered", slog.Int("slot", b.s.slot), slog.String("key", ev.Key),
 			slog.Int64("event_id", ev.ID), slog.Int("attempt", attempt), slog.String("reason", reason))
@@ -417,6 +419,14 @@ func (r *Runner) handleInBatch(b *batchRun, it item) {
 		b.out.Fail(ev.Event, attempt, errText(res.Err), delay)
 	case Skip:
 		b.out.RetryAt(ev.Event, attempt, time.Now().Add(delay))
+	}
+}
+
+// parkedInBatch wakes the progress flush, which writes what the batch
+// parked or gave up before the batch ends (progress.go).
+func (r *Runner) parkedInBatch(b *batchRun) {
+	if b.track != nil {
+		signal(r.flushWake)
 	}
 }
 
@@ -494,6 +504,9 @@ func (r *Runner) finishLoop() {
 // progress, in one transaction that first checks each slot is still owned
 // at its epoch (a slot taken over meanwhile is left out, and stops here).
 func (r *Runner) finish(bs []*batchRun) {
+	for _, b := range bs {
+		b.out.Close() // a part of it a flush is writing is settled first
+	}
 	for attempt := 0; len(bs) > 0; attempt++ {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.stop), 30*time.Second)
 		counts := make([]counts, len(bs))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/partitionq/partitionq/partitionq/internal/db"
 	"github.com/partitionq/partitionq/partitionq/internal/lease"
+	"github.com/partitionq/partitionq/partitionq/internal/parked"
 	"github.com/partitionq/partitionq/partitionq/internal/progress"
 	"github.com/partitionq/partitionq/partitionq/internal/slotstats"
 )
@@ -146,6 +147,7 @@ func (r *Runner) flushLocked(ctx context.Context) error {
 		set   progress.Set
 		batch int64
 		c     counts
+		part  *parked.Part // written with the progress that resolves its events
 	}
 	type drainedRow struct {
 		s   *slotRun
@@ -164,11 +166,26 @@ func (r *Runner) flushLocked(ctx context.Context) error {
 		if b == nil || b.track == nil {
 			continue
 		}
+		// What the batch parked or gave up so far is written now, with
+		// the progress that marks it resolved: a blocked key's drain need
+		// not wait for the batch's slowest key, and a next owner of the
+		// batch skips what is parked (a part not committed goes back to
+		// the outcome and is taken again by the next flush, before its
+		// snapshot, or written by the finish).
+		pt := b.out.Take()
+		if pt != nil {
+			for _, id := range pt.IDs() {
+				b.track.Resolve(id)
+			}
+		}
 		set, changed := b.track.Snapshot()
 		if !changed {
+			if pt != nil {
+				pt.Settle(false)
+			}
 			continue
 		}
-		rows = append(rows, row{s: s, b: b, set: set, batch: b.info.ID, c: s.takeCounts()})
+		rows = append(rows, row{s: s, b: b, set: set, batch: b.info.ID, c: s.takeCounts(), part: pt})
 	}
 	if len(rows) == 0 && len(drained) == 0 {
 		return nil
@@ -189,6 +206,7 @@ func (r *Runner) flushLocked(ctx context.Context) error {
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	var owned map[int]bool
+	var keep []bool
 	err := pgx.BeginFunc(tctx, r.cfg.Pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(tctx, `set local synchronous_commit = off`); err != nil {
 			return err
@@ -197,9 +215,16 @@ func (r *Runner) flushLocked(ctx context.Context) error {
 		if owned, err = r.leaseOwned(tctx, tx, slots, epochs); err != nil {
 			return err
 		}
-		keep := make([]bool, n)
+		keep = make([]bool, n)
 		for i, s := range slots[:n] {
 			keep[i] = owned[s]
+		}
+		for i, x := range rows {
+			if keep[i] && x.part != nil {
+				if err := x.part.Write(tctx, tx, r.cfg.Eng); err != nil {
+					return err
+				}
+			}
 		}
 		// The progress and the slots' rate buckets, in one round trip.
 		batch := &pgx.Batch{}
@@ -229,6 +254,9 @@ func (r *Runner) flushLocked(ctx context.Context) error {
 		for _, x := range rows {
 			x.s.putCounts(x.c)
 			x.b.track.Touch()
+			if x.part != nil {
+				x.part.Settle(false)
+			}
 		}
 		for _, d := range drained { // the next flush tries again
 			d.s.mu.Lock()
@@ -241,10 +269,25 @@ func (r *Runner) flushLocked(ctx context.Context) error {
 		signal(r.flushWake) // try again
 		return err
 	}
-	for _, x := range rows {
+	parkedNow := false
+	for i, x := range rows {
+		if x.part != nil {
+			x.part.Settle(keep[i])
+			if keep[i] {
+				if r.cfg.Policy == Pause {
+					x.s.markBlocked(x.part.Keys())
+				}
+				x.s.stats.DeadLettered.Add(int64(x.part.Dead()))
+				parkedNow = true
+				r.trace("parked events written before the batch's end", "slot", x.s.slot, "batch", x.batch, "events", len(x.part.IDs()))
+			}
+		}
 		if !owned[x.s.slot] {
 			r.loseRun(x.s, "another worker took the slot over")
 		}
+	}
+	if parkedNow && r.cfg.Policy == Pause {
+		signal(r.headWake) // their heads may be due
 	}
 	for _, d := range drained {
 		if !owned[d.s.slot] {
