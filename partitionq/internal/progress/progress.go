@@ -9,6 +9,7 @@ package progress
 import (
 	"encoding/binary"
 	"errors"
+	"slices"
 	"sort"
 	"sync"
 )
@@ -81,8 +82,10 @@ type Tracker struct {
 	mu     sync.Mutex
 	ids    []int64 // handed out and not below the watermark, ascending
 	done   []bool  // done[i]: ids[i] is resolved
+	pinned []bool  // pinned[i]: ids[i] is resolved and every snapshot records it
 	below  int64
 	nAbove int  // resolved ids in ids
+	nPin   int  // pinned ids in ids
 	dirty  bool // changed since the last snapshot
 }
 
@@ -109,6 +112,7 @@ func (t *Tracker) Add(id int64, resolved bool) {
 	}
 	t.ids = append(t.ids, id)
 	t.done = append(t.done, resolved)
+	t.pinned = append(t.pinned, false)
 	if resolved {
 		t.nAbove++
 		t.advance()
@@ -119,13 +123,42 @@ func (t *Tracker) Add(id int64, resolved bool) {
 func (t *Tracker) Resolve(id int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.resolve(id, false)
+}
+
+// ResolvePinned records that the events ids are resolved, and that every
+// snapshot must record them (above the watermark) whatever the bound: a
+// snapshot with them (SnapshotWith) was committed, and one without them
+// would let a next owner run them again. The caller keeps the pinned ids
+// within the bound (Room).
+func (t *Tracker) ResolvePinned(ids []int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, id := range ids {
+		t.resolve(id, true)
+	}
+}
+
+func (t *Tracker) resolve(id int64, pin bool) {
 	i := sort.Search(len(t.ids), func(i int) bool { return t.ids[i] >= id })
 	if i == len(t.ids) || t.ids[i] != id || t.done[i] {
 		return
 	}
 	t.done[i] = true
 	t.nAbove++
+	if pin {
+		t.pinned[i] = true
+		t.nPin++
+	}
 	t.advance()
+}
+
+// Room reports whether n more ids may be pinned: pinned ids stay within
+// the bound on ids a snapshot records.
+func (t *Tracker) Room(n int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.nPin+n <= t.max
 }
 
 // advance moves the watermark over the resolved prefix.
@@ -135,10 +168,16 @@ func (t *Tracker) advance() {
 		k++
 	}
 	if k > 0 {
+		for _, p := range t.pinned[:k] {
+			if p {
+				t.nPin--
+			}
+		}
 		t.below = t.ids[k-1]
 		t.nAbove -= k
 		t.ids = t.ids[k:]
 		t.done = t.done[k:]
+		t.pinned = t.pinned[k:]
 	}
 	t.dirty = true
 }
@@ -152,19 +191,47 @@ func (t *Tracker) Touch() {
 
 // Snapshot returns the progress to record, and whether it changed since the
 // last snapshot.
-func (t *Tracker) Snapshot() (Set, bool) {
+func (t *Tracker) Snapshot() (Set, bool) { return t.SnapshotWith(nil) }
+
+// SnapshotWith is Snapshot with the events extra (handed out, not resolved
+// in the tracker) recorded as resolved too, for a write that resolves them
+// in the same transaction; after it commits, the caller pins them
+// (ResolvePinned). Pinned and extra ids are always recorded; the others
+// up to the bound, less those.
+func (t *Tracker) SnapshotWith(extra []int64) (Set, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := Set{Below: t.below}
+	x := append([]int64(nil), extra...)
+	slices.Sort(x)
+	budget := t.max - t.nPin - len(x)
+	others := 0
 	for i, id := range t.ids {
-		if len(s.Above) >= t.max {
-			break
+		for len(x) > 0 && x[0] < id {
+			if x[0] > t.below {
+				s.Above = append(s.Above, x[0])
+			}
+			x = x[1:]
 		}
-		if t.done[i] {
+		if len(x) > 0 && x[0] == id {
+			x = x[1:]
+			s.Above = append(s.Above, id)
+			continue
+		}
+		switch {
+		case t.pinned[i]:
+			s.Above = append(s.Above, id)
+		case t.done[i] && others < budget:
+			others++
 			s.Above = append(s.Above, id)
 		}
 	}
-	changed := t.dirty
+	for _, id := range x {
+		if id > t.below && (len(s.Above) == 0 || id > s.Above[len(s.Above)-1]) {
+			s.Above = append(s.Above, id)
+		}
+	}
+	changed := t.dirty || len(extra) > 0
 	t.dirty = false
 	return s, changed
 }

@@ -141,3 +141,43 @@ func TestSetAdd(t *testing.T) {
 		}
 	}
 }
+
+// Events written early as parked (resolved with the progress that records
+// them) are recorded by that snapshot and, pinned, by every later one,
+// whatever the bound: a snapshot without them would let a next owner park
+// them a second time.
+func TestPinnedIdsAreAlwaysRecorded(t *testing.T) {
+	tr := NewTracker(Set{}, 3)
+	for id := int64(1); id <= 10; id++ {
+		tr.Add(id, false)
+	}
+	if !tr.Room(3) || tr.Room(4) {
+		t.Fatal("room for pinned ids is not the bound")
+	}
+	// 1 is in flight: the watermark stays at 0.
+	set, changed := tr.SnapshotWith([]int64{8, 9})
+	if !changed || set.Below != 0 || !slices.Equal(set.Above, []int64{8, 9}) {
+		t.Fatalf("snapshot with 8, 9 = %+v, %v", set, changed)
+	}
+	if set, _ := tr.Snapshot(); len(set.Above) != 0 {
+		t.Fatalf("ids not committed were recorded later: %+v", set)
+	}
+	tr.ResolvePinned([]int64{8, 9})
+	for _, id := range []int64{2, 3, 4, 5} {
+		tr.Resolve(id)
+	}
+	// The bound is 3: the pinned 8 and 9 and one other, the lowest.
+	if set, _ := tr.Snapshot(); !slices.Equal(set.Above, []int64{2, 8, 9}) {
+		t.Fatalf("snapshot after more resolved = %+v, want 2, 8, 9 above 0", set)
+	}
+	if !tr.Room(1) || tr.Room(2) {
+		t.Fatal("room after pinning 2 of 3")
+	}
+	// The watermark passes the pinned ids: they no longer count.
+	for _, id := range []int64{1, 6, 7} {
+		tr.Resolve(id)
+	}
+	if set, _ := tr.Snapshot(); set.Below != 9 || len(set.Above) != 0 || !tr.Room(3) {
+		t.Fatalf("after every id up to 9 resolved: %+v, room for 3: %v", set, tr.Room(3))
+	}
+}

@@ -167,22 +167,23 @@ func (r *Runner) flushLocked(ctx context.Context) error {
 			continue
 		}
 		// What the batch parked or gave up so far is written now, with
-		// the progress that marks it resolved: a blocked key's drain need
+		// the progress that records it resolved: a blocked key's drain need
 		// not wait for the batch's slowest key, and a next owner of the
-		// batch skips what is parked (a part not committed goes back to
-		// the outcome and is taken again by the next flush, before its
-		// snapshot, or written by the finish).
+		// batch skips what is parked. Once committed, those events are
+		// pinned: every later snapshot records them (a next owner that ran
+		// them would park them twice). A part not committed goes back to
+		// the outcome, unrecorded, for a later flush or the finish; one
+		// that would pin more than the bound waits for the finish.
+		var extra []int64
 		pt := b.out.Take()
 		if pt != nil {
-			for _, id := range pt.IDs() {
-				b.track.Resolve(id)
+			if extra = pt.IDs(); !b.track.Room(len(extra)) {
+				pt.Settle(false)
+				pt, extra = nil, nil
 			}
 		}
-		set, changed := b.track.Snapshot()
+		set, changed := b.track.SnapshotWith(extra)
 		if !changed {
-			if pt != nil {
-				pt.Settle(false)
-			}
 			continue
 		}
 		rows = append(rows, row{s: s, b: b, set: set, batch: b.info.ID, c: s.takeCounts(), part: pt})
@@ -272,6 +273,9 @@ func (r *Runner) flushLocked(ctx context.Context) error {
 	parkedNow := false
 	for i, x := range rows {
 		if x.part != nil {
+			if keep[i] {
+				x.b.track.ResolvePinned(x.part.IDs())
+			}
 			x.part.Settle(keep[i])
 			if keep[i] {
 				if r.cfg.Policy == Pause {
