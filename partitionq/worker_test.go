@@ -167,6 +167,19 @@ func TestPauseHoldsKeyAndOthersFlow(t *testing.T) {
 	b.waitUnblocked(t)
 }
 
+// sendBThenA sends B's event 1, then A's events 1 to 5, in one
+// transaction: one batch.
+func (b *bundle) sendBThenA(t *testing.T) {
+	t.Helper()
+	ms := []partitionq.Message{{Key: "B", Type: "T", Payload: []byte("1")}}
+	for i := 1; i <= 5; i++ {
+		ms = append(ms, partitionq.Message{Key: "A", Type: "T", Payload: []byte(fmt.Sprint(i))})
+	}
+	if _, err := b.client.SendBatch(b.ctx, "q", ms); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A key that fails in a batch is drained while the batch still runs: its
 // parked events are written with the batch's progress, not at the batch's
 // end, so a slow key of the same batch does not hold them. Key B's only
@@ -200,13 +213,7 @@ func TestABlockedKeyDrainsWhileItsBatchRuns(t *testing.T) {
 	}}
 	b.worker(t, partitionq.WorkerConfig{Handler: l, Retry: partitionq.RetryConfig{BackoffMin: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond},
 		Limits: partitionq.LimitsConfig{Concurrency: 4}})
-	ms := []partitionq.Message{{Key: "B", Type: "T", Payload: []byte("1")}}
-	for i := 1; i <= 5; i++ {
-		ms = append(ms, partitionq.Message{Key: "A", Type: "T", Payload: []byte(fmt.Sprint(i))})
-	}
-	if _, err := b.client.SendBatch(b.ctx, "q", ms); err != nil { // one transaction: one batch
-		t.Fatal(err)
-	}
+	b.sendBThenA(t)
 	l.waitOK(t, "B", 1)
 	if !bWaited.Load() {
 		t.Fatalf("A's parked events were not drained while B's event held the batch open: A handled %v", l.okSeq("A"))
@@ -907,13 +914,7 @@ func TestEventsParkedBeforeTheBatchEndsSurviveATakeover(t *testing.T) {
 	cfg := partitionq.WorkerConfig{Handler: h, Retry: partitionq.RetryConfig{BackoffMin: time.Second, BackoffMax: time.Second},
 		Limits: partitionq.LimitsConfig{ShutdownTimeout: 100 * time.Millisecond}}
 	w1 := b.worker(t, cfg)
-	ms := []partitionq.Message{{Key: "B", Type: "T", Payload: []byte("1")}}
-	for i := 1; i <= 5; i++ {
-		ms = append(ms, partitionq.Message{Key: "A", Type: "T", Payload: []byte(fmt.Sprint(i))})
-	}
-	if _, err := b.client.SendBatch(b.ctx, "q", ms); err != nil {
-		t.Fatal(err)
-	}
+	b.sendBThenA(t)
 	pgtest.WaitFor(t, 10*time.Second, "A's events parked while the batch is open", func() (bool, error) {
 		return b.count(t, `select count(*) from pgq.retry_queue`) == 5 && b.count(t, `select count(*) from pgq.subscription where sub_batch is not null`) == 1, nil
 	})
