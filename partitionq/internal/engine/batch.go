@@ -293,7 +293,7 @@ func (e *Engine) OpenRead(ctx context.Context, tx pgx.Tx, spec ReadSpec, limit i
 	if _, err := tx.Exec(ctx, "declare "+readCursor+" no scroll cursor for "+q+" order by 2"); err != nil {
 		return nil, nil, fmt.Errorf("read batch %d: %w", spec.Batch, err)
 	}
-	c := &Cursor{tx: tx}
+	c := &Cursor{tx: tx, types: types{}}
 	evs, err := c.Next(ctx, limit)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read batch %d: %w", spec.Batch, err)
@@ -377,9 +377,6 @@ func (c *Cursor) Next(ctx context.Context, limit int) ([]SlotEvent, error) {
 		return nil, err
 	}
 	defer rows.Close()
-	if c.types == nil {
-		c.types = types{}
-	}
 	raw := rawReadable(rows.FieldDescriptions())
 	// As many as the chunk before (a read's chunks are full but its last):
 	// a big read grows its slice once, a small one allocates little.

@@ -148,6 +148,7 @@ func (r *Runner) flushLocked(ctx context.Context) error {
 		batch int64
 		c     counts
 		part  *parked.Part // written with the progress that resolves its events
+		ids   []int64      // part's events
 	}
 	type drainedRow struct {
 		s   *slotRun
@@ -186,7 +187,7 @@ func (r *Runner) flushLocked(ctx context.Context) error {
 		if !changed {
 			continue
 		}
-		rows = append(rows, row{s: s, b: b, set: set, batch: b.info.ID, c: s.takeCounts(), part: pt})
+		rows = append(rows, row{s: s, b: b, set: set, batch: b.info.ID, c: s.takeCounts(), part: pt, ids: extra})
 	}
 	if len(rows) == 0 && len(drained) == 0 {
 		return nil
@@ -272,19 +273,18 @@ func (r *Runner) flushLocked(ctx context.Context) error {
 	}
 	parkedNow := false
 	for i, x := range rows {
-		if x.part != nil {
-			if keep[i] {
-				x.b.track.ResolvePinned(x.part.IDs())
+		switch {
+		case x.part != nil && keep[i]:
+			x.b.track.ResolvePinned(x.ids)
+			x.part.Settle(true)
+			if r.cfg.Policy == Pause {
+				x.s.markBlocked(x.part.Keys())
 			}
-			x.part.Settle(keep[i])
-			if keep[i] {
-				if r.cfg.Policy == Pause {
-					x.s.markBlocked(x.part.Keys())
-				}
-				x.s.stats.DeadLettered.Add(int64(x.part.Dead()))
-				parkedNow = true
-				r.trace("parked events written before the batch's end", "slot", x.s.slot, "batch", x.batch, "events", len(x.part.IDs()))
-			}
+			x.s.stats.DeadLettered.Add(int64(x.part.Dead()))
+			parkedNow = true
+			r.trace("parked events written before the batch's end", "slot", x.s.slot, "batch", x.batch, "events", len(x.ids))
+		case x.part != nil:
+			x.part.Settle(false)
 		}
 		if !owned[x.s.slot] {
 			r.loseRun(x.s, "another worker took the slot over")
