@@ -467,6 +467,17 @@ func (h *Holder) claim(ctx context.Context) {
 			on conflict do nothing`, h.cfg.Queue, h.cfg.Group, want, h.cfg.N); err != nil {
 			return err
 		}
+		// Lock the wanted rows first, and judge them in the next statement,
+		// whose snapshot is taken once the locks are held: a statement that
+		// waited on a row for another claim re-checks only that row against
+		// its first snapshot, in which the new owner's worker row (registered
+		// a moment before, as every generation's run does at a cutover) may
+		// not exist yet, and would take the slot from a live owner.
+		if _, err := tx.Exec(ctx, `select 1 from partitionq.slot
+			 where queue = $1 and grp = $2 and n = $4 and slot = any($3::int4[])
+			 order by slot for update`, h.cfg.Queue, h.cfg.Group, want, h.cfg.N); err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, `
 			with gone as (
 			    select w.id from partitionq.worker w

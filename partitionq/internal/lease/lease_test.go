@@ -91,3 +91,82 @@ func TestClaimTakesOnlyTheSlotsOfItsGeneration(t *testing.T) {
 		t.Errorf("generation 3's slot 0 at epoch %d, want one of generation 3's (3 << 32 and up)", e)
 	}
 }
+
+// Two workers register and claim the same free slots at once, as every
+// worker does at a resize's cutover (each generation's run registers a
+// worker row of its own, then claims at once). The claim that waits on the
+// slot rows of the other must see, once they are free, that they now
+// belong to a worker it had not seen registered when its statement began:
+// it must not take them from it. Here the other worker registers and takes
+// slot 0 in a transaction held open until the claim waits on the row; a
+// claim that judged the new owner by its statement's first snapshot found
+// no such worker and took the slot (two owners at once; CI saw it once as
+// an overlap in TestResizeUnderFaults).
+func TestAClaimDoesNotTakeASlotFromAWorkerThatRegisteredWhileItWaited(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := store.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `insert into partitionq.generation (queue, grp, slots, number) values ('q', 'g', 1, 1);
+		insert into partitionq.slot (queue, grp, n, slot, epoch) values ('q', 'g', 1, 0, 1::bigint << 32)`); err != nil {
+		t.Fatal(err)
+	}
+	late := newHolder(t, pool, "late", 1, 1)
+
+	// The other worker: registered and taking slot 0, not committed yet.
+	other, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Rollback(ctx)
+	var otherID, otherPid int64
+	if err := other.QueryRow(ctx, `insert into partitionq.worker (identity, host, os_pid, backend_pid, backend_start, lease_until, schema_version)
+		select 'other', 'h', 1, a.pid, a.backend_start, clock_timestamp() + interval '1 minute', $1
+		  from pg_stat_activity a where a.pid = pg_backend_pid()
+		returning id, backend_pid`, store.Latest()).Scan(&otherID, &otherPid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Exec(ctx, `update partitionq.slot set worker_id = $1, epoch = epoch + 1 where queue = 'q' and grp = 'g'`, otherID); err != nil {
+		t.Fatal(err)
+	}
+
+	claimed := make(chan struct{})
+	go func() { defer close(claimed); late.claim(ctx) }()
+	// Wait until the claim waits on the other's lock, then let it go.
+	for {
+		var waiting bool
+		if err := pool.QueryRow(ctx, `select exists (select 1 from pg_locks where not granted and pid <> $1)`, otherPid).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		select {
+		case <-claimed:
+			t.Fatal("the claim ended before waiting on the slot the other worker holds")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if err := other.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-claimed
+
+	if got := owned(late); got != 0 {
+		t.Errorf("the late claim took the slot the other worker had just taken")
+	}
+	var owner int64
+	if err := pool.QueryRow(ctx, `select worker_id from partitionq.slot where queue = 'q' and grp = 'g'`).Scan(&owner); err != nil {
+		t.Fatal(err)
+	}
+	if owner != otherID {
+		t.Errorf("slot 0 names worker %d, want the other worker %d", owner, otherID)
+	}
+}
