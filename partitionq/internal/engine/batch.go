@@ -101,13 +101,17 @@ func (e *Engine) Advance(ctx context.Context, tx pgx.Tx, queue string, consumers
 	if len(consumers) == 0 {
 		return nil, nil
 	}
+	// Each consumer's subscription is looked up alone (offset 0: not
+	// joined by the planner, which joined every subscription standing at
+	// the same tick, as idle slots do, with every consumer asked about).
 	rows, err := tx.Query(ctx, e.f(`
 		select u.o, pgq.register_consumer_at($1, u.c, u.t) is not null
-		  from unnest($2::text[], $3::int8[], $4::int8[]) with ordinality u(c, f, t, o)
-		  join pgq.consumer c on c.co_name = u.c
-		  join pgq.queue q on q.queue_name = $1
-		  join pgq.subscription s on s.sub_queue = q.queue_id and s.sub_consumer = c.co_id
-		 where s.sub_batch is null and s.sub_last_tick = u.f and u.t > u.f
+		  from unnest($2::text[], $3::int8[], $4::int8[]) with ordinality u(c, f, t, o),
+		  lateral (select c.co_id from pgq.consumer c where c.co_name = u.c offset 0) c,
+		  lateral (select 1 from pgq.subscription s
+		            where s.sub_queue = (select queue_id from pgq.queue where queue_name = $1) and s.sub_consumer = c.co_id
+		              and s.sub_batch is null and s.sub_last_tick = u.f offset 0) s
+		 where u.t > u.f
 		 order by u.o`), queue, consumers, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("advance %d consumers: %w", len(consumers), err)

@@ -635,6 +635,18 @@ func (h *Holder) Close(ctx context.Context) error {
 	return err
 }
 
+// ownedRows is the rows of slots $3 (of queue $1, group $2, the
+// generation with $5 slots) owned at epochs $4, each locked for share, as
+// x(slot). Each slot is looked up by the primary key, one at a time: the
+// planner cannot join the arrays with the table well on a table it has no
+// statistics of yet (a group just set up), and scanned every slot row of
+// the group for each one wanted (0.6 ms instead of 0.06 at N = 256).
+const ownedRows = `unnest($3::int4[], $4::int8[]) u(slot, epoch),
+	lateral (select s.slot from partitionq.slot s
+	          where s.queue = $1 and s.grp = $2 and s.n = $5 and s.slot = u.slot
+	            and s.epoch = u.epoch and s.worker_id is not null
+	            for share) x`
+
 // Fence checks, inside tx, that the worker still owns slots (of the
 // generation with n slots) at their epochs, and holds the slot rows (for
 // share) until tx ends, so that a takeover waits for tx and cannot happen
@@ -648,10 +660,7 @@ func Fence(ctx context.Context, tx db.DB, queue, group string, n int, slots []in
 		ss[i] = int32(s)
 	}
 	var found int
-	err := tx.QueryRow(ctx, `select count(*) from (
-		select 1 from partitionq.slot s join unnest($3::int4[], $4::int8[]) u(slot, epoch) on u.slot = s.slot and u.epoch = s.epoch
-		 where s.queue = $1 and s.grp = $2 and s.n = $5 and s.worker_id is not null
-		   for share of s) x`, queue, group, ss, epochs, n).Scan(&found)
+	err := tx.QueryRow(ctx, `select count(*) from `+ownedRows, queue, group, ss, epochs, n).Scan(&found)
 	if err != nil {
 		return err
 	}
@@ -680,10 +689,7 @@ func Owned(ctx context.Context, tx db.DB, queue, group string, n int, slots []in
 	for i, s := range slots {
 		ss[i] = int32(s)
 	}
-	rows, err := tx.Query(ctx, `select s.slot from partitionq.slot s
-		join unnest($3::int4[], $4::int8[]) u(slot, epoch) on u.slot = s.slot and u.epoch = s.epoch
-		 where s.queue = $1 and s.grp = $2 and s.n = $5 and s.worker_id is not null
-		   for share of s`, queue, group, ss, epochs, n)
+	rows, err := tx.Query(ctx, `select x.slot from `+ownedRows, queue, group, ss, epochs, n)
 	return slotSet(rows, err)
 }
 

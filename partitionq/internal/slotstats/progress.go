@@ -84,9 +84,13 @@ func Finish(ctx context.Context, tx pgx.Tx, queue, group string, n int, slots []
 // transaction, so that the two reads agree.
 func LoadProgress(ctx context.Context, q db.DB, queue, group string, n int, slots []int32, batches []int64) (sets map[int]progress.Set, unreadable []int, err error) {
 	sets = map[int]progress.Set{}
-	rows, err := q.Query(ctx, `select p.slot, p.done_below, p.done from partitionq.slot_progress p
-		join unnest($3::int4[], $4::int8[]) u(slot, batch) on u.slot = p.slot and u.batch = p.batch_id
-		where p.queue = $1 and p.grp = $2 and p.n = $5`, queue, group, slots, batches, n)
+	// Each slot's row by the primary key (offset 0: not joined by the
+	// planner, which scanned the group's rows for each slot on a table
+	// without statistics).
+	rows, err := q.Query(ctx, `select u.slot, p.done_below, p.done from unnest($3::int4[], $4::int8[]) u(slot, batch),
+		lateral (select p.done_below, p.done from partitionq.slot_progress p
+		          where p.queue = $1 and p.grp = $2 and p.n = $5 and p.slot = u.slot and p.batch_id = u.batch offset 0) p`,
+		queue, group, slots, batches, n)
 	if err != nil {
 		return nil, nil, err
 	}
