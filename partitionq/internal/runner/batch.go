@@ -41,7 +41,7 @@ type batchRun struct {
 func (r *Runner) batchLoop() {
 	poll := time.NewTicker(r.cfg.PollInterval)
 	defer poll.Stop()
-	adv := time.NewTicker(idleAdvance)
+	adv := time.NewTicker(idleAdvanceStep)
 	defer adv.Stop()
 	look := true
 	for r.stop.Err() == nil {
@@ -58,7 +58,7 @@ func (r *Runner) batchLoop() {
 		case <-poll.C:
 			look = r.newTicks()
 		case <-adv.C:
-			r.advanceIdle()
+			r.advanceIdle(false)
 		}
 	}
 }
@@ -254,11 +254,6 @@ func (r *Runner) readOnce(id int64, group []*batchRun, cands []*slotRun, seen ma
 	}
 	defer func() { <-r.readerSem }()
 	ctx := r.stop
-	tx, err := r.cfg.Pool.Begin(ctx)
-	if err != nil {
-		return false, err
-	}
-	defer tx.Rollback(context.Background()) // read only
 	spec := engine.ReadSpec{Batch: group[0].info.ID, Sub: group[0].s.info.SubID, N: r.cfg.N, AfterID: after, Owners: r.cfg.ParentSubs}
 	bySlot := make(map[int]*batchRun, len(group))
 	for _, b := range group {
@@ -272,12 +267,7 @@ func (r *Runner) readOnce(id int64, group []*batchRun, cands []*slotRun, seen ma
 		spec.Slots = append(spec.Slots, s.slot)
 		cand[s.slot] = true
 	}
-	cur, evs, err := r.cfg.Eng.OpenRead(ctx, tx, spec, r.cfg.ChunkSize)
-	if err != nil {
-		return false, err
-	}
-	limit := int64(2 * r.cfg.ChunkSize)
-	for len(evs) > 0 {
+	hand := func(evs []engine.SlotEvent) bool {
 		for i := range evs {
 			ev := &evs[i] // the lanes hold it in the chunk: an event is not copied on its way
 			if b := bySlot[ev.Slot]; b != nil && b.reader.Load() == id {
@@ -286,7 +276,29 @@ func (r *Runner) readOnce(id int64, group []*batchRun, cands []*slotRun, seen ma
 				seen[ev.Slot] = true
 			}
 		}
-		if r.stop.Err() != nil {
+		return r.stop.Err() == nil
+	}
+	if after == 0 && smallRead(group[0].info, r.cfg.ChunkSize) {
+		evs, ok, err := r.readSmall(ctx, spec)
+		if err != nil {
+			return false, err
+		}
+		if ok {
+			return hand(evs), nil
+		}
+	}
+	tx, err := r.cfg.Pool.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback(context.Background()) // read only
+	cur, evs, err := r.cfg.Eng.OpenRead(ctx, tx, spec, r.cfg.ChunkSize)
+	if err != nil {
+		return false, err
+	}
+	limit := int64(2 * r.cfg.ChunkSize)
+	for len(evs) > 0 {
+		if !hand(evs) {
 			return false, nil
 		}
 		// Flow control: wait for the lanes to make room. In a shared read a
@@ -311,6 +323,28 @@ func (r *Runner) readOnce(id int64, group []*batchRun, cands []*slotRun, seen ma
 		}
 	}
 	return true, tx.Commit(ctx)
+}
+
+// smallRead reports whether a read of a batch with info's ticks fits in
+// one chunk, going by the events the queue took between its ticks (every
+// slot's: an upper bound of any slot's share, but for events of
+// transactions that spanned the first tick, which ReadSmall's own bound
+// catches).
+func smallRead(info engine.BatchInfo, chunk int) bool {
+	n := info.CurSeq - info.PrevSeq
+	return info.CurSeq > 0 && n >= 0 && n <= int64(chunk)
+}
+
+// readSmall reads a small batch's events in one statement, on one
+// connection, outside a transaction (engine.ReadSmall); ok is false when
+// they are more than a chunk after all.
+func (r *Runner) readSmall(ctx context.Context, spec engine.ReadSpec) (evs []engine.SlotEvent, ok bool, err error) {
+	conn, err := r.cfg.Pool.Acquire(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	defer conn.Release()
+	return r.cfg.Eng.ReadSmall(ctx, conn, spec, r.cfg.ChunkSize)
 }
 
 // starving reports whether a slot of the shared read id other than b has
@@ -640,7 +674,7 @@ func (r *Runner) finished(b *batchRun) {
 	s.stats.LastBatch.Store(time.Now().UnixNano())
 	s.stats.DeadLettered.Add(int64(dead))
 	s.mu.Lock()
-	s.lastTick, s.pos = b.info.CurTick, b.info.CurTick
+	s.lastTick, s.pos, s.posAt = b.info.CurTick, b.info.CurTick, time.Now()
 	s.cold = b.events.Load() == 0
 	s.small = !s.cold && b.info.CurSeq-b.info.PrevSeq <= peekMax
 	s.mu.Unlock()
