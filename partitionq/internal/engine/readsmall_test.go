@@ -106,3 +106,94 @@ func TestReadSmallReadsWhatTheCursorReads(t *testing.T) {
 		t.Errorf("ReadSmall of %d events with a bound of %d: %d events, ok %v, %v; want none, not ok", len(want), len(want)-1, len(evs), ok, err)
 	}
 }
+
+// A batch whose ticks say it is small but is not (its events were sent in
+// a transaction that spanned its first tick, as a backlog sent in one
+// transaction is) costs ReadSmall about its bound in rows, not a scan of
+// the batch, and is left to the cursor. (The engine's query sorted the
+// batch: read with a bound, it read every event, twice in the counters.)
+func TestReadSmallOfABatchLargerThanItsTicksSay(t *testing.T) {
+	pool, eng := shared.Get(t)
+	ctx := context.Background()
+	const queue, consumer, sent, bound = "readsmall_large", "g#0/1", 1000, 10
+	sc := eng.Schema()
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := eng.CreateQueue(ctx, tx, queue); err != nil {
+			return err
+		}
+		if err := eng.SetQueueConfig(ctx, tx, queue, "ticker_max_lag", "1 microsecond"); err != nil {
+			return err
+		}
+		_, err := eng.RegisterConsumer(ctx, tx, queue, consumer)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The events take their ids, then a tick comes, then they commit.
+	long, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer long.Rollback(ctx)
+	if _, err := long.Exec(ctx, `select `+sc+`.insert_event($1, 'T', 'd', 'k' || i, null, null, null) from generate_series(1, $2) i`, queue, sent); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Ticker(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if err := long.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `select `+sc+`.insert_event($1, 'T', 'd', 'last', null, null, null)`, queue); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Ticker(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	subs, err := eng.Subscriptions(ctx, pool, queue, "g#")
+	if err != nil || len(subs) != 1 {
+		t.Fatalf("subscriptions: %v, %v", subs, err)
+	}
+	spec := engine.ReadSpec{Sub: subs[0].SubID, Subs: []int32{subs[0].SubID}, N: 1}
+	// The first batch ends at the tick the events missed; the second has
+	// them all, and a queue's worth of one event by its ticks.
+	for range 2 {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		infos, err := eng.NextBatches(ctx, tx, queue, []string{consumer}, 0)
+		if err != nil || len(infos) != 1 || infos[0].ID == 0 {
+			t.Fatalf("no batch: %+v, %v", infos, err)
+		}
+		spec.Batch = infos[0].ID
+		if seq := infos[0].CurSeq - infos[0].PrevSeq; seq > bound {
+			if _, err := eng.FinishBatches(ctx, tx, []int64{spec.Batch}); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		evs, ok, err := eng.ReadSmall(ctx, tx, spec, bound)
+		if err != nil || ok || evs != nil {
+			t.Fatalf("ReadSmall with a bound of %d: %d events, ok %v, %v; want none, not ok", bound, len(evs), ok, err)
+		}
+		var read int64
+		if err := tx.QueryRow(ctx, `select coalesce(sum(seq_tup_read + coalesce(idx_tup_fetch, 0)), 0) from pg_stat_xact_user_tables
+			where schemaname = $1 and relname like 'event\_%'`, sc).Scan(&read); err != nil {
+			t.Fatal(err)
+		}
+		// Its bound, and the rest of the heap page it stopped in (a page
+		// holds fewer than 100 of these events); the whole batch read
+		// twice over (the engine's query sorted it) before.
+		if want := int64(bound + 1 + 100); read > want {
+			t.Errorf("ReadSmall of a batch of %d events with a bound of %d read %d event rows, want at most %d", sent+1, bound, read, want)
+		}
+		tx.Rollback(ctx)
+		return
+	}
+	t.Fatal("no batch its ticks say is small: the test checks nothing")
+}
