@@ -1,11 +1,9 @@
 package engine
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -307,49 +305,6 @@ func (e *Engine) OpenRead(ctx context.Context, tx pgx.Tx, spec ReadSpec, limit i
 	return c, evs, nil
 }
 
-// ReadSmall reads spec's events in ev_id order in one statement on q,
-// outside any transaction and without a cursor, when there are at most
-// limit of them; ok is false, and nothing is returned, when there are more
-// (read them with OpenRead). A batch's events do not change once its
-// ticks exist, so a read needs no transaction of its own: for a batch
-// its ticks say is small, this saves OpenRead's begin, cursor and commit,
-// three of its five round trips, on the way from a tick to the handlers.
-// The statement is sent as text (simple protocol: its text is new every
-// time, so it is not worth preparing), and its rows are scanned. It asks
-// for limit + 1 rows in no order, so a batch larger than its ticks said
-// (a transaction that spanned its first tick: a backlog sent in one
-// transaction) costs at most that many rows before the cursor reads it,
-// not a scan of the whole batch; the rows are put in ev_id order here.
-func (e *Engine) ReadSmall(ctx context.Context, q DB, spec ReadSpec, limit int) (evs []SlotEvent, ok bool, err error) {
-	sql, err := e.readSQL(ctx, q, spec)
-	if err != nil {
-		return nil, false, err
-	}
-	defer func() {
-		if ok {
-			slices.SortFunc(evs, func(a, b SlotEvent) int { return cmp.Compare(a.ID, b.ID) })
-		}
-	}()
-	rows, err := q.Query(ctx, sql+" limit "+strconv.Itoa(limit+1), pgx.QueryExecModeSimpleProtocol)
-	if err != nil {
-		return nil, false, fmt.Errorf("read batch %d: %w", spec.Batch, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if len(evs) == limit {
-			return nil, false, nil
-		}
-		evs = append(evs, SlotEvent{})
-		if err := scanRead(rows, &evs[len(evs)-1]); err != nil {
-			return nil, false, fmt.Errorf("read batch %d: %w", spec.Batch, err)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, false, fmt.Errorf("read batch %d: %w", spec.Batch, err)
-	}
-	return evs, true, nil
-}
-
 // SlotsWithEvents returns which of spec's slots have events in its batch
 // (one scan, no event copied out), in no order.
 func (e *Engine) SlotsWithEvents(ctx context.Context, tx pgx.Tx, spec ReadSpec) ([]int, error) {
@@ -369,15 +324,11 @@ func (e *Engine) SlotsWithEvents(ctx context.Context, tx pgx.Tx, spec ReadSpec) 
 }
 
 // readSQL is the query of spec's events (see OpenRead), unordered.
-func (e *Engine) readSQL(ctx context.Context, db DB, spec ReadSpec) (string, error) {
+func (e *Engine) readSQL(ctx context.Context, tx pgx.Tx, spec ReadSpec) (string, error) {
 	var sql string
-	if err := db.QueryRow(ctx, e.f(`select pgq.batch_event_sql($1)`), spec.Batch).Scan(&sql); err != nil {
+	if err := tx.QueryRow(ctx, e.f(`select pgq.batch_event_sql($1)`), spec.Batch).Scan(&sql); err != nil {
 		return "", fmt.Errorf("read batch %d: %w", spec.Batch, err)
 	}
-	// The engine's query ends by sorting the batch by ev_id; the read
-	// sorts (OpenRead) or needs no order (SlotsWithEvents), and ReadSmall
-	// must be able to stop early.
-	sql = strings.TrimSuffix(sql, " order by 1")
 	if len(spec.Subs) > 1 || len(spec.Owners) > 0 {
 		// The engine's query keeps the retried events of its own consumer;
 		// a read for several slots keeps those of every slot read (and of

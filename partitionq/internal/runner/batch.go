@@ -254,6 +254,11 @@ func (r *Runner) readOnce(id int64, group []*batchRun, cands []*slotRun, seen ma
 	}
 	defer func() { <-r.readerSem }()
 	ctx := r.stop
+	tx, err := r.cfg.Pool.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback(context.Background()) // read only
 	spec := engine.ReadSpec{Batch: group[0].info.ID, Sub: group[0].s.info.SubID, N: r.cfg.N, AfterID: after, Owners: r.cfg.ParentSubs}
 	bySlot := make(map[int]*batchRun, len(group))
 	for _, b := range group {
@@ -267,7 +272,12 @@ func (r *Runner) readOnce(id int64, group []*batchRun, cands []*slotRun, seen ma
 		spec.Slots = append(spec.Slots, s.slot)
 		cand[s.slot] = true
 	}
-	hand := func(evs []engine.SlotEvent) bool {
+	cur, evs, err := r.cfg.Eng.OpenRead(ctx, tx, spec, r.cfg.ChunkSize)
+	if err != nil {
+		return false, err
+	}
+	limit := int64(2 * r.cfg.ChunkSize)
+	for len(evs) > 0 {
 		for i := range evs {
 			ev := &evs[i] // the lanes hold it in the chunk: an event is not copied on its way
 			if b := bySlot[ev.Slot]; b != nil && b.reader.Load() == id {
@@ -276,29 +286,7 @@ func (r *Runner) readOnce(id int64, group []*batchRun, cands []*slotRun, seen ma
 				seen[ev.Slot] = true
 			}
 		}
-		return r.stop.Err() == nil
-	}
-	if after == 0 && smallRead(group[0].info, r.cfg.ChunkSize) {
-		evs, ok, err := r.readSmall(ctx, spec)
-		if err != nil {
-			return false, err
-		}
-		if ok {
-			return hand(evs), nil
-		}
-	}
-	tx, err := r.cfg.Pool.Begin(ctx)
-	if err != nil {
-		return false, err
-	}
-	defer tx.Rollback(context.Background()) // read only
-	cur, evs, err := r.cfg.Eng.OpenRead(ctx, tx, spec, r.cfg.ChunkSize)
-	if err != nil {
-		return false, err
-	}
-	limit := int64(2 * r.cfg.ChunkSize)
-	for len(evs) > 0 {
-		if !hand(evs) {
+		if r.stop.Err() != nil {
 			return false, nil
 		}
 		// Flow control: wait for the lanes to make room. In a shared read a
@@ -323,28 +311,6 @@ func (r *Runner) readOnce(id int64, group []*batchRun, cands []*slotRun, seen ma
 		}
 	}
 	return true, tx.Commit(ctx)
-}
-
-// smallRead reports whether a read of a batch with info's ticks fits in
-// one chunk, going by the events the queue took between its ticks (every
-// slot's: an upper bound of any slot's share, but for events of
-// transactions that spanned the first tick, which ReadSmall's own bound
-// catches).
-func smallRead(info engine.BatchInfo, chunk int) bool {
-	n := info.CurSeq - info.PrevSeq
-	return info.CurSeq > 0 && n >= 0 && n <= int64(chunk)
-}
-
-// readSmall reads a small batch's events in one statement, on one
-// connection, outside a transaction (engine.ReadSmall); ok is false when
-// they are more than a chunk after all.
-func (r *Runner) readSmall(ctx context.Context, spec engine.ReadSpec) (evs []engine.SlotEvent, ok bool, err error) {
-	conn, err := r.cfg.Pool.Acquire(ctx)
-	if err != nil {
-		return nil, false, err
-	}
-	defer conn.Release()
-	return r.cfg.Eng.ReadSmall(ctx, conn, spec, r.cfg.ChunkSize)
 }
 
 // starving reports whether a slot of the shared read id other than b has
