@@ -31,6 +31,16 @@ func newHolder(t *testing.T, pool *pgxpool.Pool, identity string, n, generation 
 	return h
 }
 
+// migrated returns a pool on a new database with partitionq's schema.
+func migrated(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool := pgtest.Pool(t, pgtest.New(t), 8)
+	if err := store.Migrate(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	return pool
+}
+
 func owned(h *Holder) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -44,16 +54,8 @@ func owned(h *Holder) int {
 // the same claim takes them while its generation is the current one.
 func TestClaimTakesOnlyTheSlotsOfItsGeneration(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if err := store.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
+	pool := migrated(t)
 	// Generation 1 of the group: 4 slots, their rows free.
 	if _, err := pool.Exec(ctx, `insert into partitionq.generation (queue, grp, slots, number) values ('q', 'g', 4, 1);
 		insert into partitionq.slot (queue, grp, n, slot) select 'q', 'g', 4, s from generate_series(0, 3) s`); err != nil {
@@ -104,16 +106,8 @@ func TestClaimTakesOnlyTheSlotsOfItsGeneration(t *testing.T) {
 // an overlap in TestResizeUnderFaults).
 func TestAClaimDoesNotTakeASlotFromAWorkerThatRegisteredWhileItWaited(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if err := store.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
+	pool := migrated(t)
 	if _, err := pool.Exec(ctx, `insert into partitionq.generation (queue, grp, slots, number) values ('q', 'g', 1, 1);
 		insert into partitionq.slot (queue, grp, n, slot, epoch) values ('q', 'g', 1, 0, 1::bigint << 32)`); err != nil {
 		t.Fatal(err)
@@ -178,16 +172,8 @@ func TestAClaimDoesNotTakeASlotFromAWorkerThatRegisteredWhileItWaited(t *testing
 // rows for 8 slots at N = 256, ten times the time).
 func TestOwnershipChecksReadOnlyTheirSlotsRows(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if err := store.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
+	pool := migrated(t)
 	const n = 256
 	if _, err := pool.Exec(ctx, `insert into partitionq.generation (queue, grp, slots, number) values ('q', 'g', 256, 1);
 		insert into partitionq.slot (queue, grp, n, slot, epoch) select 'q', 'g', 256, s, 1::bigint << 32 from generate_series(0, 255) s`); err != nil {

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partitionq/partitionq/partitionq/internal/store"
 	"github.com/partitionq/partitionq/test/pgtest"
@@ -30,13 +29,8 @@ func rowsRead(t *testing.T, tx pgx.Tx, table string) int64 {
 // every progress row of the group for each slot asked about.
 func TestSlotWritesReadOnlyTheirSlotsRows(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := pgtest.Pool(t, pgtest.New(t), 4)
 	if err := store.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
