@@ -41,7 +41,7 @@ type batchRun struct {
 func (r *Runner) batchLoop() {
 	poll := time.NewTicker(r.cfg.PollInterval)
 	defer poll.Stop()
-	adv := time.NewTicker(idleAdvanceStep)
+	adv := time.NewTicker(idleAdvance)
 	defer adv.Stop()
 	look := true
 	for r.stop.Err() == nil {
@@ -58,7 +58,7 @@ func (r *Runner) batchLoop() {
 		case <-poll.C:
 			look = r.newTicks()
 		case <-adv.C:
-			r.advanceIdle(false)
+			r.advanceIdle()
 		}
 	}
 }
@@ -640,7 +640,7 @@ func (r *Runner) finished(b *batchRun) {
 	s.stats.LastBatch.Store(time.Now().UnixNano())
 	s.stats.DeadLettered.Add(int64(dead))
 	s.mu.Lock()
-	s.lastTick, s.pos, s.posAt = b.info.CurTick, b.info.CurTick, time.Now()
+	s.lastTick, s.pos = b.info.CurTick, b.info.CurTick
 	s.cold = b.events.Load() == 0
 	s.small = !s.cold && b.info.CurSeq-b.info.PrevSeq <= peekMax
 	s.mu.Unlock()

@@ -3,7 +3,6 @@ package runner
 import (
 	"errors"
 	"log/slog"
-	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,10 +19,10 @@ import (
 // own events the shared reads showed to be none between the two is at
 // lastTick as far as its events go, and its consumer is moved there
 // without a batch (engine.Advance) when that is needed: before it opens a
-// batch, before it hands off at a resize's cutover, and about once a
-// second (idleAdvance, a few slots at a time), so that it never holds back
-// the queue's table rotation and its lag, as status and the metrics report
-// it, stays within about idleAdvance plus one tick.
+// batch, before it hands off at a resize's cutover, and at least once a
+// second (idleAdvance), so that it never holds back the queue's table
+// rotation and its lag, as status and the metrics report it, stays within
+// about idleAdvance plus one tick.
 //
 // Idle slots that are cold (their last batch, or the last read that looked
 // at them, had no event of theirs), and outside a resize those whose last
@@ -41,20 +40,9 @@ import (
 // and opens a batch per tick as before; a slot behind takes every tick it is
 // behind by as one batch (engine.NextBatches), the probe too.
 
-// idleAdvance is about the longest a skipped slot's consumer stays behind
-// how far it has read.
+// idleAdvance is the longest a skipped slot's consumer stays behind how far
+// it has read.
 const idleAdvance = time.Second
-
-// The idle slots due a move are looked at every idleAdvanceStep, and at
-// most advanceChunk of them (those that moved longest ago) are moved in
-// one transaction, so that a worker's many idle slots move spread over
-// the second, a few at a time: moving all 256 at once held the batch loop,
-// and the consumers' rows, for one statement of up to 28 ms every second,
-// while new events waited to be opened.
-const (
-	idleAdvanceStep = idleAdvance / 8
-	advanceChunk    = 32
-)
 
 // cohort is the idle cold slots: the probe opens a batch, the candidates
 // ride on its read.
@@ -497,7 +485,7 @@ func (r *Runner) movedAhead(ss []*slotRun, ok []bool, to []int64) {
 		r.trace("slot moved ahead", "slot", s.slot, "to", to[i], "ok", ok[i])
 		s.mu.Lock()
 		if ok[i] {
-			s.pos, s.posAt = to[i], time.Now()
+			s.pos = to[i]
 		} else {
 			s.pos, s.lastTick, s.cold = 0, 0, false // not where it was thought to be: open alone from wherever it is
 		}
@@ -520,49 +508,18 @@ func (r *Runner) fence(tx pgx.Tx, ss []*slotRun) error {
 }
 
 // advanceIdle moves the consumers of idle slots that cohort reads skipped
-// to where they have read: each about once per idleAdvance (those whose
-// consumer last moved idleAdvance - idleAdvanceStep ago or more, at most
-// advanceChunk of them, those that moved longest ago first), or, with all,
-// every one, before the slots are released.
-func (r *Runner) advanceIdle(all bool) {
-	due := dueAdvances(r.idleSlots(), time.Now(), all)
-	for len(due) > 0 {
-		chunk := due[:min(len(due), advanceChunk)]
-		due = due[len(chunk):]
-		if !r.advanceSlots(chunk) || !all {
-			return
+// to where they have read: at most idleAdvance behind (see above), and
+// before the slots are released.
+func (r *Runner) advanceIdle() {
+	var ss []*slotRun
+	for _, s := range r.idleSlots() {
+		if p, l := s.snapshotPos(), s.snapshotLast(); p > 0 && p < l {
+			ss = append(ss, s)
 		}
 	}
-}
-
-// dueAdvances returns the slots of idle whose consumer stands behind how
-// far they have read and is due a move at now (with all: every one), in
-// the order to move them: the one that moved longest ago first.
-func dueAdvances(idle []*slotRun, now time.Time, all bool) []*slotRun {
-	type cand struct {
-		s  *slotRun
-		at time.Time
+	if len(ss) == 0 {
+		return
 	}
-	var cs []cand
-	for _, s := range idle {
-		s.mu.Lock()
-		p, l, at := s.pos, s.lastTick, s.posAt
-		s.mu.Unlock()
-		if p > 0 && p < l && (all || now.Sub(at) >= idleAdvance-idleAdvanceStep) {
-			cs = append(cs, cand{s, at})
-		}
-	}
-	sort.SliceStable(cs, func(i, j int) bool { return cs[i].at.Before(cs[j].at) })
-	out := make([]*slotRun, len(cs))
-	for i, c := range cs {
-		out[i] = c.s
-	}
-	return out
-}
-
-// advanceSlots moves the consumers of ss, idle, to where they have read,
-// in one transaction; it reports whether that worked.
-func (r *Runner) advanceSlots(ss []*slotRun) bool {
 	var ok []bool
 	var to []int64
 	err := pgx.BeginFunc(r.hard, r.cfg.Pool, func(tx pgx.Tx) error {
@@ -574,19 +531,17 @@ func (r *Runner) advanceSlots(ss []*slotRun) bool {
 		if r.stop.Err() == nil {
 			r.log.Warn("partitionq: moving idle slots ahead failed", slog.Any("error", err))
 		}
-		return false
+		return
 	}
-	now := time.Now()
 	for i, s := range ss {
 		s.mu.Lock()
 		if ok[i] {
-			s.pos, s.posAt = max(s.pos, to[i]), now
+			s.pos = max(s.pos, to[i])
 		} else if s.batch == nil {
 			s.pos, s.lastTick, s.cold = 0, 0, false
 		}
 		s.mu.Unlock()
 	}
-	return true
 }
 
 func consumersOf(ss []*slotRun) []string {

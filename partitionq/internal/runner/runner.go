@@ -241,7 +241,7 @@ func (r *Runner) Run(stop, hard context.Context, ready func(error)) error {
 	for _, s := range owned {
 		s.waitIdle()
 	}
-	r.advanceIdle(true) // the next owner starts where this one has read
+	r.advanceIdle() // the next owner starts where this one has read
 	close(r.finishQ)
 	r.wg.Wait()
 	if r.cfg.Progress {

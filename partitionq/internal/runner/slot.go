@@ -43,11 +43,10 @@ type slotRun struct {
 	blocked  map[string]uint64 // keys with parked events (a superset), with the generation of their last mark
 	gen      uint64
 	draining map[string]bool
-	lastTick int64     // how far the slot has read: the tick its last batch ended at, or a cohort read skipped it to (0: unknown)
-	pos      int64     // where its engine consumer stands (0: unknown); behind lastTick only after skips (open.go)
-	posAt    time.Time // when pos was last moved by a batch or an advance (zero: never)
-	cold     bool      // its last batch, or the last read that looked at it, had no event of its own
-	small    bool      // its last batch had events of its own, and was small enough for a look to peek at (open.go)
+	lastTick int64 // how far the slot has read: the tick its last batch ended at, or a cohort read skipped it to (0: unknown)
+	pos      int64 // where its engine consumer stands (0: unknown); behind lastTick only after skips (open.go)
+	cold     bool  // its last batch, or the last read that looked at it, had no event of its own
+	small    bool  // its last batch had events of its own, and was small enough for a look to peek at (open.go)
 	// drainedIDs are parked events its drains handled, not yet recorded
 	// as done (the next flush does: progress.go).
 	drainedIDs []int64
