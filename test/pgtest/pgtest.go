@@ -279,3 +279,17 @@ func InTx(t testing.TB, pool *pgxpool.Pool, fn func(tx pgx.Tx)) {
 	defer tx.Rollback(ctx) // the point: nothing is kept
 	fn(tx)
 }
+
+// RowsRead is how many rows of tables (names as regclass takes them) the
+// transaction tx has read so far: sequential scans' rows and index scans'
+// fetches (pg_stat_xact_user_tables), for tests that bound a statement's
+// reads.
+func RowsRead(t testing.TB, tx pgx.Tx, tables ...string) int64 {
+	t.Helper()
+	var n int64
+	if err := tx.QueryRow(context.Background(), `select coalesce(sum(coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)), 0)::int8
+		from pg_stat_xact_user_tables where relid = any($1::regclass[])`, tables).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

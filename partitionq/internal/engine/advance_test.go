@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/partitionq/partitionq/test/pgtest"
 )
 
 // Moving idle consumers ahead (what a worker does for its idle slots
@@ -75,11 +77,7 @@ func TestAdvanceReadsOnlyTheMovedConsumers(t *testing.T) {
 			t.Errorf("consumer %s moved: %v", moved[i], o)
 		}
 	}
-	var read int64
-	if err := tx.QueryRow(ctx, `select sum(coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)) from pg_stat_xact_user_tables
-		where relid in ($1::regclass, $2::regclass)`, sc+".subscription", sc+".consumer").Scan(&read); err != nil {
-		t.Fatal(err)
-	}
+	read := pgtest.RowsRead(t, tx, sc+".subscription", sc+".consumer")
 	// At most one pass over the queue's consumers (the planner may find
 	// a scan of a small table cheaper than its index) and a few rows for
 	// each consumer moved.

@@ -10,17 +10,6 @@ import (
 	"github.com/partitionq/partitionq/test/pgtest"
 )
 
-// rowsRead is how many rows of table the transaction has read so far.
-func rowsRead(t *testing.T, tx pgx.Tx, table string) int64 {
-	t.Helper()
-	var n int64
-	if err := tx.QueryRow(context.Background(), `select coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) from pg_stat_xact_user_tables
-		where relid = $1::regclass`, table).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // The writes and reads a worker makes in every flush and finish touch the
 // rows of the slots they are about, not the group's, on tables the
 // planner has no statistics of (a group just set up): the rate write
@@ -59,7 +48,7 @@ func TestSlotWritesReadOnlyTheirSlotsRows(t *testing.T) {
 	}
 	// 10 old buckets found and deleted (read twice), 8 current buckets
 	// added to (a conflict each): 36, whatever the other buckets.
-	if got, want := rowsRead(t, tx, "partitionq.slot_rate"), int64(2*10+2*len(slots)); got > want {
+	if got, want := pgtest.RowsRead(t, tx, "partitionq.slot_rate"), int64(2*10+2*len(slots)); got > want {
 		t.Errorf("a rate write for %d slots read %d bucket rows, want at most %d", len(slots), got, want)
 	}
 	var old int
@@ -69,7 +58,7 @@ func TestSlotWritesReadOnlyTheirSlotsRows(t *testing.T) {
 	if old != 0 {
 		t.Errorf("%d buckets older than Keep left after a write", old)
 	}
-	before := rowsRead(t, tx, "partitionq.slot_progress")
+	before := pgtest.RowsRead(t, tx, "partitionq.slot_progress")
 	batches := make([]int64, len(slots))
 	for i, s := range slots {
 		batches[i] = 1000 + int64(s)
@@ -82,7 +71,7 @@ func TestSlotWritesReadOnlyTheirSlotsRows(t *testing.T) {
 	if len(sets) != len(slots)-1 || len(unreadable) != 0 {
 		t.Errorf("progress of %d slots read (%d unreadable), want %d", len(sets), len(unreadable), len(slots)-1)
 	}
-	if got, want := rowsRead(t, tx, "partitionq.slot_progress")-before, int64(len(slots)); got > want {
+	if got, want := pgtest.RowsRead(t, tx, "partitionq.slot_progress")-before, int64(len(slots)); got > want {
 		t.Errorf("the progress of %d slots read %d progress rows, want at most %d", len(slots), got, want)
 	}
 }
