@@ -412,6 +412,43 @@ func TestCensusBacklogEqualsAFullScan(t *testing.T) {
 		t.Fatalf("the census has %d rows (%v), want 7: the base and 6 ticks", behind, err)
 	}
 	check("through Status", true)
+	// Many ranges in one call (migration 13 reads them in one statement):
+	// each tick still gets its row, each range's counts its own.
+	for r := 10; r < 16; r++ {
+		send(r)
+		tick()
+	}
+	var counted int64
+	if err := b.pool.QueryRow(b.ctx, `select partitionq.census($1, 'q', $2, 1000000)`, b.db.Schema, n).Scan(&counted); err != nil || counted != 7*41 {
+		// (the first range also holds what was sent after the 6th tick)
+		t.Fatalf("one census call over 6 ranges counted %d events (%v), want %d", counted, err, 7*41)
+	}
+	if err := b.pool.QueryRow(b.ctx, `select count(*) from partitionq.census where queue = 'q' and n = $1`, n).Scan(&behind); err != nil || behind != 13 {
+		t.Fatalf("the census has %d rows (%v), want 13: the base and 12 ticks", behind, err)
+	}
+	check("six ranges in one call", false)
+	// Each tick's row is what one range a call writes.
+	rows := func() string {
+		var s string
+		if err := b.pool.QueryRow(b.ctx, `select string_agg(format('%s %s %s %s', tick_id, counts, firsts, owned), E'\n' order by tick_id)
+			  from partitionq.census where queue = 'q' and n = $1`, n).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	many := rows()
+	if _, err := b.pool.Exec(b.ctx, `with s as (delete from partitionq.census_state where queue = 'q' and n = $1)
+		delete from partitionq.census where queue = 'q' and n = $1`, n); err != nil {
+		t.Fatal(err)
+	}
+	for range 13 {
+		if _, err := b.pool.Exec(b.ctx, `select partitionq.census($1, 'q', $2, 1)`, b.db.Schema, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if one := rows(); one != many {
+		t.Errorf("the census's rows from one call over many ranges:\n%s\nfrom one range a call:\n%s", many, one)
+	}
 }
 
 // The ticker's census looks only at queues with a tick it has not counted
