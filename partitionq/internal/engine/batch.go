@@ -306,19 +306,47 @@ func (e *Engine) OpenRead(ctx context.Context, tx pgx.Tx, spec ReadSpec, limit i
 }
 
 // SlotsWithEvents returns which of spec's slots have events in its batch
-// (one scan, no event copied out), in no order.
+// (one scan, no event copied out), in no order. It may name a slot whose
+// only events in the batch are another consumer's retried ones (the
+// engine's query is read without its owner filter): a slot named with
+// nothing to read opens a batch for nothing, one left out would skip its
+// events. Neither the owners nor the slots are listed in the statement,
+// planned anew for every batch: lists of a few hundred values tripled its
+// planning time (0.48 against 0.14 ms warm, 1.2-1.4 ms on a loaded server
+// at N = 256).
 func (e *Engine) SlotsWithEvents(ctx context.Context, tx pgx.Tx, spec ReadSpec) ([]int, error) {
-	q, err := e.readSQL(ctx, tx, spec)
-	if err != nil {
-		return nil, err
+	var sql string
+	if err := tx.QueryRow(ctx, e.f(`select pgq.batch_event_sql($1)`), spec.Batch).Scan(&sql); err != nil {
+		return nil, fmt.Errorf("look at batch %d: %w", spec.Batch, err)
 	}
-	rows, err := tx.Query(ctx, "select distinct _r.slot from ("+q+") _r(slot)")
+	own := " and (ev_owner is null or ev_owner = " + strconv.Itoa(int(spec.Sub)) + ")"
+	if !strings.Contains(sql, own) {
+		return nil, ErrBatchSQL
+	}
+	slotCol := "0"
+	if spec.N > 1 {
+		slotCol = SlotExpr("ev_extra1", spec.N)
+	}
+	rows, err := tx.Query(ctx, "select distinct "+slotCol+" from ("+strings.ReplaceAll(sql, own, "")+") _evs")
 	if err != nil {
 		return nil, fmt.Errorf("look at batch %d: %w", spec.Batch, err)
 	}
-	slots, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	found, err := pgx.CollectRows(rows, pgx.RowTo[int])
 	if err != nil {
 		return nil, fmt.Errorf("look at batch %d: %w", spec.Batch, err)
+	}
+	if len(spec.Slots) == 0 || len(spec.Slots) >= spec.N {
+		return found, nil
+	}
+	asked := make(map[int]bool, len(spec.Slots))
+	for _, s := range spec.Slots {
+		asked[s] = true
+	}
+	slots := found[:0]
+	for _, s := range found {
+		if asked[s] {
+			slots = append(slots, s)
+		}
 	}
 	return slots, nil
 }
