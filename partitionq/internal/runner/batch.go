@@ -259,7 +259,8 @@ func (r *Runner) readOnce(id int64, group []*batchRun, cands []*slotRun, seen ma
 		return false, err
 	}
 	defer tx.Rollback(context.Background()) // read only
-	spec := engine.ReadSpec{Batch: group[0].info.ID, Sub: group[0].s.info.SubID, N: r.cfg.N, AfterID: after, Owners: r.cfg.ParentSubs}
+	spec := engine.ReadSpec{Batch: group[0].info.ID, Sub: group[0].s.info.SubID, N: r.cfg.N, AfterID: after, Owners: r.cfg.ParentSubs,
+		SQL: r.takePeeked(group[0].info.ID)}
 	bySlot := make(map[int]*batchRun, len(group))
 	for _, b := range group {
 		spec.Subs = append(spec.Subs, b.s.info.SubID)

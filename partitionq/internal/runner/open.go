@@ -388,7 +388,12 @@ func (r *Runner) peek(tx pgx.Tx, cohorts []cohort, probeInfos []engine.BatchInfo
 		if info.ID == 0 || info.PrevTick != c.at || len(c.cands) == 0 || info.CurSeq-info.PrevSeq > peekMax {
 			continue
 		}
-		spec := engine.ReadSpec{Batch: info.ID, Sub: c.probe.info.SubID, Subs: []int32{c.probe.info.SubID}, N: r.cfg.N, Owners: r.cfg.ParentSubs}
+		sql, err := r.cfg.Eng.BatchSQL(r.stop, tx, info.ID)
+		if err != nil {
+			return peeked{}, err
+		}
+		r.keepPeeked(info.ID, sql)
+		spec := engine.ReadSpec{Batch: info.ID, Sub: c.probe.info.SubID, Subs: []int32{c.probe.info.SubID}, N: r.cfg.N, Owners: r.cfg.ParentSubs, SQL: sql}
 		for _, s := range c.cands {
 			spec.Subs = append(spec.Subs, s.info.SubID)
 			spec.Slots = append(spec.Slots, s.slot)
@@ -447,6 +452,28 @@ func (r *Runner) peek(tx pgx.Tx, cohorts []cohort, probeInfos []engine.BatchInfo
 	}
 	p.warm, p.infos = open, infos
 	return p, nil
+}
+
+// keepPeeked keeps the engine's query of a batch a look peeked at, which
+// the probe reads next: one batch_event_sql call a peek less (about half
+// a millisecond of server time). A batch whose read never comes (its look
+// undone) is forgotten with the rest once a few dozen are kept.
+func (r *Runner) keepPeeked(batch int64, sql string) {
+	r.peekedMu.Lock()
+	defer r.peekedMu.Unlock()
+	if r.peekedSQL == nil || len(r.peekedSQL) >= 64 {
+		r.peekedSQL = map[int64]string{}
+	}
+	r.peekedSQL[batch] = sql
+}
+
+// takePeeked returns (and forgets) the query keepPeeked kept for batch.
+func (r *Runner) takePeeked(batch int64) string {
+	r.peekedMu.Lock()
+	defer r.peekedMu.Unlock()
+	sql := r.peekedSQL[batch]
+	delete(r.peekedSQL, batch)
+	return sql
 }
 
 // errResizeBegan undoes a look that opened batches after it read that no

@@ -161,6 +161,9 @@ type Runner struct {
 
 	flushMu sync.Mutex // held by a flush; a drain settles its handled events under it (progress.go)
 
+	peekedMu  sync.Mutex
+	peekedSQL map[int64]string // the engine's queries of batches a look peeked at, for their reads
+
 	readSeq  atomic.Int64 // numbers the reads
 	seenTick atomic.Int64 // the queue's newest tick at the last look (0: not looked)
 	cutover  atomic.Int64 // the cutover tick of a resize of this (old) generation, once known (0: none)
