@@ -2,10 +2,7 @@ package engine_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/partitionq/partitionq/test/pgtest"
 )
@@ -21,27 +18,8 @@ func TestAdvanceReadsOnlyTheMovedConsumers(t *testing.T) {
 	ctx := context.Background()
 	const queue, n = "advance", 256
 	sc := eng.Schema()
-	var all []string
-	for s := range n {
-		all = append(all, fmt.Sprintf("g#%d/%d", s, n))
-	}
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := eng.CreateQueue(ctx, tx, queue); err != nil {
-			return err
-		}
-		if err := eng.SetQueueConfig(ctx, tx, queue, "ticker_max_lag", "1 microsecond"); err != nil {
-			return err
-		}
-		for _, c := range all {
-			if _, err := eng.RegisterConsumer(ctx, tx, queue, c); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	all := slotConsumers(n)
+	newQueue(t, pool, eng, queue, all...)
 	from, err := eng.LastTick(ctx, pool, queue)
 	if err != nil {
 		t.Fatal(err)

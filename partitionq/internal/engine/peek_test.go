@@ -6,8 +6,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/partitionq/partitionq/partitionq/internal/engine"
 )
 
@@ -22,27 +20,8 @@ func TestSlotsWithEventsNamesEveryAskedSlotWithEvents(t *testing.T) {
 	ctx := context.Background()
 	const queue, n = "peek", 16
 	sc := eng.Schema()
-	var consumers []string
-	for s := range n {
-		consumers = append(consumers, fmt.Sprintf("g#%d/%d", s, n))
-	}
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := eng.CreateQueue(ctx, tx, queue); err != nil {
-			return err
-		}
-		if err := eng.SetQueueConfig(ctx, tx, queue, "ticker_max_lag", "1 microsecond"); err != nil {
-			return err
-		}
-		for _, c := range consumers {
-			if _, err := eng.RegisterConsumer(ctx, tx, queue, c); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	consumers := slotConsumers(n)
+	newQueue(t, pool, eng, queue, consumers...)
 	subs, err := eng.Subscriptions(ctx, pool, queue, "g#")
 	if err != nil || len(subs) != n {
 		t.Fatalf("subscriptions: %v, %v", subs, err)
@@ -76,20 +55,9 @@ func TestSlotsWithEventsNamesEveryAskedSlotWithEvents(t *testing.T) {
 		queue, subOf[consumers[12]], keyOf[12]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := eng.Ticker(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	infos, err := eng.NextBatches(ctx, tx, queue, consumers[1:2], 1000)
-	if err != nil || len(infos) != 1 || infos[0].ID == 0 {
-		t.Fatalf("open a batch: %v, %v", infos, err)
-	}
+	tx, info := openBatch(t, pool, eng, queue, consumers[1])
 	for _, asked := range [][]int{{2, 3, 4, 12}, {0, 9, 12, 15}, {5, 6}, nil} {
-		spec := engine.ReadSpec{Batch: infos[0].ID, Sub: subOf[consumers[1]], Subs: []int32{subOf[consumers[1]]}, Slots: asked, N: n}
+		spec := engine.ReadSpec{Batch: info.ID, Sub: subOf[consumers[1]], Subs: []int32{subOf[consumers[1]]}, Slots: asked, N: n}
 		for _, s := range asked {
 			spec.Subs = append(spec.Subs, subOf[consumers[s]])
 		}

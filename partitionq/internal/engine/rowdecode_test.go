@@ -111,19 +111,7 @@ func TestAReadDecodesItsRowsDirectly(t *testing.T) {
 	ctx := context.Background()
 	const queue, consumer = "rowdecode", "g#0/1"
 	sc := eng.Schema()
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := eng.CreateQueue(ctx, tx, queue); err != nil {
-			return err
-		}
-		if err := eng.SetQueueConfig(ctx, tx, queue, "ticker_max_lag", "1 microsecond"); err != nil {
-			return err
-		}
-		_, err := eng.RegisterConsumer(ctx, tx, queue, consumer)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	newQueue(t, pool, eng, queue, consumer)
 	type sent struct {
 		typ, data string
 		key       *string
@@ -140,24 +128,13 @@ func TestAReadDecodesItsRowsDirectly(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := eng.Ticker(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	infos, err := eng.NextBatches(ctx, tx, queue, []string{consumer}, 0)
-	if err != nil || len(infos) != 1 || infos[0].ID == 0 {
-		t.Fatalf("no batch after a tick: %+v, %v", infos, err)
-	}
+	tx, info := openBatch(t, pool, eng, queue, consumer)
 	subs, err := eng.Subscriptions(ctx, tx, queue, consumer)
 	if err != nil || len(subs) != 1 {
 		t.Fatalf("the consumer's subscription: %v, %v", subs, err)
 	}
 	sub := subs[0].SubID
-	cur, evs, err := eng.OpenRead(ctx, tx, engine.ReadSpec{Batch: infos[0].ID, Sub: sub, Subs: []int32{sub}, N: 1}, 2)
+	cur, evs, err := eng.OpenRead(ctx, tx, engine.ReadSpec{Batch: info.ID, Sub: sub, Subs: []int32{sub}, N: 1}, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
