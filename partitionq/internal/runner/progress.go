@@ -18,8 +18,14 @@ import (
 // per slot: the batch, a watermark and the resolved ids above it. A flush
 // writes every slot's news since the last flush in one transaction (group
 // commit), which first checks that each slot is still owned at its epoch;
-// it commits without waiting for the WAL to reach disk (a server crash may
-// lose the last flushes: those events run again, nothing is lost).
+// a flush of progress only commits without waiting for the WAL to reach
+// disk (a server crash may lose the last such flushes: those events run
+// again, nothing is lost). A flush that writes a batch's parked events,
+// failure records or dead letters before the batch ends (a part) waits
+// for it: once it commits, those events leave the batch's outcome and are
+// resolved in its progress, so the batch's finish does not write them
+// again, and a commit the server acknowledged and then lost in a crash
+// lost them (TestEarlyParkedPartSurvivesACrashRestart).
 //
 // Drains of blocked keys resume the same way: a drain handles a run of
 // parked events in one transaction, which resolves them when it commits;
@@ -209,9 +215,15 @@ func (r *Runner) flushLocked(ctx context.Context) error {
 	defer cancel()
 	var owned map[int]bool
 	var keep []bool
+	withPart := false
+	for _, x := range rows {
+		withPart = withPart || x.part != nil
+	}
 	err := pgx.BeginFunc(tctx, r.cfg.Pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(tctx, `set local synchronous_commit = off`); err != nil {
-			return err
+		if !withPart {
+			if _, err := tx.Exec(tctx, `set local synchronous_commit = off`); err != nil {
+				return err
+			}
 		}
 		var err error
 		if owned, err = r.leaseOwned(tctx, tx, slots, epochs); err != nil {
