@@ -190,7 +190,11 @@ type RetryRow struct {
 
 // PutRetry inserts rows into the retry queue of consumer through the
 // engine's event_retry_raw, in one statement. ev_retry is stored as given:
-// nothing is incremented behind the caller's back.
+// nothing is incremented behind the caller's back. A row whose event the
+// consumer's retry queue holds already is left out: a write whose commit
+// was lost with its connection may have committed, and is written again
+// (the retry queue's key is the consumer and the event; another row for
+// it would fail the statement every time).
 func (e *Engine) PutRetry(ctx context.Context, db DB, queue, consumer string, rows []RetryRow) error {
 	if len(rows) == 0 {
 		return nil
@@ -217,7 +221,13 @@ func (e *Engine) PutRetry(ctx context.Context, db DB, queue, consumer string, ro
 	_, err := db.Exec(ctx, e.f(`
 		select pgq.event_retry_raw($1, $2, u.a, u.id, u.t, u.r, u.ty, u.d, u.k, u.x2, u.x3, u.x4)
 		  from unnest($3::timestamptz[], $4::int8[], $5::timestamptz[], $6::int4[], $7::text[], $8::text[],
-		              $9::text[], $10::text[], $11::text[], $12::text[]) as u(a, id, t, r, ty, d, k, x2, x3, x4)`),
+		              $9::text[], $10::text[], $11::text[], $12::text[]) as u(a, id, t, r, ty, d, k, x2, x3, x4)
+		 where not exists (select 1 from pgq.retry_queue rq
+		                    where rq.ev_owner = (select s.sub_id from pgq.subscription s
+		                                           join pgq.queue q on q.queue_id = s.sub_queue
+		                                           join pgq.consumer c on c.co_id = s.sub_consumer
+		                                          where q.queue_name = $1 and c.co_name = $2)
+		                      and rq.ev_id = u.id)`),
 		queue, consumer, after, ids, times, retries, types, datas, keys, x2, x3, x4)
 	if err != nil {
 		return fmt.Errorf("put %d events into the retry queue of %q: %w", n, consumer, err)
