@@ -25,7 +25,6 @@ declare
     v_prev   record;
     v_ticks  bigint[];
     v_snaps  text[];
-    v_seqs   bigint[];
     v_k      int := 0;
     v_i      int;
     v_j      int := 1;
@@ -89,14 +88,11 @@ begin
     -- within the budget, one at least.
     execute format($q$
         with t as (
-            select tick_id, tick_snapshot::text as snap, tick_event_seq as seq,
-                   sum(tick_event_seq - lag) over (order by tick_id) as upto
-              from (select tick_id, tick_snapshot, tick_event_seq,
-                           lag(tick_event_seq, 1, $3) over (order by tick_id) as lag
-                      from %I.tick where tick_queue = $1 and tick_id > $2) x)
-        select array_agg(tick_id order by tick_id), array_agg(snap order by tick_id), array_agg(seq order by tick_id)
+            select tick_id, tick_snapshot::text as snap, tick_event_seq - $3 as upto
+              from %I.tick where tick_queue = $1 and tick_id > $2)
+        select array_agg(tick_id order by tick_id), array_agg(snap order by tick_id)
           from t where upto <= $4 or tick_id = (select min(tick_id) from t)$q$, p_engine)
-        into v_ticks, v_snaps, v_seqs using v_qid, v_prev.tick_id, v_prev.seq, p_budget;
+        into v_ticks, v_snaps using v_qid, v_prev.tick_id, v_prev.seq, p_budget;
     v_k := coalesce(array_length(v_ticks, 1), 0);
     if v_k > 0 then
         -- Every event of the ranges, grouped by range, slot and owner: one
