@@ -22,22 +22,22 @@ others=$(go list ./... | grep -vx "github.com/partitionq/partitionq/test/chaos")
 	exit 2
 }
 
-if [[ "${PQ_CHAOS_BESIDE:-}" == 1 ]]; then
+beside=${PQ_CHAOS_BESIDE:-}
+if [[ "$beside" == 1 ]]; then
 	log=$(mktemp "${TMPDIR:-/tmp}/partitionq-chaos-XXXXXX.log")
 	trap 'rm -f "$log"' EXIT
 	go test "$@" "$chaos" >"$log" 2>&1 &
 	chaos_pid=$!
 	trap 'kill "$chaos_pid" 2>/dev/null; rm -f "$log"' INT TERM
-	# shellcheck disable=SC2086 # the package list is words
-	go test -p 1 "$@" $others
-	rc=$?
+fi
+# shellcheck disable=SC2086 # the package list is words
+go test -p 1 "$@" $others
+rc=$?
+if [[ "$beside" == 1 ]]; then
 	wait "$chaos_pid"
 	chaos_rc=$?
 	cat "$log"
 else
-	# shellcheck disable=SC2086 # the package list is words
-	go test -p 1 "$@" $others
-	rc=$?
 	go test "$@" "$chaos"
 	chaos_rc=$?
 fi

@@ -8,10 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/partitionq/partitionq/partitionq"
-	"github.com/partitionq/partitionq/test/chaos"
 	"github.com/partitionq/partitionq/test/pgtest"
 )
 
@@ -33,34 +30,10 @@ import (
 // nothing else commits synchronously in that moment (no ticker in the
 // worker, a 30 s lease), so an asynchronous commit would be lost for sure.
 func TestEarlyParkedPartSurvivesACrashRestart(t *testing.T) {
-	cl := needCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	url, err := chaos.NewDatabase(ctx, cl, pgtest.Engine(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = int32(partitionq.WorkerConns() + 4)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	c, err := partitionq.NewClient(ctx, pool, partitionq.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Setup(ctx, partitionq.GroupSpec{Queue: "q", Group: "g", Slots: 1, TickMaxLag: 20 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
-	schema := "pgq"
-	if pgtest.Engine(t).Name != "" && pgtest.Engine(t).Name != "pgq" {
-		schema = pgtest.Engine(t).Name
-	}
+	cl, pool, c := clusterGroup(ctx, t, 1, partitionq.WorkerConns()+4, "")
+	schema := pgtest.Engine(t).Schema()
 	if _, err := pool.Exec(ctx, `alter system set wal_writer_delay = '10s'`); err != nil {
 		t.Fatal(err)
 	}
@@ -145,27 +118,18 @@ func TestEarlyParkedPartSurvivesACrashRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A's 5 parked rows, written by a flush while B holds the batch open.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	pgtest.WaitFor(t, 30*time.Second, "A's events parked before the batch's end", func() (bool, error) {
 		var n int
-		if err := pool.QueryRow(ctx, fmt.Sprintf(`select count(*) from %s.retry_queue where ev_extra1 = 'A'`, schema)).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n == 5 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("A's events were not parked before the batch's end (%d parked)", n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		err := pool.QueryRow(ctx, fmt.Sprintf(`select count(*) from %s.retry_queue where ev_extra1 = 'A'`, schema)).Scan(&n)
+		return n == 5, err
+	})
 	if err := cl.Restart(ctx, "immediate"); err != nil {
 		t.Fatal(err)
 	}
 	releaseOnce.Do(func() { close(release) }) // B ends; the batch finishes once the worker has reconnected
 
 	want := []string{"1", "2", "3", "4", "5"}
-	deadline = time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		mu.Lock()
 		got := append([]string(nil), okA...)

@@ -36,9 +36,21 @@ type inproc struct {
 
 func newInproc(t *testing.T, slots int) *inproc {
 	t.Helper()
-	cl := needCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
+	cl, pool, c := clusterGroup(ctx, t, slots, partitionq.WorkerConns(), "inproc-worker")
+	if _, err := pool.Exec(ctx, `create table sent_batch (id int primary key)`); err != nil {
+		t.Fatal(err)
+	}
+	return &inproc{t: t, cl: cl, pool: pool, client: c, ctx: ctx, inKey: map[string]bool{}, sent: map[string]int{}}
+}
+
+// clusterGroup makes a database of its own on the throwaway cluster, a
+// pool of maxConns connections to it (named app, when given) and a client,
+// and sets up group "g" of queue "q" with slots slots and a 20 ms tick lag.
+func clusterGroup(ctx context.Context, t *testing.T, slots, maxConns int, app string) (*chaos.Cluster, *pgxpool.Pool, *partitionq.Client) {
+	t.Helper()
+	cl := needCluster(t)
 	url, err := chaos.NewDatabase(ctx, cl, pgtest.Engine(t))
 	if err != nil {
 		t.Fatal(err)
@@ -47,8 +59,10 @@ func newInproc(t *testing.T, slots int) *inproc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.MaxConns = int32(partitionq.WorkerConns())
-	cfg.ConnConfig.RuntimeParams["application_name"] = "inproc-worker"
+	cfg.MaxConns = int32(maxConns)
+	if app != "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = app
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -61,10 +75,7 @@ func newInproc(t *testing.T, slots int) *inproc {
 	if _, err := c.Setup(ctx, partitionq.GroupSpec{Queue: "q", Group: "g", Slots: slots, TickMaxLag: 20 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `create table sent_batch (id int primary key)`); err != nil {
-		t.Fatal(err)
-	}
-	return &inproc{t: t, cl: cl, pool: pool, client: c, ctx: ctx, inKey: map[string]bool{}, sent: map[string]int{}}
+	return cl, pool, c
 }
 
 // Handle logs each handling in call order and fails the run if a key is
