@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -47,6 +48,20 @@ import (
 // SlotsChannel is the notification channel a release is announced on (the
 // payload is "<queue>/<group>"), so standbys take the slot at once.
 const SlotsChannel = "partitionq_slots"
+
+// Why a slot came to a worker (Config.OnGain).
+const (
+	// ReasonJoin: a balancing move, handed over by its owner (a worker
+	// joined, so the shares changed).
+	ReasonJoin = "join"
+	// ReasonLeave: its owner released it as it stopped.
+	ReasonLeave = "leave"
+	// ReasonCrash: taken from a worker whose lease expired with its
+	// session gone.
+	ReasonCrash = "crash"
+	// ReasonResize: a new generation's slot, owned for the first time.
+	ReasonResize = "resize"
+)
 
 // ErrNotOwner reports that the slot is no longer owned at the epoch given:
 // another worker took it over, or it was released.
@@ -64,8 +79,21 @@ type Config struct {
 	// ended leaves its runs stopping for a moment, and a later resize may
 	// make a generation with the same N whose slot rows they must not take.
 	Generation int
-	Slots      []int // the slots to own when they are free (or their owner is gone)
-	Identity   string
+	// Resized says the generation was made by a resize: a first owner of
+	// its slots counts as a move (reason "resize").
+	Resized bool
+	// Member is the worker process's member token: the same for every
+	// generation the process runs, unique to the process.
+	Member string
+	// Balance shares the generation's slots with the group's other
+	// balancing workers (balance.go); otherwise the worker runs only
+	// Slots (its pins).
+	Balance bool
+	// MaxMoving bounds the slots the worker hands over at once. Defaults
+	// to 4.
+	MaxMoving int
+	Slots     []int // the pinned slots to own when they are free (or their owner is gone); unused when Balance
+	Identity  string
 	// SchemaVersion is the partitionq schema version the worker was built
 	// for, recorded with its lease (the schema refuses workers that say
 	// none: they predate resizing).
@@ -82,12 +110,23 @@ type Config struct {
 	// renewal: for a read the worker wants about once a lease renewal
 	// without a transaction of its own. Its error fails the renewal.
 	OnRenew func(ctx context.Context, tx pgx.Tx) error
-	// OnGain is called when the worker takes a slot, with its new epoch;
-	// OnGained, when set, once after the slots taken together (one claim)
-	// have all been passed to OnGain, under the same hold of the lock (so no
-	// OnLose comes between).
-	OnGain   func(slot int, epoch int64)
+	// OnGain is called when the worker takes a slot, with its new epoch
+	// and why the slot came to it (a Reason; "" when it is no move: the
+	// first owner of a group's slot, or this worker taking its slot back
+	// after a lapse of its lease); OnGained, when set, once after the slots
+	// taken together (one claim) have all been passed to OnGain, under the
+	// same hold of the lock (so no OnLose comes between).
+	OnGain   func(slot int, epoch int64, reason string)
 	OnGained func()
+	// OnLeave hands a slot over to member to (a balancing move): the
+	// worker stops starting work on the slot, lets what runs finish,
+	// records its progress and then calls HandOver. It runs on the
+	// holder's goroutine, without its lock, so it must not block. When
+	// not set, the worker never hands slots over.
+	OnLeave func(slot int, to string)
+	// MayGive, when set, says whether a slot may be handed over now (not
+	// while a resize hands it off to the new generation).
+	MayGive func(slot int) bool
 	// OnLose is called when the worker can no longer prove it owns a slot;
 	// it must stop everything of the slot at once (it runs on the holder's
 	// goroutine, so it must not block).
@@ -105,18 +144,22 @@ type Holder struct {
 
 	// mu guards the fields below; OnGain and OnLose are called with it
 	// held, so that a slot is never reported gained after it was lost.
-	mu    sync.Mutex
-	id    int64         // the worker row; 0 before registration
-	owned map[int]int64 // slot -> epoch
-	conn  *pgxpool.Conn // the lease session (only the holder's goroutine uses it)
-	watch *time.Timer   // fires at the deadline: the watchdog
+	mu      sync.Mutex
+	id      int64          // the worker row; 0 before registration
+	owned   map[int]int64  // slot -> epoch
+	leaving map[int]string // owned slots being handed over, to the member named
+	conn    *pgxpool.Conn  // the lease session (only the holder's goroutine uses it)
+	watch   *time.Timer    // fires at the deadline: the watchdog
 
 	claimNow chan struct{}
 }
 
 // New returns a Holder; Run starts it.
 func New(cfg Config) *Holder {
-	return &Holder{cfg: cfg, log: cfg.Log, start: time.Now(), owned: map[int]int64{}, claimNow: make(chan struct{}, 1)}
+	if cfg.MaxMoving <= 0 {
+		cfg.MaxMoving = 4
+	}
+	return &Holder{cfg: cfg, log: cfg.Log, start: time.Now(), owned: map[int]int64{}, leaving: map[int]string{}, claimNow: make(chan struct{}, 1)}
 }
 
 // WorkerID is the id of the worker's row (0 before it registered).
@@ -221,12 +264,30 @@ func (h *Holder) register(ctx context.Context) error {
 			   and not exists (select 1 from partitionq.slot s where s.worker_id = w.id)`); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, `
-			insert into partitionq.worker (identity, host, os_pid, backend_pid, backend_start, lease_until, schema_version)
-			select $1, $2, $3, a.pid, a.backend_start, clock_timestamp() + $5::interval, $6
+		var pins []int32
+		if !h.cfg.Balance {
+			pins = make([]int32, len(h.cfg.Slots))
+			for i, s := range h.cfg.Slots {
+				pins[i] = int32(s)
+			}
+		}
+		var member *string
+		if h.cfg.Member != "" {
+			member = &h.cfg.Member
+		}
+		if err := tx.QueryRow(ctx, `
+			insert into partitionq.worker (identity, host, os_pid, backend_pid, backend_start, lease_until, schema_version,
+			                               queue, grp, n, generation, member, balance, pins)
+			select $1, $2, $3, a.pid, a.backend_start, clock_timestamp() + $5::interval, $6, $7, $8, $9, $10, $11, $12, $13
 			  from (select $4::bool as pooled) p
 			  left join pg_stat_activity a on not p.pooled and a.pid = pg_backend_pid()
-			returning id`, h.cfg.Identity, host, os.Getpid(), h.pooled.Load(), h.cfg.TTL, h.cfg.SchemaVersion).Scan(&id)
+			returning id`, h.cfg.Identity, host, os.Getpid(), h.pooled.Load(), h.cfg.TTL, h.cfg.SchemaVersion,
+			h.cfg.Queue, h.cfg.Group, h.cfg.N, h.cfg.Generation, member, h.cfg.Balance, pins).Scan(&id); err != nil {
+			return err
+		}
+		// The group's other workers plan again at once: their shares changed.
+		_, err := tx.Exec(ctx, `select pg_notify($1, $2)`, SlotsChannel, h.cfg.Queue+"/"+h.cfg.Group)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("register the worker: %w", err)
@@ -272,10 +333,10 @@ func (h *Holder) loop(ctx context.Context) {
 			}
 		}
 		if !time.Now().Before(claimAt) {
-			if h.Valid() {
-				h.claim(ctx)
-			}
 			claimAt = time.Now().Add(h.cfg.Poll)
+			if h.Valid() {
+				h.step(ctx)
+			}
 		}
 		wake := renewAt
 		if claimAt.Before(wake) {
@@ -416,6 +477,7 @@ func (h *Holder) renew(ctx context.Context) bool {
 	for _, s := range sortedKeys(h.owned) {
 		if me, ok := mine[s]; !ok || me != h.owned[s] {
 			delete(h.owned, s)
+			delete(h.leaving, s)
 			h.cfg.OnLose(s, "another worker owns the slot now")
 		}
 	}
@@ -439,13 +501,281 @@ func ownedSlots(ctx context.Context, q db.DB, id int64, queue, group string, n i
 	return out, rows.Err()
 }
 
-// claim takes every wanted slot that is free, or whose owner's lease expired
-// with its session gone, or that names this worker but is not acted on (after
-// a lapse of the lease). Each taken slot gets a new epoch.
-func (h *Holder) claim(ctx context.Context) {
+// step does the worker's part of the group's plan (balance.go): it reads
+// the group's live workers and the generation's slots, hands over the
+// slots the plan moves away from it, and claims the ones it gives it. A
+// worker without a member token (a test's) claims its wanted slots alone.
+func (h *Holder) step(ctx context.Context) {
+	if h.cfg.Member == "" {
+		h.mu.Lock()
+		var want []int
+		for _, s := range h.cfg.Slots {
+			if _, ok := h.owned[s]; !ok {
+				want = append(want, s)
+			}
+		}
+		h.mu.Unlock()
+		h.claim(ctx, want)
+		return
+	}
+	var v View
+	var mine map[int]bool // slots whose row names this worker
+	err := h.tx(ctx, func(tx pgx.Tx) error {
+		var err error
+		v, mine, err = h.readView(ctx, tx)
+		return err
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			h.log.Warn("partitionq: reading the group's workers and slots failed", slog.Any("error", err))
+		}
+		return
+	}
+	plan := PlanFor(v, h.cfg.Member, h.cfg.MaxMoving)
 	h.mu.Lock()
-	var want []int32
-	for _, s := range h.cfg.Slots {
+	take := plan.Take
+	for s := range mine {
+		if _, ok := h.owned[s]; !ok && !slices.Contains(take, s) {
+			take = append(take, s) // this worker's after a lapse of its lease: take it back (a new epoch)
+		}
+	}
+	var give []Move
+	for _, g := range plan.Give {
+		if _, ok := h.owned[g.Slot]; !ok {
+			continue
+		}
+		if to, ok := h.leaving[g.Slot]; ok && to == g.To {
+			continue
+		}
+		if h.cfg.OnLeave == nil || (h.cfg.MayGive != nil && !h.cfg.MayGive(g.Slot)) {
+			continue
+		}
+		give = append(give, g)
+	}
+	h.mu.Unlock()
+	if len(give) > 0 {
+		h.give(ctx, give)
+	}
+	if len(take) > 0 {
+		sort.Ints(take)
+		h.claim(ctx, take)
+	}
+}
+
+// readView reads one step's picture (View) of the generation's slots and
+// the group's live workers, and which slots' rows name this worker.
+func (h *Holder) readView(ctx context.Context, tx pgx.Tx) (View, map[int]bool, error) {
+	v, mine, err := ReadView(ctx, tx, h.cfg.Queue, h.cfg.Group, h.cfg.N, h.cfg.Generation, h.WorkerID())
+	if err != nil {
+		return v, nil, err
+	}
+	for _, m := range v.Members {
+		if m.Token == h.cfg.Member {
+			return v, mine, nil
+		}
+	}
+	// This worker, whose lease the step's caller knows is valid.
+	m := Member{Token: h.cfg.Member}
+	if !h.cfg.Balance {
+		h.mu.Lock()
+		m.Pins = append([]int{}, h.cfg.Slots...)
+		h.mu.Unlock()
+	}
+	v.Members = append(v.Members, m)
+	return v, mine, nil
+}
+
+// ReadView reads the picture every worker of a group plans on (View) for
+// the generation with n slots and the given number: its slots, with their
+// live owners and reservations, and the group's live workers (the
+// balancing ones of every generation, the pinned ones of this one); and
+// which slots' rows name worker id (none for 0).
+func ReadView(ctx context.Context, q db.DB, queue, group string, n, generation int, id int64) (View, map[int]bool, error) {
+	var v View
+	mine := map[int]bool{}
+	rows, err := q.Query(ctx, `
+		select s.slot, coalesce(s.worker_id = $4, false),
+		       coalesce(case when w.lease_until > clock_timestamp() then w.member end, ''),
+		       coalesce(w.lease_until > clock_timestamp() and w.member is null, false),
+		       coalesce(case when exists (select 1 from partitionq.worker t
+		                                   where t.queue = $1 and t.grp = $2 and t.member = s.handoff_to
+		                                     and t.lease_until > clock_timestamp()) then s.handoff_to end, '')
+		  from partitionq.slot s left join partitionq.worker w on w.id = s.worker_id
+		 where s.queue = $1 and s.grp = $2 and s.n = $3
+		 order by s.slot`, queue, group, n, id)
+	if err != nil {
+		return v, nil, err
+	}
+	for rows.Next() {
+		var sv SlotView
+		var me bool
+		if err := rows.Scan(&sv.Slot, &me, &sv.Owner, &sv.Other, &sv.To); err != nil {
+			return v, nil, err
+		}
+		if me {
+			mine[sv.Slot] = true
+		}
+		v.Slots = append(v.Slots, sv)
+	}
+	if err := rows.Err(); err != nil {
+		return v, nil, err
+	}
+	// A process runs each generation's slots as a worker row of its own,
+	// under one member token.
+	rows, err = q.Query(ctx, `
+		select distinct member, balance, coalesce(pins, '{}') from partitionq.worker
+		 where queue = $1 and grp = $2 and member is not null and lease_until > clock_timestamp()
+		   and (balance or (n = $3 and generation is not distinct from $4))`, queue, group, n, generation)
+	if err != nil {
+		return v, nil, err
+	}
+	seen := map[string]bool{}
+	for rows.Next() {
+		var m Member
+		var balance bool
+		var pins []int32
+		if err := rows.Scan(&m.Token, &balance, &pins); err != nil {
+			return v, nil, err
+		}
+		if !balance {
+			m.Pins = make([]int, len(pins))
+			for i, p := range pins {
+				m.Pins[i] = int(p)
+			}
+		} else if seen[m.Token] {
+			continue
+		}
+		seen[m.Token] = true
+		v.Members = append(v.Members, m)
+	}
+	return v, mine, rows.Err()
+}
+
+// Worker is one live worker of a group, as its lease rows say (one per
+// generation it runs, under one member token).
+type Worker struct {
+	Member, Identity, Host string
+	OSPid                  int
+	// Pins are the slots a pinned worker runs (nil: it shares the slots).
+	Pins []int
+}
+
+// Workers returns the live workers of a group that have a member token, by
+// member token, in the order they started.
+func Workers(ctx context.Context, q db.DB, queue, group string) ([]Worker, error) {
+	rows, err := q.Query(ctx, `
+		select member, identity, host, os_pid, case when balance then null else coalesce(pins, '{}') end
+		  from (select distinct on (member) member, identity, host, os_pid, balance, pins, started_at
+		          from partitionq.worker
+		         where queue = $1 and grp = $2 and member is not null and lease_until > clock_timestamp()
+		         order by member, started_at) w
+		 order by started_at, member`, queue, group)
+	if err != nil {
+		return nil, fmt.Errorf("read the group's workers: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Worker, error) {
+		var w Worker
+		var pins []int32
+		if err := r.Scan(&w.Member, &w.Identity, &w.Host, &w.OSPid, &pins); err != nil {
+			return w, err
+		}
+		if pins != nil {
+			w.Pins = make([]int, len(pins))
+			for i, p := range pins {
+				w.Pins[i] = int(p)
+			}
+		}
+		return w, nil
+	})
+}
+
+// give reserves slots for the members the plan hands them to, and starts
+// their handoffs (OnLeave); a slot whose handoff is under way only changes
+// its reservation.
+func (h *Holder) give(ctx context.Context, moves []Move) {
+	id := h.WorkerID()
+	var reserved []Move
+	err := h.tx(ctx, func(tx pgx.Tx) error {
+		reserved = reserved[:0]
+		for _, m := range moves {
+			h.mu.Lock()
+			epoch, ok := h.owned[m.Slot]
+			h.mu.Unlock()
+			if !ok {
+				continue
+			}
+			tag, err := tx.Exec(ctx, `update partitionq.slot set handoff_to = $6, handoff_at = clock_timestamp()
+				 where queue = $1 and grp = $2 and n = $3 and slot = $4 and worker_id = $5 and epoch = $7`,
+				h.cfg.Queue, h.cfg.Group, h.cfg.N, m.Slot, id, m.To, epoch)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() == 1 {
+				reserved = append(reserved, m)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		if ctx.Err() == nil && !db.IsLockNotAvailable(err) {
+			h.log.Warn("partitionq: handing slots over failed", slog.Any("error", err))
+		}
+		return
+	}
+	for _, m := range reserved {
+		h.mu.Lock()
+		_, under := h.leaving[m.Slot]
+		_, owned := h.owned[m.Slot]
+		if owned {
+			h.leaving[m.Slot] = m.To
+		}
+		h.mu.Unlock()
+		if owned && !under {
+			h.log.Info("partitionq: handing the slot over to balance the group", slog.Int("slot", m.Slot), slog.String("to", m.To))
+			h.cfg.OnLeave(m.Slot, m.To)
+		}
+	}
+}
+
+// Leaving returns the member an owned slot is being handed to ("" when it
+// is not being handed over).
+func (h *Holder) Leaving(slot int) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.leaving[slot]
+}
+
+// HandOver ends the handoff of slot, drained at epoch (OnLeave): its row is
+// released, still reserved for the member it goes to, which is told at once.
+// The worker no longer owns it.
+func (h *Holder) HandOver(ctx context.Context, slot int, epoch int64) error {
+	id := h.WorkerID()
+	err := pgx.BeginFunc(ctx, h.cfg.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `update partitionq.slot set worker_id = null, since = null
+			where queue = $1 and grp = $2 and n = $3 and slot = $4 and worker_id = $5 and epoch = $6`,
+			h.cfg.Queue, h.cfg.Group, h.cfg.N, slot, id, epoch); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `select pg_notify($1, $2)`, SlotsChannel, h.cfg.Queue+"/"+h.cfg.Group)
+		return err
+	})
+	h.mu.Lock()
+	if e, ok := h.owned[slot]; ok && e == epoch {
+		delete(h.owned, slot)
+	}
+	delete(h.leaving, slot)
+	h.mu.Unlock()
+	return err
+}
+
+// claim takes the slots want that are free (and not reserved for another
+// live member), or whose owner's lease expired with its session gone, or
+// that name this worker but are not acted on (after a lapse of the lease).
+// Each taken slot gets a new epoch.
+func (h *Holder) claim(ctx context.Context, slots []int) {
+	want := make([]int32, 0, len(slots))
+	h.mu.Lock()
+	for _, s := range slots {
 		if _, ok := h.owned[s]; !ok {
 			want = append(want, int32(s))
 		}
@@ -455,7 +785,13 @@ func (h *Holder) claim(ctx context.Context) {
 	if len(want) == 0 {
 		return
 	}
-	got := map[int]int64{}
+	type took struct {
+		epoch              int64
+		prevWorker, prevEp int64
+		reserved           string
+	}
+	got := map[int]took{}
+	member := h.cfg.Member
 	err := h.tx(ctx, func(tx pgx.Tx) error {
 		// A slot's row is made by setup, a resize's cutover, or here for a
 		// group set up before generations were recorded. A slot handed off
@@ -478,6 +814,8 @@ func (h *Holder) claim(ctx context.Context) {
 			 order by slot for update`, h.cfg.Queue, h.cfg.Group, want, h.cfg.N); err != nil {
 			return err
 		}
+		// A slot reserved for another member (a handoff) is that member's
+		// while it lives.
 		rows, err := tx.Query(ctx, `
 			with gone as (
 			    select w.id from partitionq.worker w
@@ -488,24 +826,32 @@ func (h *Holder) claim(ctx context.Context) {
 			                        where a.pid = w.backend_pid
 			                          and (a.backend_start is null or w.backend_start is null or a.backend_start = w.backend_start))
 			       for update of w skip locked
+			), old as (
+			    select slot, worker_id, epoch, handoff_to from partitionq.slot
+			     where queue = $1 and grp = $2 and n = $5 and slot = any($3::int4[])
 			)
 			update partitionq.slot s
-			   set worker_id = $4, epoch = s.epoch + 1, since = clock_timestamp()
-			 where s.queue = $1 and s.grp = $2 and s.n = $5 and s.slot = any($3::int4[])
+			   set worker_id = $4, epoch = s.epoch + 1, since = clock_timestamp(), handoff_to = null, handoff_at = null
+			  from old o
+			 where s.queue = $1 and s.grp = $2 and s.n = $5 and s.slot = o.slot
 			   and (s.worker_id is null or s.worker_id = $4 or s.worker_id in (select id from gone)
 			        or not exists (select 1 from partitionq.worker w where w.id = s.worker_id))
+			   and (s.worker_id = $4 or s.handoff_to is null or s.handoff_to = $7
+			        or not exists (select 1 from partitionq.worker t
+			                        where t.queue = $1 and t.grp = $2 and t.member = s.handoff_to and t.lease_until > clock_timestamp()))
 			   and ($6 = 0 or partitionq.is_generation($1, $2, $5, $6))
-			returning s.slot, s.epoch`, h.cfg.Queue, h.cfg.Group, want, id, h.cfg.N, h.cfg.Generation)
+			returning s.slot, s.epoch, coalesce(o.worker_id, 0), o.epoch, coalesce(o.handoff_to, '')`,
+			h.cfg.Queue, h.cfg.Group, want, id, h.cfg.N, h.cfg.Generation, member)
 		if err != nil {
 			return err
 		}
 		for rows.Next() {
 			var s int
-			var e int64
-			if err := rows.Scan(&s, &e); err != nil {
+			var t took
+			if err := rows.Scan(&s, &t.epoch, &t.prevWorker, &t.prevEp, &t.reserved); err != nil {
 				return err
 			}
-			got[s] = e
+			got[s] = t
 		}
 		return rows.Err()
 	})
@@ -520,12 +866,38 @@ func (h *Holder) claim(ctx context.Context) {
 	if !h.Valid() { // the lease lapsed while we claimed: act on nothing (the next claim bumps the epoch again)
 		return
 	}
-	for _, s := range sortedKeys(got) {
-		h.owned[s] = got[s]
-		h.cfg.OnGain(s, got[s])
+	slotsGot := make([]int, 0, len(got))
+	for s := range got {
+		slotsGot = append(slotsGot, s)
+	}
+	sort.Ints(slotsGot)
+	for _, s := range slotsGot {
+		t := got[s]
+		h.owned[s] = t.epoch
+		delete(h.leaving, s)
+		h.cfg.OnGain(s, t.epoch, h.reason(t.prevWorker, t.prevEp, t.reserved))
 	}
 	if len(got) > 0 && h.cfg.OnGained != nil {
 		h.cfg.OnGained()
+	}
+}
+
+// reason says why a slot came to this worker, from its row before the
+// claim: who owned it, at which epoch, and whom it was reserved for.
+func (h *Holder) reason(prevWorker, prevEpoch int64, reserved string) string {
+	switch {
+	case prevWorker == h.id:
+		return "" // its own, taken back after a lapse of its lease
+	case reserved != "" && reserved == h.cfg.Member:
+		return ReasonJoin
+	case prevWorker != 0 || reserved != "":
+		return ReasonCrash // its owner, or the member it was handed to, died
+	case prevEpoch == 0 && h.cfg.Resized:
+		return ReasonResize
+	case prevEpoch == 0:
+		return "" // the group's first owner of the slot
+	default:
+		return ReasonLeave
 	}
 }
 
@@ -547,6 +919,7 @@ func (h *Holder) Drop(slot int, epoch int64) {
 	defer h.mu.Unlock()
 	if e, ok := h.owned[slot]; ok && e == epoch {
 		delete(h.owned, slot)
+		delete(h.leaving, slot)
 	}
 }
 
@@ -557,6 +930,7 @@ func (h *Holder) Forget(slot int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.owned, slot)
+	delete(h.leaving, slot)
 	keep := h.cfg.Slots[:0:0]
 	for _, s := range h.cfg.Slots {
 		if s != slot {
@@ -572,16 +946,16 @@ func (h *Holder) loseAll(why string) {
 	defer h.mu.Unlock()
 	for _, s := range sortedKeys(h.owned) {
 		delete(h.owned, s)
+		delete(h.leaving, s)
 		h.cfg.OnLose(s, why)
 	}
 }
 
 // Release gives up slots (after their work stopped), so that standbys take
-// them at once.
+// them at once. The worker stops: it no longer counts in the group's
+// shares, so that the others take its slots now rather than at its next
+// renewal.
 func (h *Holder) Release(ctx context.Context, slots []int) error {
-	if len(slots) == 0 {
-		return nil
-	}
 	ss := make([]int32, len(slots))
 	for i, s := range slots {
 		ss[i] = int32(s)
@@ -590,6 +964,9 @@ func (h *Holder) Release(ctx context.Context, slots []int) error {
 	// On a connection of its own: the lease session belongs to the holder's
 	// goroutine, which may be waiting on it.
 	err := pgx.BeginFunc(ctx, h.cfg.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `update partitionq.worker set member = null, balance = false where id = $1`, id); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `update partitionq.slot set worker_id = null, since = null
 			where queue = $1 and grp = $2 and n = $5 and slot = any($3::int4[]) and worker_id = $4`, h.cfg.Queue, h.cfg.Group, ss, id, h.cfg.N); err != nil {
 			return err
@@ -600,6 +977,7 @@ func (h *Holder) Release(ctx context.Context, slots []int) error {
 	h.mu.Lock()
 	for _, s := range slots {
 		delete(h.owned, s)
+		delete(h.leaving, s)
 	}
 	h.mu.Unlock()
 	return err
@@ -742,6 +1120,10 @@ type Owner struct {
 	Live bool
 	// LeaseLeft is how long the lease lasts (negative: expired that long ago).
 	LeaseLeft time.Duration
+	// Member is the owner's member token ("" for a worker of an older
+	// partitionq); MovingTo the live member the slot is being handed to
+	// ("" when none).
+	Member, MovingTo string
 }
 
 // SlotKey names a slot of a group: slot Slot of the generation with N slots.
@@ -775,7 +1157,11 @@ func readOwners(ctx context.Context, q db.DB, queue, group *string) ([]Owner, er
 		select s.queue, s.grp, s.n, s.slot, s.epoch, s.worker_id, w.identity, w.host, w.os_pid, coalesce(w.backend_pid, 0),
 		       -- another role's address is NULL without pg_read_all_stats
 		       case when a.backend_start is null then '' else coalesce(host(a.client_addr), 'local') end,
-		       coalesce(s.since, w.started_at), w.lease_until > clock_timestamp(), w.lease_until - clock_timestamp()
+		       coalesce(s.since, w.started_at), w.lease_until > clock_timestamp(), w.lease_until - clock_timestamp(),
+		       coalesce(w.member, ''),
+		       coalesce((select t.member from partitionq.worker t
+		                  where t.queue = s.queue and t.grp = s.grp and t.member = s.handoff_to and t.lease_until > clock_timestamp()
+		                  limit 1), '')
 		  from partitionq.slot s join partitionq.worker w on w.id = s.worker_id
 		  left join pg_stat_activity a on a.pid = w.backend_pid
 		 where ($1::text is null or s.queue = $1) and ($2::text is null or s.grp = $2)`, queue, group)
@@ -785,7 +1171,7 @@ func readOwners(ctx context.Context, q db.DB, queue, group *string) ([]Owner, er
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Owner, error) {
 		var o Owner
 		err := r.Scan(&o.Queue, &o.Group, &o.N, &o.Slot, &o.Epoch, &o.WorkerID, &o.Identity, &o.Host, &o.OSPid, &o.BackendPID, &o.Addr,
-			&o.Since, &o.Live, &o.LeaseLeft)
+			&o.Since, &o.Live, &o.LeaseLeft, &o.Member, &o.MovingTo)
 		return o, err
 	})
 }

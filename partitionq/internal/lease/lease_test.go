@@ -23,7 +23,7 @@ func newHolder(t *testing.T, pool *pgxpool.Pool, identity string, n, generation 
 	}
 	h := New(Config{Pool: pool, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Queue: "q", Group: "g", N: n, Generation: generation,
 		Slots: slots, Identity: identity, SchemaVersion: store.Latest(), TTL: 5 * time.Second, Renew: time.Second, Margin: time.Second,
-		Poll: time.Second, OnGain: func(int, int64) {}, OnLose: func(int, string) {}})
+		Poll: time.Second, OnGain: func(int, int64, string) {}, OnLose: func(int, string) {}})
 	if err := h.Register(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestClaimTakesOnlyTheSlotsOfItsGeneration(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := newHolder(t, pool, "first", 4, 1)
-	first.claim(ctx)
+	first.step(ctx)
 	if got := owned(first); got != 4 {
 		t.Fatalf("a run of the current generation took %d of its 4 slots", got)
 	}
@@ -80,12 +80,12 @@ func TestClaimTakesOnlyTheSlotsOfItsGeneration(t *testing.T) {
 		insert into partitionq.slot (queue, grp, n, slot, epoch) select 'q', 'g', 4, s, 3::bigint << 32 from generate_series(0, 3) s`); err != nil {
 		t.Fatal(err)
 	}
-	first.claim(ctx)
+	first.step(ctx)
 	if got := owned(first); got != 0 {
 		t.Fatalf("a run of generation 1 took %d slots of generation 3 (same N)", got)
 	}
 	third := newHolder(t, pool, "third", 4, 3)
-	third.claim(ctx)
+	third.step(ctx)
 	if got := owned(third); got != 4 {
 		t.Fatalf("a run of generation 3 took %d of its 4 slots", got)
 	}
@@ -132,7 +132,7 @@ func TestAClaimDoesNotTakeASlotFromAWorkerThatRegisteredWhileItWaited(t *testing
 	}
 
 	claimed := make(chan struct{})
-	go func() { defer close(claimed); late.claim(ctx) }()
+	go func() { defer close(claimed); late.step(ctx) }()
 	// Wait until the claim waits on the other's lock, then let it go.
 	for {
 		var waiting bool
@@ -181,7 +181,7 @@ func TestOwnershipChecksReadOnlyTheirSlotsRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := newHolder(t, pool, "w", n, 1)
-	h.claim(ctx)
+	h.step(ctx)
 	slots, epochs := []int{3, 40, 41, 100, 170, 200, 254, 255}, make([]int64, 8)
 	for i, s := range slots {
 		e, ok := h.Epoch(s)
