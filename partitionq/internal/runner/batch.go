@@ -70,7 +70,7 @@ func (r *Runner) idleSlots() []*slotRun {
 		s.mu.Lock()
 		idle := s.batch == nil
 		s.mu.Unlock()
-		if idle && s.active() && !s.handingOff.Load() {
+		if idle && s.taking() && !s.handingOff.Load() {
 			out = append(out, s)
 		}
 	}
@@ -189,7 +189,7 @@ func (r *Runner) read(group []*batchRun, cands []*slotRun, after int64) {
 	defer func() {
 		for _, b := range group {
 			if mine(b) {
-				if !complete {
+				if !complete || !b.s.taking() {
 					b.incomplete.Store(true)
 				}
 				b.readDone.Store(true)
@@ -202,7 +202,7 @@ func (r *Runner) read(group []*batchRun, cands []*slotRun, after int64) {
 	for r.stop.Err() == nil {
 		live := group[:0:0]
 		for _, b := range group {
-			if b.s.active() && mine(b) {
+			if b.s.taking() && mine(b) {
 				live = append(live, b)
 			}
 		}
@@ -234,6 +234,16 @@ func (r *Runner) read(group []*batchRun, cands []*slotRun, after int64) {
 			after = max(after, b.lastID.Load())
 		}
 	}
+}
+
+// letGo ends the part of the read id in batch b, incomplete: its slot is
+// being handed over. Only the read's own goroutine calls it, between
+// chunks, so no event of b is handed out after it.
+func (r *Runner) letGo(b *batchRun) {
+	b.reader.Store(0)
+	b.incomplete.Store(true)
+	b.readDone.Store(true)
+	r.maybeEnd(b)
 }
 
 // detach moves a batch out of a shared read into a read of its own, from
@@ -282,13 +292,20 @@ func (r *Runner) readOnce(id int64, group []*batchRun, cands []*slotRun, seen ma
 		for i := range evs {
 			ev := &evs[i] // the lanes hold it in the chunk: an event is not copied on its way
 			if b := bySlot[ev.Slot]; b != nil && b.reader.Load() == id {
-				b.add(ev)
+				if b.s.taking() {
+					b.add(ev)
+				}
 			} else if cand[ev.Slot] {
 				seen[ev.Slot] = true
 			}
 		}
 		if r.stop.Err() != nil {
 			return false, nil
+		}
+		for _, b := range group { // a slot being handed over leaves the read: its batch ends here, incomplete
+			if b.reader.Load() == id && !b.s.taking() {
+				r.letGo(b)
+			}
 		}
 		// Flow control: wait for the lanes to make room. In a shared read a
 		// slot that does not make room soon, while another slot of the read
@@ -330,7 +347,7 @@ func starving(group []*batchRun, id int64, b *batchRun) bool {
 func (b *batchRun) waitBelow(ctx context.Context, limit int64, short bool) bool {
 	deadline := time.Now().Add(50 * time.Millisecond)
 	for b.pending.Load() >= limit {
-		if ctx.Err() != nil || !b.s.active() {
+		if ctx.Err() != nil || !b.s.taking() {
 			return true
 		}
 		if short && time.Now().After(deadline) {
@@ -381,7 +398,7 @@ func (r *Runner) handleInBatch(b *batchRun, it item) {
 		r.parkedInBatch(b)
 		return
 	}
-	if r.stop.Err() != nil || !b.s.active() {
+	if r.stop.Err() != nil || !b.s.taking() {
 		b.incomplete.Store(true)
 		return
 	}
@@ -455,13 +472,22 @@ func (r *Runner) maybeEnd(b *batchRun) {
 // later) gets it again and skips what the recorded progress says is done.
 // It may be called from a lane of the batch, so it waits for the lanes on a
 // goroutine of its own.
+//
+// When the slot is still owned (the worker stops, or hands the slot over)
+// the batch's progress is recorded first, what its last handler runs
+// resolved included: the next owner repeats none of it.
 func (r *Runner) abandon(b *batchRun) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
 		b.lanes.Wait()
-		if b.s.active() && r.stop.Err() == nil {
-			r.log.Info("partitionq: batch left open for the next owner", slog.Int("slot", b.s.slot), slog.Int64("batch", b.info.ID))
+		if b.s.active() {
+			if r.stop.Err() == nil && !b.s.leaving.Load() {
+				r.log.Info("partitionq: batch left open for the next owner", slog.Int("slot", b.s.slot), slog.Int64("batch", b.info.ID))
+			}
+			if b.track != nil {
+				r.flush(context.WithoutCancel(r.stop))
+			}
 		}
 		r.endBatch(b)
 	}()

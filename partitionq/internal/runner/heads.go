@@ -175,7 +175,7 @@ func (r *Runner) startDrain(s *slotRun, key string, headID int64, expire bool) {
 				s.unblock(key, gen)
 			}
 		}
-		for id != 0 && ctx.Err() == nil && s.active() {
+		for id != 0 && ctx.Err() == nil && s.taking() {
 			res, err := parked.Drain(ctx, r.cfg.Pool, r.cfg.Eng, s.info, key, id, parked.Limits{Events: drainRun, Time: drainRunTime},
 				parked.DrainHooks{
 					Handle: func(ev engine.Event, attempt int) parked.Handled { return r.drainCall(s, ev, attempt) },

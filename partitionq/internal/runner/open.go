@@ -65,6 +65,8 @@ type cohort struct {
 // that stands at the cutover is handed off. A new slot opens nothing
 // before its parent slots are handed off.
 func (r *Runner) openBatches() bool {
+	r.lookMu.Lock() // a handoff waits for the look that may be opening its slot's batch
+	defer r.lookMu.Unlock()
 	idle := r.idleSlots()
 	if len(idle) == 0 {
 		return false

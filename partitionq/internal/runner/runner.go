@@ -105,6 +105,19 @@ type Config struct {
 	SchemaVersion int
 	OnRenew       func(ctx context.Context, tx pgx.Tx) error
 
+	// Member is the worker process's member token, the same for every
+	// generation it runs; Balance shares the slots with the group's other
+	// balancing workers (else Slots are pins); MaxMoving bounds the slots
+	// handed over at once (lease.Config). LeaveTimeout bounds how long a
+	// handoff waits for the slot's handler runs before it cancels them
+	// (<= 0: no bound). OnMove, when set, is told of every slot that came
+	// to this worker from another (lease.Reason*).
+	Member       string
+	Balance      bool
+	MaxMoving    int
+	LeaveTimeout time.Duration
+	OnMove       func(slot int, reason string)
+
 	Concurrency      int    // handler calls at once per slot
 	DrainConcurrency int    // blocked keys drained at once (each holds a connection)
 	Policy           Policy //
@@ -160,6 +173,7 @@ type Runner struct {
 	wg      sync.WaitGroup   // every goroutine but Run's own
 
 	flushMu sync.Mutex // held by a flush; a drain settles its handled events under it (progress.go)
+	lookMu  sync.Mutex // held by a look that opens batches (open.go); a handoff waits for it (handover.go)
 
 	peekedMu  sync.Mutex
 	peekedSQL map[int64]string // the engine's queries of batches a look peeked at, for their reads
@@ -177,7 +191,8 @@ func New(cfg Config) *Runner {
 		readerSem: make(chan struct{}, max(1, cfg.MaxReaders)), drainSem: make(chan struct{}, max(1, cfg.DrainConcurrency)),
 		slots: map[int]*slotRun{}, retired: map[int]*slotRun{}}
 	r.lease = lease.New(lease.Config{
-		Pool: cfg.Pool, Log: cfg.Log, Queue: cfg.Queue, Group: cfg.Group, N: cfg.N, Generation: cfg.Generation, Slots: cfg.Slots, Identity: cfg.Identity,
+		Pool: cfg.Pool, Log: cfg.Log, Queue: cfg.Queue, Group: cfg.Group, N: cfg.N, Generation: cfg.Generation, Resized: cfg.Parent != 0,
+		Member: cfg.Member, Balance: cfg.Balance, MaxMoving: cfg.MaxMoving, Slots: cfg.Slots, Identity: cfg.Identity,
 		SchemaVersion: cfg.SchemaVersion, OnRenew: cfg.OnRenew,
 		TTL: cfg.LeaseTTL, Renew: cfg.LeaseRenew, Margin: cfg.LeaseMargin, Poll: cfg.StandbyPoll,
 		Channels: cfg.Eng.TickChannels(cfg.Queue),
@@ -187,7 +202,7 @@ func New(cfg Config) *Runner {
 			}
 		},
 		OnGain: r.gain, OnGained: r.gained,
-		OnLose: r.lose,
+		OnLose: r.lose, OnLeave: r.leave, MayGive: r.mayGive,
 	})
 	return r
 }
@@ -321,8 +336,9 @@ const registerTimeout = 15 * time.Second
 // under the lease's lock, so it only records the slot; gained publishes the
 // slots of one claim together and wakes the loop, so that their first
 // batches are opened, and read, together.
-func (r *Runner) gain(n int, epoch int64) {
+func (r *Runner) gain(n int, epoch int64, reason string) {
 	s := newSlotRun(r, n, epoch)
+	s.reason = reason
 	r.mu.Lock()
 	if old := r.retired[n]; old != nil {
 		s.prev = old // its handlers must all have returned before this run starts one
@@ -344,7 +360,15 @@ func (r *Runner) gained() {
 	r.mu.Unlock()
 	for _, s := range got {
 		r.cfg.Stats[s.slot].Owned.Store(true)
-		r.log.Info("partitionq: slot owned", slog.Int("slot", s.slot), slog.Int64("epoch", s.epoch), slog.String("consumer", r.cfg.Consumers[s.slot]))
+		if s.reason == "" {
+			r.log.Info("partitionq: slot owned", slog.Int("slot", s.slot), slog.Int64("epoch", s.epoch), slog.String("consumer", r.cfg.Consumers[s.slot]))
+			continue
+		}
+		r.log.Info("partitionq: slot moved to this worker", slog.Int("slot", s.slot), slog.Int64("epoch", s.epoch),
+			slog.String("consumer", r.cfg.Consumers[s.slot]), slog.String("reason", s.reason))
+		if r.cfg.OnMove != nil {
+			r.cfg.OnMove(s.slot, s.reason)
+		}
 	}
 	signal(r.wake)
 }

@@ -15,11 +15,12 @@ import (
 // slotRun is one owned slot, from the moment the worker took it (at epoch)
 // until it released or lost it. A slot taken again later is a new slotRun.
 type slotRun struct {
-	r     *Runner
-	slot  int
-	epoch int64
-	info  parked.Slot
-	stats *Stats
+	r      *Runner
+	slot   int
+	epoch  int64
+	reason string // why the slot came to this worker (lease.Reason*; "": no move)
+	info   parked.Slot
+	stats  *Stats
 
 	// ctx is the parent of every handler call of the slot: cancelled when
 	// the slot is lost, and when the worker's shutdown timeout passes.
@@ -31,6 +32,10 @@ type slotRun struct {
 	// batches); an old slot standing at the cutover is being handed off,
 	// and none of its drains starts any more.
 	parentsDone, handingOff, noDrains atomic.Bool
+	// leaving: the slot is being handed over to another worker (a
+	// balancing move, handover.go): no new handler run or drain starts;
+	// what runs finishes and commits.
+	leaving atomic.Bool
 
 	prev     *slotRun      // the previous run of this slot in this process, lost
 	sem      chan struct{} // handler calls at once
@@ -84,6 +89,10 @@ func (s *slotRun) kill(cause error) {
 // active reports whether the slot may still run handlers and commit.
 func (s *slotRun) active() bool { return !s.lost.Load() && s.r.lease.Valid() }
 
+// taking reports whether the slot may start new work: it is active and
+// not being handed over.
+func (s *slotRun) taking() bool { return s.active() && !s.leaving.Load() }
+
 // waitPrev waits until every handler call of the slot's previous run in
 // this process has returned, so that two runs of one key never overlap here.
 func (s *slotRun) waitPrev() {
@@ -116,6 +125,11 @@ func (s *slotRun) waitIdle() {
 // reports a call that did not run or was cut short by the slot's loss or
 // the worker's shutdown: not the event's fault, and nothing of it is kept.
 func (s *slotRun) call(c Call) (res Result, aborted bool) {
+	// The counter first, then the check: a run that waits for this one's
+	// calls to end (waitPrev) either sees this call counted, or this call
+	// sees the slot stopped.
+	s.inflight.Add(1)
+	defer s.inflight.Done()
 	if !s.active() {
 		return Result{Err: errLost}, true
 	}
@@ -128,8 +142,6 @@ func (s *slotRun) call(c Call) (res Result, aborted bool) {
 	if !s.active() { // the lease may have lapsed while we waited for room
 		return Result{Err: errLost}, true
 	}
-	s.inflight.Add(1)
-	defer s.inflight.Done()
 	if g := s.r.cfg.Keys; g != nil {
 		key := c.Event.Key
 		here := Where{N: s.r.cfg.N, Slot: s.slot, Epoch: s.epoch, EventID: c.Event.ID}
