@@ -3,6 +3,7 @@ package partitionq
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -30,6 +31,33 @@ type Owner struct {
 	// LeaseLeft is how long the worker's lease lasts without a renewal
 	// (renewed about every LeaseDuration/5).
 	LeaseLeft time.Duration
+	// Member is the worker's member token (WorkerStatus.Member).
+	Member string
+}
+
+// WorkerStatus is one live worker of a group (GroupStatus.Workers).
+type WorkerStatus struct {
+	Name string // the worker's Identity
+	Host string // the worker's host name
+	PID  int32  // the worker's operating-system process id (on Host)
+	// Member is the worker's member token: unique to the worker process,
+	// so that replicas started with one configuration (one Identity, even)
+	// tell each other apart.
+	Member string
+	// Pinned lists the slots of a worker started with WorkerConfig.Slots
+	// (it runs only these); nil for a worker that shares the group's slots
+	// with the others.
+	Pinned []int
+	// Slots are the slots of the current generation it owns; OldSlots,
+	// during a resize, those of the old generation not yet handed off.
+	Slots, OldSlots []int
+	// Share is how many of the current generation's slots it holds once
+	// the moves under way are done: for a worker that shares the slots,
+	// the floor or the ceil of the slots no pinned worker runs over the
+	// number of such workers, as the workers compute it themselves
+	// (docs/architecture.md, "Sharing the slots"); for a pinned one, its
+	// pins.
+	Share int
 }
 
 // SlotStatus is the engine's view of one slot, read-only.
@@ -45,6 +73,10 @@ type SlotStatus struct {
 	// its parents, then runs.
 	Resize *SlotResize
 	Owner  *Owner // nil when no live worker owns the slot
+	// MovingTo names the worker (its Identity) the slot is being handed to
+	// (a graceful move to balance the group: the owner drains the slot,
+	// then the other takes it); "" when none.
+	MovingTo string
 	// Lag is the age of the last tick the slot finished: how far behind
 	// the slot's reading is.
 	Lag time.Duration
@@ -127,7 +159,10 @@ type GroupStatus struct {
 	Engine     string // engine schema
 	// SlotStatus lists the current generation's slots, by slot, then during
 	// a resize the old generation's slots not yet handed off.
-	SlotStatus  []SlotStatus
+	SlotStatus []SlotStatus
+	// Workers are the group's live workers, in the order they started,
+	// with the slots each owns and its share.
+	Workers     []WorkerStatus
 	DeadLetters int64 // not yet replayed
 	// Pending is the sum of the slots' Pending (PendingMax of their
 	// PendingMax), Rates the sum of their Rates.
@@ -237,12 +272,20 @@ func (c *Client) Status(ctx context.Context, queue, group string) (GroupStatus, 
 			return GroupStatus{}, err
 		}
 	}
+	if err := c.workers(ctx, g, owners, &gs); err != nil {
+		return GroupStatus{}, err
+	}
 	anyParked := false
 	for _, sl := range all {
 		s := &gs.SlotStatus[at[lease.SlotKey{N: sl.N, Slot: sl.Slot}]]
 		if o, ok := owners[lease.SlotKey{N: sl.N, Slot: sl.Slot}]; ok && o.Live {
 			s.Owner = &Owner{Name: o.Identity, Host: o.Host, PID: int32(o.OSPid), BackendPID: int32(o.BackendPID), Addr: o.Addr,
-				Since: o.Since, Epoch: o.Epoch, LeaseLeft: o.LeaseLeft}
+				Since: o.Since, Epoch: o.Epoch, LeaseLeft: o.LeaseLeft, Member: o.Member}
+			for _, w := range gs.Workers {
+				if o.MovingTo != "" && w.Member == o.MovingTo {
+					s.MovingTo = w.Name
+				}
+			}
 		}
 		rc := counts[sl.SubID]
 		s.SetAside = rc.Timed + rc.Parked
@@ -366,6 +409,49 @@ func (c *Client) backlogErr(err error) error {
 			err, store.Latest())
 	}
 	return err
+}
+
+// workers fills in the group's live workers (GroupStatus.Workers): who
+// they are, the slots each owns (owners) and its share of the current
+// generation, computed as the workers compute it.
+func (c *Client) workers(ctx context.Context, g Group, owners map[lease.SlotKey]lease.Owner, gs *GroupStatus) error {
+	if owners == nil { // partitionq's schema is not installed
+		return nil
+	}
+	ws, err := lease.Workers(ctx, c.pool, g.Queue, g.Group)
+	if err != nil {
+		return err
+	}
+	cur := g.gens[len(g.gens)-1]
+	v, _, err := lease.ReadView(ctx, c.pool, g.Queue, g.Group, cur.n, cur.recorded, 0)
+	if err != nil {
+		return err
+	}
+	shares := lease.Shares(v)
+	for _, w := range ws {
+		ws := WorkerStatus{Name: w.Identity, Host: w.Host, PID: int32(w.OSPid), Member: w.Member, Pinned: w.Pins, Share: shares[w.Member]}
+		if w.Pins != nil {
+			for _, p := range w.Pins {
+				if p < cur.n {
+					ws.Share++
+				}
+			}
+		}
+		for k, o := range owners {
+			if o.Member != w.Member || !o.Live {
+				continue
+			}
+			if k.N == cur.n {
+				ws.Slots = append(ws.Slots, k.Slot)
+			} else {
+				ws.OldSlots = append(ws.OldSlots, k.Slot)
+			}
+		}
+		sort.Ints(ws.Slots)
+		sort.Ints(ws.OldSlots)
+		gs.Workers = append(gs.Workers, ws)
+	}
+	return nil
 }
 
 // owners reads the recorded owner of every slot of a group (none when

@@ -473,6 +473,11 @@ type Worker struct {
 	status     statusCache     // the metrics' gauges (one read for every generation)
 	runners    sync.WaitGroup
 	keys       runner.KeyGuard // one run of a key at a time, across the runs of every generation
+	// member is this worker's member token in the group (the same for
+	// every generation it runs): how the group's workers tell each other
+	// apart when they share the slots.
+	member string
+	moves  *prometheus.CounterVec // slots moved to this worker, by reason (nil without a Registerer)
 }
 
 // genRun is the run of one generation's slots.
@@ -514,7 +519,7 @@ func (c *Client) NewWorker(ctx context.Context, cfg WorkerConfig) (*Worker, erro
 		return nil, err
 	}
 	w := &Worker{c: c, cfg: cfg, group: g, done: make(chan struct{}), gens: map[int]*genRun{}, changed: make(chan struct{}, 1),
-		log: c.log.With(slog.String("queue", cfg.Queue), slog.String("group", cfg.Group))}
+		log: c.log.With(slog.String("queue", cfg.Queue), slog.String("group", cfg.Group)), member: newMemberToken()}
 	switch {
 	case cfg.SlotCount != 0:
 		if _, ok := g.gen(cfg.SlotCount); !ok || (g.Resize != nil && cfg.SlotCount == g.Resize.To && g.Resize.Cutover == 0) {
@@ -632,6 +637,12 @@ func (w *Worker) Start(ctx context.Context) error {
 	pool, err := pgxpool.NewWithConfig(context.WithoutCancel(ctx), pcfg)
 	if err != nil {
 		return fmt.Errorf("partitionq: the worker's connection pool: %w", err)
+	}
+	if w.cfg.Registerer != nil {
+		if w.moves, err = registerMoves(w.cfg.Registerer); err != nil {
+			pool.Close()
+			return err
+		}
 	}
 	soft, stopSoft := context.WithCancel(ctx)
 	hard, stopHard := context.WithCancel(context.WithoutCancel(ctx))
@@ -893,6 +904,7 @@ func (w *Worker) newRunner(x generation, gr *genRun) *runner.Runner {
 		Eng: w.c.eng, Pool: w.pool, Log: w.log.With(slog.Int("slots", x.n)), Queue: w.cfg.Queue, Group: w.cfg.Group, N: x.n,
 		Generation: x.recorded, Slots: gr.slots, Consumers: x.consumers, SubIDs: x.subIDs, Stats: gr.stats, Identity: w.cfg.Identity,
 		Parent: x.parent, ParentSubs: x.parentSubs, SchemaVersion: store.Latest(), OnRenew: w.onRenew,
+		Member: w.member, Balance: len(w.cfg.Slots) == 0, LeaveTimeout: w.cfg.Limits.ShutdownTimeout, OnMove: w.moved,
 		Concurrency: w.cfg.Limits.Concurrency, DrainConcurrency: w.cfg.Limits.DrainConcurrency, Policy: policy, MaxAttempts: maxAttempts,
 		Backoff:        func(n int) time.Duration { return backoff(w.cfg.Retry.BackoffMin, w.cfg.Retry.BackoffMax, n) },
 		HandlerTimeout: hto, Handle: w.handleFunc(gr), Keys: &w.keys,

@@ -146,6 +146,9 @@ func diagnose(in slotInput) diagnosis {
 	case behind:
 		d.add(sevWarn, "behind", "Owner advancing too slowly: %s took a batch %s ago but is %s behind. A hot key (events of one key run one at a time) or a slow handler.", ownerName(s.Owner), age(s.LastSeen), age(s.Lag))
 	}
+	if s.Owner != nil && s.MovingTo != "" {
+		d.add(sevOK, "moving", "Moving to %s to balance the group: %s finishes the runs in flight, records them and hands the slot over (nothing repeats).", line(s.MovingTo), ownerName(s.Owner))
+	}
 	if lead := behindFastest(s, st); lead > 0 && (behind || d.sev == sevCrit) {
 		d.add(sevWarn, "behind", "It is %s events behind the fastest slot of the group.", count(lead))
 	}

@@ -311,7 +311,11 @@ func (v *slotsView) View() string {
 				state = "waits"
 			}
 		}
-		cells := []string{mark, slot, shortOwner(s.Owner), age(s.Lag),
+		owner := shortOwner(s.Owner)
+		if s.MovingTo != "" && s.Owner != nil {
+			owner += "→" + strings.TrimPrefix(line(s.MovingTo), "partitionq:")
+		}
+		cells := []string{mark, slot, owner, age(s.Lag),
 			v.hist.pendingLine(s.Slot, at, cols[4].width), pendingCount(s.Pending, s.PendingMax),
 			v.hist.handledLine(s.Slot, at, cols[6].width), rate(s.Rates.Handled10s), rate(s.Rates.Failed10s),
 			fmt.Sprint(s.BlockedKeys), state}
@@ -364,6 +368,9 @@ func (v *slotsView) summary() string {
 		}
 	}
 	parts := []string{plural(st.Slots, "slot")}
+	if n := len(st.Workers); n > 0 {
+		parts[0] += " · " + plural(n, "worker")
+	}
 	if r := st.Resize; r != nil {
 		cut := "waiting for the cutover tick"
 		if r.Cutover != 0 {

@@ -74,12 +74,13 @@ fi
 
 	// status counts the blocked key and the set-aside events of its slot.
 	raw = h.raw(with(qg, "status")...)
-	pinKeys(t, "status", raw, "queue", "group", "engine", "slot_count", "generation", "resize", "dead_letters", "pending", "pending_max", "rates", "ticks", "at", "slots")
+	pinKeys(t, "status", raw, "queue", "group", "engine", "slot_count", "generation", "resize", "dead_letters", "pending", "pending_max", "rates", "ticks", "at", "slots", "workers")
 	pinKeys(t, "status ticks", field(t, raw, "ticks", -1), "age_seconds", "unticked", "stalled", "warning")
-	pinKeys(t, "status slot", field(t, raw, "slots", bk.Slot), "slot", "slots", "resize", "consumer", "owner", "lag_seconds", "last_seen_seconds",
+	pinKeys(t, "status slot", field(t, raw, "slots", bk.Slot), "slot", "slots", "resize", "consumer", "owner", "moving_to", "lag_seconds", "last_seen_seconds",
 		"in_batch", "pending", "pending_max", "oldest_seconds", "since_finish_seconds", "rates", "queue_pending", "blocked_keys", "draining_keys", "set_aside")
 	pinKeys(t, "status rates", field(t, field(t, raw, "slots", bk.Slot), "rates", -1), "handled_10s", "failed_10s", "handled_1m", "failed_1m")
-	pinKeys(t, "status owner", field(t, field(t, raw, "slots", bk.Slot), "owner", -1), "name", "host", "pid", "backend_pid", "addr", "since", "epoch", "lease_left_seconds")
+	pinKeys(t, "status owner", field(t, field(t, raw, "slots", bk.Slot), "owner", -1), "name", "host", "pid", "backend_pid", "addr", "since", "epoch", "lease_left_seconds", "member")
+	pinKeys(t, "status worker", field(t, raw, "workers", 0), "name", "host", "pid", "member", "pinned", "slots", "old_slots", "share")
 	var st statusOut
 	h.json(&st, with(qg, "status")...)
 	if s := st.Slots[bk.Slot]; s.BlockedKeys != 1 || s.SetAside != 3 || s.Pending != 0 || s.SinceFinishSeconds == nil {

@@ -28,6 +28,20 @@ type statusJSON struct {
 	Ticks       ticksJSON        `json:"ticks"`
 	At          time.Time        `json:"at"`
 	Slots       []slotStatusJSON `json:"slots"`
+	Workers     []workerJSON     `json:"workers"`
+}
+
+// workerJSON is one live worker of the group (partitionq.WorkerStatus).
+type workerJSON struct {
+	Name   string `json:"name"`
+	Host   string `json:"host"`
+	PID    int32  `json:"pid"`
+	Member string `json:"member"`
+	// Pinned is null for a worker that shares the slots with the others.
+	Pinned   []int `json:"pinned"`
+	Slots    []int `json:"slots"`
+	OldSlots []int `json:"old_slots"`
+	Share    int   `json:"share"`
 }
 
 // ticksJSON is the queue's newest tick (docs/cli.md, status).
@@ -83,6 +97,7 @@ type slotStatusJSON struct {
 	Resize          *slotResizeJSON `json:"resize"` // null when no resize is in flight
 	Consumer        string          `json:"consumer"`
 	Owner           *ownerJSON      `json:"owner"`
+	MovingTo        string          `json:"moving_to"` // "" when the slot is not being handed over
 	LagSeconds      float64         `json:"lag_seconds"`
 	LastSeenSeconds float64         `json:"last_seen_seconds"`
 	InBatch         bool            `json:"in_batch"`
@@ -121,13 +136,15 @@ type ownerJSON struct {
 	Since            *time.Time `json:"since"` // when the worker took the slot
 	Epoch            int64      `json:"epoch"`
 	LeaseLeftSeconds float64    `json:"lease_left_seconds"`
+	Member           string     `json:"member"`
 }
 
 func toStatusJSON(gs partitionq.GroupStatus) statusJSON {
 	out := statusJSON{Queue: gs.Queue, Group: gs.Group, Engine: gs.Engine, SlotCount: gs.Slots, Generation: gs.Generation,
 		Resize: toResizeJSON(gs.Resize), DeadLetters: gs.DeadLetters,
 		Pending: gs.Pending, PendingMax: gs.PendingMax, Rates: toRatesJSON(gs.Rates), At: utc(gs.At), Slots: make([]slotStatusJSON, 0, len(gs.SlotStatus)),
-		Ticks: ticksJSON{Unticked: gs.Ticks.Unticked, Stalled: gs.Ticks.Stalled, Warning: tickWarning(gs)}}
+		Workers: make([]workerJSON, 0, len(gs.Workers)),
+		Ticks:   ticksJSON{Unticked: gs.Ticks.Unticked, Stalled: gs.Ticks.Stalled, Warning: tickWarning(gs)}}
 	if gs.Ticks.Age >= 0 {
 		age := seconds(gs.Ticks.Age)
 		out.Ticks.AgeSeconds = &age
@@ -135,7 +152,7 @@ func toStatusJSON(gs partitionq.GroupStatus) statusJSON {
 	for _, s := range gs.SlotStatus {
 		j := slotStatusJSON{Slot: s.Slot, Slots: s.Slots, Consumer: s.Consumer, LagSeconds: seconds(s.Lag), LastSeenSeconds: seconds(s.LastSeen),
 			InBatch: s.InBatch, Pending: s.Pending, PendingMax: s.PendingMax, OldestSeconds: seconds(s.Oldest), Rates: toRatesJSON(s.Rates),
-			QueuePending: s.QueuePending, BlockedKeys: s.BlockedKeys, DrainingKeys: s.DrainingKeys, SetAside: s.SetAside}
+			QueuePending: s.QueuePending, BlockedKeys: s.BlockedKeys, DrainingKeys: s.DrainingKeys, SetAside: s.SetAside, MovingTo: s.MovingTo}
 		if s.SinceFinish >= 0 {
 			f := seconds(s.SinceFinish)
 			j.SinceFinishSeconds = &f
@@ -145,9 +162,13 @@ func toStatusJSON(gs partitionq.GroupStatus) statusJSON {
 		}
 		if o := s.Owner; o != nil {
 			j.Owner = &ownerJSON{Name: o.Name, Host: o.Host, PID: o.PID, BackendPID: o.BackendPID, Addr: o.Addr, Since: optTime(o.Since),
-				Epoch: o.Epoch, LeaseLeftSeconds: seconds(o.LeaseLeft)}
+				Epoch: o.Epoch, LeaseLeftSeconds: seconds(o.LeaseLeft), Member: o.Member}
 		}
 		out.Slots = append(out.Slots, j)
+	}
+	for _, w := range gs.Workers {
+		out.Workers = append(out.Workers, workerJSON{Name: w.Name, Host: w.Host, PID: w.PID, Member: w.Member, Pinned: w.Pinned,
+			Slots: append([]int{}, w.Slots...), OldSlots: append([]int{}, w.OldSlots...), Share: w.Share})
 	}
 	return out
 }
@@ -218,6 +239,9 @@ func printStatus(w io.Writer, gs partitionq.GroupStatus) error {
 				owner += ", " + o.Addr
 			}
 			owner += ")"
+			if s.MovingTo != "" {
+				owner += ", moving to " + s.MovingTo
+			}
 		}
 		lag := fmtDur(s.Lag)
 		if s.InBatch {
@@ -237,6 +261,9 @@ func printStatus(w io.Writer, gs partitionq.GroupStatus) error {
 	if err := tb.flush(); err != nil {
 		return err
 	}
+	if err := printWorkers(w, gs); err != nil {
+		return err
+	}
 	r := gs.Rates
 	_, err := fmt.Fprintf(w, "\npending: %s; handled/s: %s (10s), %s (1m); failed/s: %s (10s), %s (1m)\ndead letters (not replayed): %d\n",
 		pendingText(gs.Pending, gs.PendingMax), fmtRate(r.Handled10s), fmtRate(r.Handled1m), fmtRate(r.Failed10s), fmtRate(r.Failed1m), gs.DeadLetters)
@@ -247,6 +274,32 @@ func printStatus(w io.Writer, gs partitionq.GroupStatus) error {
 		_, err = fmt.Fprintf(w, "\nwarning: %s\n", tickWarning(gs))
 	}
 	return err
+}
+
+// printWorkers lists the group's live workers, the slots each owns and its
+// share.
+func printWorkers(w io.Writer, gs partitionq.GroupStatus) error {
+	if len(gs.Workers) == 0 {
+		_, err := fmt.Fprintf(w, "\nworkers: none live\n")
+		return err
+	}
+	fmt.Fprintf(w, "\n")
+	tb := newTable(w, "WORKER", "PROCESS", "SLOTS", "SHARE", "OWNS").widths(map[string]int{"WORKER": 60})
+	for _, x := range gs.Workers {
+		share := strconv.Itoa(x.Share)
+		if x.Pinned != nil {
+			share += " (pinned to " + joinInts(x.Pinned) + ")"
+		}
+		owns := "-"
+		if len(x.Slots) > 0 {
+			owns = joinInts(x.Slots)
+		}
+		if len(x.OldSlots) > 0 {
+			owns += fmt.Sprintf("; old %s", joinInts(x.OldSlots))
+		}
+		tb.row(x.Name, fmt.Sprintf("%d on %s", x.PID, x.Host), strconv.Itoa(len(x.Slots)), share, owns)
+	}
+	return tb.flush()
 }
 
 // tickWarning says that events wait and no tick comes, and what to do; ""
