@@ -243,8 +243,11 @@ func (c *lineCounter) Write(p []byte) (int, error) {
 	return c.w.Write(p)
 }
 
-// OK reports a clean run: nothing lost, no order violation, no overlap.
-func (r FaultReport) OK() bool { return r.Report.OK() }
+// OK reports a clean run: nothing lost, no order violation, no overlap,
+// and no handler run that waited for another run of its key in the same
+// worker (the key guard is a safety net that must never be needed: a wait
+// is a path that would have run a key twice at once).
+func (r FaultReport) OK() bool { return r.Report.OK() && r.KeyWaits == 0 }
 
 // faultRun is one run's state.
 type faultRun struct {

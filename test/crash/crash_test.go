@@ -18,12 +18,12 @@ import (
 func TestOwnershipTakeover(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 4)
-	a := e.start(t, "-slots", "all")
+	a := e.start(t, "-slots", "0,1,2,3") // pinned to every slot: the second one stands by
 	pgtest.WaitFor(t, 10*time.Second, "A to own all 4 slots", func() (bool, error) {
 		o := e.owners(t)
 		return len(o) == 4 && o[0] == int32(a.pid()) && o[1] == int32(a.pid()) && o[2] == int32(a.pid()) && o[3] == int32(a.pid()), nil
 	})
-	b := e.start(t, "-slots", "all")
+	b := e.start(t, "-slots", "0,1,2,3")
 	sent := map[string]int{}
 	batch := func(from, to int) {
 		var evs []sentEvent

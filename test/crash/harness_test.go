@@ -67,7 +67,7 @@ type env struct {
 func newEnv(t *testing.T, slots int) *env {
 	t.Helper()
 	db := pgtest.New(t)
-	pool := pgtest.Pool(t, db, 20)
+	pool := pgtest.Pool(t, db, 10) // beside 3 workers that own slots (each some 15 connections), two tests at a time
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	c, err := partitionq.NewClient(ctx, pool, partitionq.Config{})

@@ -46,13 +46,13 @@ type payload struct {
 
 // opts are the flags.
 type opts struct {
-	db, queue, group, slots  string
-	conc, maxAttempts        int
-	jitter, hold, backoffMax time.Duration
-	lease, deadHost          time.Duration
-	runlog                   string
-	tx                       bool
-	ticker                   bool
+	db, queue, group, slots   string
+	conc, drains, maxAttempts int
+	jitter, hold, backoffMax  time.Duration
+	lease, deadHost           time.Duration
+	runlog                    string
+	tx                        bool
+	ticker                    bool
 }
 
 func main() {
@@ -62,6 +62,7 @@ func main() {
 	flag.StringVar(&o.group, "group", "g", "group")
 	flag.StringVar(&o.slots, "slots", "all", "slots to run: all, or a comma-separated list")
 	flag.IntVar(&o.conc, "concurrency", 8, "in-slot concurrency")
+	flag.IntVar(&o.drains, "drains", 2, "blocked keys drained at once (DrainConcurrency): each holds a connection, and the tests run several workers on one server")
 	flag.IntVar(&o.maxAttempts, "max-attempts", 0, "max attempts (0: default of the policy)")
 	flag.DurationVar(&o.jitter, "jitter", 2*time.Millisecond, "largest random handler delay")
 	flag.DurationVar(&o.hold, "hold", 0, "largest random time a handler holds its event after it logged it, honouring its context (so that runs outlive a takeover)")
@@ -125,7 +126,9 @@ func run(ctx context.Context, log *slog.Logger, o opts) error {
 	}
 	// The handlers' pool: each handler writes one row. The worker's slots
 	// and drains use connections of their own (see partitionq.WorkerConns).
-	cfg.MaxConns = 8
+	// Small: the tests run several workers at once, each owning slots, on
+	// a server with 100 connections.
+	cfg.MaxConns = 4
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err
@@ -209,7 +212,7 @@ func run(ctx context.Context, log *slog.Logger, o opts) error {
 		Queue: o.queue, Group: o.group, Slots: slots,
 		Identity:  fmt.Sprintf("testworker:%d", pid),
 		Retry:     partitionq.RetryConfig{MaxAttempts: o.maxAttempts, BackoffMin: 5 * time.Millisecond, BackoffMax: o.backoffMax, HeadScanInterval: 50 * time.Millisecond},
-		Limits:    partitionq.LimitsConfig{Concurrency: o.conc, PollInterval: 10 * time.Millisecond},
+		Limits:    partitionq.LimitsConfig{Concurrency: o.conc, DrainConcurrency: o.drains, PollInterval: 10 * time.Millisecond},
 		Ownership: partitionq.OwnershipConfig{StandbyPoll: 100 * time.Millisecond, LeaseDuration: o.lease, DeadHostTimeout: o.deadHost},
 	}
 	if o.ticker {
