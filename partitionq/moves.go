@@ -24,7 +24,7 @@ const metricMoves = "partitionq_slot_moves_total"
 // partitionq_slot_moves_total, and the reason a worker logs.
 const (
 	// MoveJoin is a slot handed over by its owner to balance the group,
-	// because a worker joined (a graceful handoff: nothing repeats).
+	// because a worker joined (a graceful handover: nothing repeats).
 	MoveJoin = lease.ReasonJoin
 	// MoveLeave is a slot its owner released as it stopped.
 	MoveLeave = lease.ReasonLeave

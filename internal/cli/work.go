@@ -98,7 +98,7 @@ standard error at exit.`,
 	f := cmd.Flags()
 	t.bind(f)
 	f.StringVar(&w.exec, "exec", "", "shell command run for each event (required)")
-	f.StringVar(&w.slots, "slots", "all", `slots to run: "all", or a list such as 0,2,5-7`)
+	f.StringVar(&w.slots, "slots", "all", `slots to run: "all" (share the group's slots with the other workers), or a list such as 0,2,5-7 (run only these: a pin)`)
 	f.IntVar(&w.concurrency, "concurrency", partitionq.ConcurrencyDefault, "events of different keys handled at once per slot")
 	f.IntVar(&w.drains, "drain-concurrency", 0, fmt.Sprintf("pause policy: blocked keys retried and drained at once, across all the worker's slots, each on a connection of its own (default %d)", partitionq.DrainConcurrencyDefault))
 	f.DurationVar(&w.lease, "lease-duration", partitionq.LeaseDurationDefault, "how long the worker's slots stay its own without a renewal of its lease; a standby takes the slots of a worker that died about this long after")

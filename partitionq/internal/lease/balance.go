@@ -10,7 +10,7 @@ import (
 // group's live workers and who owns, or is about to own, each slot) and
 // computes the same plan from it; each then does only its own part of the
 // plan: it takes the free slots the plan gives it and hands the slots it
-// must give up to the worker the plan names (a graceful handoff: the slot
+// must give up to the worker the plan names (a graceful handover: the slot
 // is reserved for that worker, drained, released, and taken by it). Since
 // every worker computes the same plan, two workers never reach for the
 // same free slot while their pictures agree, and when they do not (a
