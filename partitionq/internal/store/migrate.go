@@ -36,10 +36,12 @@ import (
 //
 // A change to a function needs a new version too, or databases already at
 // the newest one never get it: a migration that may hold only its comment,
-// naming the function and why it changed. A released migration is
-// rewritten only as far as every earlier version still upgrades to the
-// schema a new database gets, with its rows
-// (TestMigrationUpgradesEveryEarlierVersion).
+// naming the function and why it changed (TestLatestVersionIsFrozen fails
+// until there is one). A released migration is rewritten only as far as
+// every earlier version still upgrades to the schema a new database gets,
+// with its rows (TestMigrationUpgradesEveryEarlierVersion). The schema that
+// results, tables and functions, is sql/schema.sql, generated from a new
+// database (TestSchemaFile).
 //
 //go:embed migration/*.sql function/*.sql
 var schemaFS embed.FS

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strings"
@@ -214,6 +215,62 @@ func TestMigrationUpgradesEveryEarlierVersion(t *testing.T) {
 			}
 		})
 	}
+}
+
+const freezeLatest = "go test ./partitionq/internal/store -run TestLatestVersionIsFrozen -update"
+
+// The newest version is frozen too (testdata/schema_vN.sql, written when
+// the version is made), and a database at it is the schema a new one
+// gets. Migrate does nothing to a database at the newest version: a
+// function changed without a new version would reach new databases only.
+func TestLatestVersionIsFrozen(t *testing.T) {
+	latest := store.Latest()
+	path := fmt.Sprintf("testdata/schema_v%d.sql", latest)
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		if !*update {
+			t.Fatalf("%s is missing: each version is frozen when it is made, for the upgrade test of the next and to catch a function changed without a new version; write it with `%s`",
+				path, freezeLatest)
+		}
+		freeze(t, path, latest)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	db := pgtest.New(t)
+	pool := pgtest.Pool(t, db, 2)
+	fresh := freshFingerprint(t, pool)
+	if got := upgradeFrozen(t, pool, latest); got != fresh {
+		t.Errorf("a database at version %[1]d, the newest (%[2]s), differs from a new one: databases already at version %[1]d would never get this change, "+
+			"since the schema is migrated only when its version moves up. A change to a function needs a new schema version: add migration/%04[3]d_<what>.sql, "+
+			"which may hold only its \"-- Version %[3]d:\" comment naming the functions that changed and why, then freeze it with `%[4]s`. "+
+			"(If version %[1]d is new on your branch, never released, delete %[2]s and freeze it again instead.)\n%[5]s",
+			latest, path, latest+1, freezeLatest, diffLines(fresh, got))
+	}
+}
+
+// freeze writes the schema of a new database, as sql/schema.sql shows
+// it, as the frozen schema of version v.
+func freeze(t *testing.T, path string, v int) {
+	t.Helper()
+	db := pgtest.New(t)
+	pool := pgtest.Pool(t, db, 2)
+	ctx := context.Background()
+	pgtest.InTx(t, pool, func(tx pgx.Tx) {
+		if err := store.Migrate(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+		body := describeSchema(t, ctx, tx)
+		header := fmt.Sprintf(`-- partitionq's schema at version %d, for the migration tests: what
+-- sql/schema.sql showed when the version was made, on PostgreSQL %d,
+-- written by
+--   %s
+-- Frozen: do not edit.
+
+`, v, serverMajor(t, ctx, tx), freezeLatest)
+		if err := os.WriteFile(path, []byte(header+body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Logf("froze version %d in %s", v, path)
 }
 
 // freshFingerprint is the fingerprint of a new database's schema.
