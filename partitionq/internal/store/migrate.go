@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/partitionq/partitionq/partitionq/internal/db"
-	"github.com/partitionq/partitionq/partitionq/internal/pglock"
+	"github.com/partitionq/partitionq/partitionq/pglock"
 )
 
 // partitionq's schema is two kinds of SQL file, embedded:
