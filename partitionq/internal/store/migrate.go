@@ -32,7 +32,8 @@ import (
 //     the functions of files before its own. A migration that needs a
 //     function while it runs (a trigger, a grant) says so on a line
 //     "-- Needs function/NAME.sql", and the function is created from its
-//     file before the migration runs.
+//     file before the migration runs (as it is now: in SQL, it may read
+//     only tables that the versions before have).
 //
 // A change to a function needs a new version too, or databases already at
 // the newest one never get it: a migration that may hold only its comment,
