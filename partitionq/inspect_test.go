@@ -412,7 +412,7 @@ func TestCensusBacklogEqualsAFullScan(t *testing.T) {
 		t.Fatalf("the census has %d rows (%v), want 7: the base and 6 ticks", behind, err)
 	}
 	check("through Status", true)
-	// Many ranges in one call (migration 13 reads them in one statement):
+	// Many ranges in one call (read in one statement since schema version 13):
 	// each tick still gets its row, each range's counts its own.
 	for r := 10; r < 16; r++ {
 		send(r)
@@ -452,7 +452,7 @@ func TestCensusBacklogEqualsAFullScan(t *testing.T) {
 }
 
 // The ticker's census looks only at queues with a tick it has not counted
-// (migration 12): in a database of idle groups a round counts nothing and
+// (since schema version 12): in a database of idle groups a round counts nothing and
 // runs no queue's census; a tick on one queue runs the census of that
 // queue's numbers of slots, and of no other queue's.
 func TestTheTickersCensusPassesOverIdleQueues(t *testing.T) {

@@ -21,6 +21,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/partitionq/partitionq/partitionq/pglock"
 )
 
 // Environment variables that choose the engine (see FromEnv).
@@ -35,14 +37,6 @@ const (
 const (
 	PgQ   = "pgq"
 	PgQue = "pgque"
-)
-
-// installLock is the advisory lock (class, key) installs take turns on. The
-// class is partitionq's lock class (ownership.LockClass); the key is used
-// by nothing else.
-const (
-	installLockClass = 28753
-	installLockKey   = -100
 )
 
 // Engine is the queue engine to install. The zero value installs none.
@@ -206,9 +200,10 @@ func Create(ctx context.Context, admin *pgx.ConnConfig, s Spec) (*pgx.ConnConfig
 	return cfg, nil
 }
 
-// install installs eng through db, holding the install lock meanwhile in
-// locker's session. Advisory locks are per database: locker is connected to
-// the maintenance database, which every install on the server shares.
+// install installs eng through db, holding the lock pglock.CreateExtension
+// meanwhile in locker's session. Advisory locks are per database: locker is
+// connected to the maintenance database, which every install on the server
+// shares.
 func install(ctx context.Context, locker, db *pgx.Conn, eng Engine) error {
 	var script string
 	switch eng.Name {
@@ -225,13 +220,14 @@ func install(ctx context.Context, locker, db *pgx.Conn, eng Engine) error {
 	default:
 		return fmt.Errorf("unknown engine %q", eng.Name)
 	}
-	if _, err := locker.Exec(ctx, "select pg_advisory_lock($1, $2)", int32(installLockClass), int32(installLockKey)); err != nil {
+	unlock, err := pglock.Session(ctx, locker, pglock.CreateExtension)
+	if err != nil {
 		return err
 	}
-	defer locker.Exec(context.WithoutCancel(ctx), "select pg_advisory_unlock($1, $2)", int32(installLockClass), int32(installLockKey)) // released with the session anyway
+	defer unlock(context.WithoutCancel(ctx)) // released with the session anyway
 	// Without arguments Exec uses the simple protocol: the whole file runs
 	// as one multi-statement query, in one implicit transaction.
-	_, err := db.Exec(ctx, script)
+	_, err = db.Exec(ctx, script)
 	return err
 }
 

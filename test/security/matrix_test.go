@@ -56,7 +56,7 @@ var matrix = map[string]map[string]string{
 	"function dedup_claim":        {"producer": "X"},
 	"function dedup_record":       {"producer": "X"},
 	"function expire_dedup":       {},
-	// Resizing (migration 5): the owner resizes; workers drive the cutover
+	// Resizing (schema version 5): the owner resizes; workers drive the cutover
 	// and hand their old slots off; every reader sees the generations.
 	"table generation":                  {"worker": "r", "operator": "r", "viewer": "r"},
 	"function resize":                   {},
@@ -68,7 +68,7 @@ var matrix = map[string]map[string]string{
 	"function ensure_generation":        {},
 	"function refuse_old_worker":        {},
 	// What a worker's claim and a resize's waiting slots ask of the
-	// generations (migration 11).
+	// generations (schema version 11).
 	"function has_generations": {"worker": "X"},
 	"function is_generation":   {"worker": "X"},
 	"function resizing":        {"worker": "X"},

@@ -15,8 +15,9 @@ import (
 )
 
 // A resize (docs/architecture.md, "Resizing a group") runs through the
-// runners of both generations, each doing its part of the protocol of
-// migration 0005 (the functions are in partitionq's schema):
+// runners of both generations, each doing its part of the protocol (the
+// functions resize, resize_cutover, resize_handoff and resize_abort of
+// partitionq's schema, partitionq/internal/store/function/):
 //
 //   - the old generation's runner keeps every slot at or before the cutover
 //     tick (openBatches), registers the new slots at the cutover when its

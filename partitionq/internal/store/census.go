@@ -9,7 +9,7 @@ import (
 )
 
 // Census counts the tick ranges of queue not counted yet for groups of n
-// slots, until about budget events (partitionq.census, migration 0007): the
+// slots, until about budget events (partitionq.census, function/census.sql): the
 // events counted, or -1 when another session is counting.
 func Census(ctx context.Context, db DB, engine, queue string, n int, budget int64) (int64, error) {
 	var done int64
@@ -52,7 +52,7 @@ type SlotBacklog struct {
 }
 
 // GroupBacklog reads every slot's pending events of a group's generation
-// of spec.N slots (partitionq.group_backlog, migration 0007), by slot.
+// of spec.N slots (partitionq.group_backlog, function/group_backlog.sql), by slot.
 func GroupBacklog(ctx context.Context, db DB, spec BacklogSpec) ([]SlotBacklog, error) {
 	rows, err := db.Query(ctx, `select slot, pending, pending_max, coalesce(oldest, '0') from partitionq.group_backlog($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
 		spec.Engine, spec.Queue, spec.Grp, spec.N, spec.Batch, spec.Below, spec.DoneSlots, spec.DoneIDs, spec.Budget)
@@ -92,7 +92,7 @@ type KeyRow struct {
 
 // GroupKeys reads the keys of a group's generation of n slots with the
 // most pending events and the key of each slot's oldest one
-// (partitionq.group_keys, migration 0007).
+// (partitionq.group_keys, function/group_keys.sql).
 func GroupKeys(ctx context.Context, db DB, engine, queue, group string, n, top int, total, exactMax, sample, window int64) ([]KeyRow, error) {
 	rows, err := db.Query(ctx, `select kind, coalesce(slot, -1), coalesce(key, ''), coalesce(pending, 0), coalesce(err, 0), coalesce(oldest, '0')
 		from partitionq.group_keys($1, $2, $3, $4, $5, $6, $7, $8, $9)`, engine, queue, group, n, top, total, exactMax, sample, window)

@@ -9,10 +9,10 @@ import (
 	"github.com/partitionq/partitionq/partitionq/internal/db"
 )
 
-// Dedup records (migration/0006_dedup.sql): one row of partitionq.dedup
-// per (queue, dedup id) sent within its window. Every role but the owner
-// writes them only through two SECURITY DEFINER functions, in the sending
-// transaction:
+// Dedup records (migration/0006_dedup.sql, function/dedup_*.sql): one row
+// of partitionq.dedup per (queue, dedup id) sent within its window. Every
+// role but the owner writes them only through two SECURITY DEFINER
+// functions, in the sending transaction:
 //
 //   - dedup_claim: the send claims its ids before it inserts anything; an
 //     id with a live record is a duplicate (the record's event and key are

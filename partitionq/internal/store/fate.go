@@ -9,7 +9,7 @@ import (
 )
 
 // The fates of an event, as partitionq.event_fate reads them from the
-// engine's tables (migration 0007).
+// engine's tables (function/event_fate.sql).
 const (
 	FateSetAside   = "set_aside"   // in the consumer's retry queue
 	FateFinished   = "finished"    // in the event tables, before the consumer's position

@@ -18,8 +18,8 @@ import (
 // event's id. event_fate took the first of them, made before the event's
 // transaction, as the upper bound of its lookup, found nothing, and an
 // operator's skip of that event, once handled, said "the queue has no
-// event 1" (migration 0010, which also looks again without an upper bound
-// when the event is not below it).
+// event 1" (until schema version 10, whose event_fate also looks again
+// without an upper bound when the event is not below it).
 func TestEventFateOfAQueuesFirstEventAfterEmptyTicks(t *testing.T) {
 	testEventFate(t, false)
 }

@@ -15,7 +15,7 @@ import (
 // a slot count N over a period. A group has one, or two while a resize is
 // in flight: the old one, whose slots drain to the cutover and are handed
 // off one by one, and the new one (Parent set), whose slots take over at
-// the cutover tick. Migration 0005 holds the protocol's functions.
+// the cutover tick. The protocol's functions are function/resize*.sql.
 type Generation struct {
 	Slots  int // N
 	Number int // 1 for a group's first generation

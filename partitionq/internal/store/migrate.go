@@ -14,48 +14,86 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/partitionq/partitionq/partitionq/internal/db"
-	"github.com/partitionq/partitionq/partitionq/internal/pglock"
+	"github.com/partitionq/partitionq/partitionq/pglock"
 )
 
-// The schema is the numbered SQL files of migration/, each upgrading the
-// version before it: NNNN_what.sql takes a schema at version NNNN-1 to
-// version NNNN. A file, once released, is never edited: a change to a
-// table or a function is a new file (a function's current text is in the
-// newest file that creates or replaces it).
+// partitionq's schema is two kinds of SQL file, embedded:
 //
-//go:embed migration/*.sql
-var migrationFS embed.FS
+//   - migration/NNNN_what.sql, the tables: each takes a schema at version
+//     NNNN-1 to version NNNN (tables, indexes, triggers, rows and rights
+//     moved, functions dropped whose signature changed), and opens with a
+//     "-- Version NNNN:" comment saying what changed and why.
+//   - function/NAME.sql, one function each as it is now: `create or
+//     replace function partitionq.NAME`, with its rights. Every one is
+//     applied, in name order, after the migrations, whenever a database's
+//     version moves up (a new schema or an upgrade); `create or replace`
+//     keeps the rights roles were granted (sql/roles.sql). A function in
+//     SQL (not PL/pgSQL) is checked when it is created: it may call only
+//     the functions of files before its own. A migration that needs a
+//     function while it runs (a trigger, a grant) says so on a line
+//     "-- Needs function/NAME.sql", and the function is created from its
+//     file before the migration runs (as it is now: in SQL, it may read
+//     only tables that the versions before have).
+//
+// A change to a function needs a new version too, or databases already at
+// the newest one never get it: a migration that may hold only its comment,
+// naming the function and why it changed (TestLatestVersionIsFrozen fails
+// until there is one). A released migration is rewritten only as far as
+// every earlier version still upgrades to the schema a new database gets,
+// with its rows (TestMigrationUpgradesEveryEarlierVersion). The schema that
+// results, tables and functions, is sql/schema.sql, generated from a new
+// database (TestSchemaFile).
+//
+//go:embed migration/*.sql function/*.sql
+var schemaFS embed.FS
 
-// Migration is one step of the schema.
+// Migration is one step of the schema's tables.
 type Migration struct {
 	Version int
 	Name    string // the file name, e.g. "0004_record_functions.sql"
 	SQL     string
+	// Needs are the functions (names of Function) created before the
+	// migration runs: its "-- Needs function/NAME.sql" lines.
+	Needs []string
 }
 
-var migrationName = regexp.MustCompile(`^([0-9]{4})_[a-z0-9_]+\.sql$`)
+// Function is one function of the schema, as it is now.
+type Function struct {
+	Name string // the function's name and its file's: give_up is function/give_up.sql
+	SQL  string
+}
 
-// Migrations returns every step of the schema, in version order, numbered
-// 1, 2, 3, ... without a gap. The caller must not change the slice.
+var (
+	migrationName = regexp.MustCompile(`^([0-9]{4})_[a-z0-9_]+\.sql$`)
+	functionName  = regexp.MustCompile(`^([a-z0-9_]+)\.sql$`)
+	needsLine     = regexp.MustCompile(`(?m)^-- Needs function/([a-z0-9_]+)\.sql\b`)
+)
+
+// Migrations returns every step of the schema's tables, in version order,
+// numbered 1, 2, 3, ... without a gap. The caller must not change the slice.
 func Migrations() []Migration { return migrations() }
 
 var migrations = sync.OnceValue(func() []Migration {
-	entries, err := fs.ReadDir(migrationFS, "migration")
-	if err != nil {
-		panic(err) // embedded: cannot fail
+	fns := map[string]bool{}
+	for _, f := range Functions() {
+		fns[f.Name] = true
 	}
 	var out []Migration
-	for _, e := range entries {
-		m := migrationName.FindStringSubmatch(e.Name())
+	for _, e := range readDir("migration") {
+		m := migrationName.FindStringSubmatch(e)
 		if m == nil {
-			panic("store: migration file " + e.Name() + " is not named NNNN_what.sql")
+			panic("store: migration file " + e + " is not named NNNN_what.sql")
 		}
 		v, _ := strconv.Atoi(m[1])
-		b, err := migrationFS.ReadFile("migration/" + e.Name())
-		if err != nil {
-			panic(err)
+		sql := readFile("migration/" + e)
+		var needs []string
+		for _, n := range needsLine.FindAllStringSubmatch(sql, -1) {
+			if !fns[n[1]] {
+				panic(fmt.Sprintf("store: migration %s needs function/%s.sql, which does not exist", e, n[1]))
+			}
+			needs = append(needs, n[1])
 		}
-		out = append(out, Migration{Version: v, Name: e.Name(), SQL: string(b)})
+		out = append(out, Migration{Version: v, Name: e, SQL: sql, Needs: needs})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	for i, m := range out {
@@ -65,6 +103,43 @@ var migrations = sync.OnceValue(func() []Migration {
 	}
 	return out
 })
+
+// Functions returns every function of the schema, in name order (the
+// order they are applied in). The caller must not change the slice.
+func Functions() []Function { return functions() }
+
+var functions = sync.OnceValue(func() []Function {
+	var out []Function
+	for _, e := range readDir("function") {
+		m := functionName.FindStringSubmatch(e)
+		if m == nil {
+			panic("store: function file " + e + " is not named after its function (NAME.sql)")
+		}
+		out = append(out, Function{Name: m[1], SQL: readFile("function/" + e)})
+	}
+	return out // fs.ReadDir sorts by name
+})
+
+// readDir and readFile read the embedded files, which cannot fail.
+func readDir(dir string) []string {
+	entries, err := fs.ReadDir(schemaFS, dir)
+	if err != nil {
+		panic(err)
+	}
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name()
+	}
+	return names
+}
+
+func readFile(name string) string {
+	b, err := schemaFS.ReadFile(name)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
 
 // Latest is the schema version this package writes and reads: the number
 // of its newest migration.
@@ -122,11 +197,11 @@ func Check(ctx context.Context, q db.DB) error {
 }
 
 // Migrate brings partitionq's schema to the Latest version: it applies every migration
-// above the database's version, in order, in one transaction under the
-// migration lock (concurrent callers wait; the second finds the work done).
-// A schema already at Latest costs one read and needs no right beyond
-// reading schema_version, so roles without CREATE can call it; a newer one
-// fails with a *SchemaVersionError.
+// above the database's version, in order, then every function, in one
+// transaction under the migration lock (concurrent callers wait; the
+// second finds the work done). A schema already at Latest costs one read
+// and needs no right beyond reading schema_version, so roles without
+// CREATE can call it; a newer one fails with a *SchemaVersionError.
 func Migrate(ctx context.Context, pool db.TxStarter) error {
 	v, err := Current(ctx, pool)
 	if err != nil {
@@ -146,48 +221,45 @@ func Migrate(ctx context.Context, pool db.TxStarter) error {
 		if err != nil {
 			return err
 		}
-		if from > Latest() {
+		switch {
+		case from > Latest():
 			return &SchemaVersionError{Have: from, Want: Latest()}
+		case from == Latest():
+			return nil
 		}
-		return apply(ctx, tx, from, Latest())
+		return apply(ctx, tx, from)
 	})
 }
 
-// apply runs the migrations above from, up to to, in tx and records to.
-func apply(ctx context.Context, tx pgx.Tx, from, to int) error {
-	if from >= to {
-		return nil
+// apply runs the migrations above from in tx, each after the functions
+// it needs, then creates every function and records the Latest version.
+// Only the newest schema can be built: the functions are as they are now.
+func apply(ctx context.Context, tx pgx.Tx, from int) error {
+	fns := map[string]Function{}
+	for _, f := range Functions() {
+		fns[f.Name] = f
 	}
 	for _, m := range Migrations() {
-		if m.Version <= from || m.Version > to {
+		if m.Version <= from {
 			continue
+		}
+		for _, name := range m.Needs {
+			if _, err := tx.Exec(ctx, fns[name].SQL); err != nil {
+				return fmt.Errorf("create partitionq.%s (function/%s.sql), which migration %s needs: %w", name, name, m.Name, err)
+			}
 		}
 		if _, err := tx.Exec(ctx, m.SQL); err != nil {
 			return fmt.Errorf("migrate partitionq's schema to version %d (%s): %w", m.Version, m.Name, err)
 		}
 	}
+	for _, f := range Functions() {
+		if _, err := tx.Exec(ctx, f.SQL); err != nil {
+			return fmt.Errorf("create partitionq.%s (function/%s.sql): %w", f.Name, f.Name, err)
+		}
+	}
 	if _, err := tx.Exec(ctx, `delete from partitionq.schema_version`); err != nil {
 		return err
 	}
-	_, err := tx.Exec(ctx, `insert into partitionq.schema_version values ($1)`, to)
+	_, err := tx.Exec(ctx, `insert into partitionq.schema_version values ($1)`, Latest())
 	return err
-}
-
-// MigrateTo brings a schema at a version below to up to version to (at
-// most Latest()), as Migrate does: for tests that rebuild an earlier
-// version.
-func MigrateTo(ctx context.Context, pool db.TxStarter, to int) error {
-	if to > Latest() {
-		return fmt.Errorf("no schema version %d: the newest is %d", to, Latest())
-	}
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if err := pglock.Xact(ctx, tx, pglock.Migrate); err != nil {
-			return err
-		}
-		from, err := Current(ctx, tx)
-		if err != nil {
-			return err
-		}
-		return apply(ctx, tx, from, to)
-	})
 }

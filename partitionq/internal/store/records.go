@@ -5,8 +5,8 @@ import (
 	"fmt"
 )
 
-// The record functions (docs/security.md, "Records nobody can forge"; their
-// text is in the migrations, from migration/0004_record_functions.sql on).
+// The record functions (docs/security.md, "Records nobody can forge"; each
+// is function/NAME.sql).
 // The dead letters and the audit trail are written only through these
 // SECURITY DEFINER functions of partitionq's schema, which run as the schema
 // owner, pin their search_path, record session_user themselves (never a role the

@@ -1,11 +1,12 @@
-// Package store owns partitionq's own schema "partitionq": its tables and
-// functions, as numbered migrations (migrate.go, migration/*.sql), and the
-// dead letters and the audit trail of operator actions, which every role
-// but the schema owner writes only through the record functions of
-// records.go. Failure records of parked heads are package parked's, the
-// ownership and progress tables packages lease and runner's. None of it
-// decides whether a key is blocked: that is derived from the engine's retry
-// queue.
+// Package store owns partitionq's own schema "partitionq": its tables, as
+// numbered migrations (migration/*.sql), and its functions, one file each
+// (function/*.sql), both applied by migrate.go (sql/schema.sql shows the
+// result); and the dead letters and the audit trail of operator actions,
+// which every role but the schema owner writes only through the record
+// functions of records.go. Failure records of parked heads are package
+// parked's, the ownership and progress tables packages lease and runner's.
+// None of it decides whether a key is blocked: that is derived from the
+// engine's retry queue.
 //
 // The functions are safe for concurrent use; each runs on the DB it is given.
 package store

@@ -1,5 +1,6 @@
 -- Version 3: worker leases, slot ownership and epochs, progress inside open
 -- batches, exactly-once completions, ticker turns.
+
 -- Slot ownership (docs/architecture.md, "Slot ownership"). A worker holds
 -- a lease it renews about once a second; a slot is owned by the worker its
 -- row names, at its epoch, while that worker's lease lasts. Every write that
@@ -61,31 +62,7 @@ create table if not exists partitionq.ticker_turn (
     until  timestamptz
 );
 insert into partitionq.ticker_turn (name) values ('tick'), ('retry'), ('maint') on conflict do nothing;
-
--- The fencing token, for handlers' own transactions: is the slot still
--- owned at this epoch? The row stays locked for share until the caller's
--- transaction ends, so a takeover waits for it.
-create or replace function partitionq.check_owner(p_queue text, p_grp text, p_slot int, p_epoch bigint)
-returns boolean language plpgsql security definer set search_path = pg_catalog, pg_temp as $f$
-begin
-    perform 1 from partitionq.slot
-     where queue = p_queue and grp = p_grp and slot = p_slot and epoch = p_epoch and worker_id is not null
-       for share;
-    return found;
-end
-$f$;
--- An exactly-once handler's completion: recorded in the handler's own
--- transaction, after the ownership check (SQLSTATE PQ001 when not owned).
-create or replace function partitionq.record_done(p_queue text, p_grp text, p_slot int, p_epoch bigint, p_batch bigint, p_ev_id bigint)
-returns void language plpgsql security definer set search_path = pg_catalog, pg_temp as $f$
-begin
-    if not partitionq.check_owner(p_queue, p_grp, p_slot, p_epoch) then
-        raise exception 'slot % of group % on queue % is not owned at epoch %', p_slot, p_grp, p_queue, p_epoch
-              using errcode = 'PQ001';
-    end if;
-    insert into partitionq.slot_done (queue, grp, slot, batch_id, ev_id)
-    values (p_queue, p_grp, p_slot, p_batch, p_ev_id) on conflict do nothing;
-end
-$f$;
-revoke all on function partitionq.check_owner(text, text, int, bigint) from public;
-revoke all on function partitionq.record_done(text, text, int, bigint, bigint, bigint) from public;
+-- Version 3 also had the fencing token and the exactly-once completion
+-- (check_owner and record_done, without the generation's N): version 5
+-- replaced them, and a new schema gets only those (function/check_owner.sql,
+-- function/record_done.sql).

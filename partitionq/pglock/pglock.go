@@ -1,11 +1,16 @@
 // Package pglock names every PostgreSQL advisory lock partitionq takes, in
 // one place. Advisory locks are taken only for short administrative steps
-// (setting a group up, migrating partitionq's schema, creating the engine
-// extension in test and demo databases): any role that may connect can take
+// (setting a group up, migrating partitionq's schema, installing the engine
+// in test and demo databases): any role that may connect can take
 // an advisory lock, so nothing that decides who runs a slot or whose turn
 // the ticker is depends on one (those are row locks and lease rows in
 // partitionq's own tables, which only the roles granted them can write; see
 // docs/security.md).
+//
+// It is public because the module's own tools outside the library (the
+// databases the demo, the tests and the benchmark make, internal/freshdb)
+// take their lock with it too; a program beside partitionq may read Class
+// to keep its own advisory locks out of partitionq's.
 package pglock
 
 import (
@@ -26,9 +31,10 @@ type Key int32
 const (
 	// Migrate serialises migrations of the partitionq schema.
 	Migrate Key = -1
-	// CreateExtension serialises `create extension pgq` across the
-	// databases of one cluster: its first run creates cluster-wide roles
-	// with a check-then-create that races.
+	// CreateExtension serialises the engine's installs (`create extension
+	// pgq`, PgQue's install file) across the databases of one cluster, in
+	// the maintenance database they connect through: the first install
+	// creates cluster-wide roles with a check-then-create that races.
 	CreateExtension Key = -100
 )
 

@@ -1,0 +1,14 @@
+-- The fencing token, for handlers' own transactions: is slot p_slot of the
+-- group's generation of p_n slots still owned at epoch p_epoch? The row
+-- stays locked for share until the caller's transaction ends, so a
+-- takeover waits for it.
+create or replace function partitionq.check_owner(p_queue text, p_grp text, p_n int, p_slot int, p_epoch bigint)
+returns boolean language plpgsql security definer set search_path = pg_catalog, pg_temp as $f$
+begin
+    perform 1 from partitionq.slot
+     where queue = p_queue and grp = p_grp and n = p_n and slot = p_slot and epoch = p_epoch and worker_id is not null
+       for share;
+    return found;
+end
+$f$;
+revoke all on function partitionq.check_owner(text, text, int, int, bigint) from public;
