@@ -77,7 +77,7 @@ CREATE TABLE partitionq.audit (
 );
 CREATE INDEX audit_group ON partitionq.audit USING btree (queue, grp, id);
 
--- migration/0003_ownership.sql, 0005_resize.sql
+-- migration/0003_ownership.sql, 0005_resize.sql, 0014_balance.sql
 -- Slot ownership (docs/architecture.md, "Slot ownership"). A worker holds
 -- a lease it renews about once a second; a slot is owned by the worker its
 -- row names, at its epoch, while that worker's lease lasts. Every write that
@@ -94,18 +94,28 @@ CREATE TABLE partitionq.worker (
     renewed_at     timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
     lease_until    timestamp with time zone NOT NULL,
     schema_version integer,
+    queue          text,
+    grp            text,
+    n              integer,
+    generation     integer,
+    member         text,
+    balance        boolean                  DEFAULT false NOT NULL,
+    pins           integer[],
     CONSTRAINT worker_pkey PRIMARY KEY (id)
 );
+CREATE INDEX worker_group ON partitionq.worker USING btree (queue, grp) WHERE (member IS NOT NULL);
 
--- migration/0003_ownership.sql, 0005_resize.sql
+-- migration/0003_ownership.sql, 0005_resize.sql, 0014_balance.sql
 CREATE TABLE partitionq.slot (
-    queue     text                     NOT NULL,
-    grp       text                     NOT NULL,
-    slot      integer                  NOT NULL,
-    n         integer                  NOT NULL,
-    worker_id bigint,
-    epoch     bigint                   DEFAULT 0 NOT NULL,
-    since     timestamp with time zone,
+    queue      text                     NOT NULL,
+    grp        text                     NOT NULL,
+    slot       integer                  NOT NULL,
+    n          integer                  NOT NULL,
+    worker_id  bigint,
+    epoch      bigint                   DEFAULT 0 NOT NULL,
+    since      timestamp with time zone,
+    handoff_to text,
+    handoff_at timestamp with time zone,
     CONSTRAINT slot_pkey PRIMARY KEY (queue, grp, n, slot)
 );
 CREATE INDEX slot_worker ON partitionq.slot USING btree (worker_id);
@@ -259,7 +269,7 @@ CREATE TABLE partitionq.census_state (
 -- what a new schema holds
 
 INSERT INTO partitionq.schema_version (version) VALUES
-    ('13');
+    ('14');
 
 INSERT INTO partitionq.ticker_turn (name, holder, until) VALUES
     ('maint', NULL, NULL),
