@@ -111,6 +111,8 @@ type FaultConfig struct {
 	// WorkerLog receives the workers' stderr; Logf progress.
 	WorkerLog io.Writer
 	Logf      func(format string, args ...any)
+
+	execArgs, workerArgs []string // more flags for partitionq work and for the test worker (the balance matrix's)
 }
 
 func (c FaultConfig) withDefaults() FaultConfig {
@@ -218,10 +220,12 @@ func (r FaultReport) String() string {
 const keyWaitLog = "waits for another run of the key in this worker"
 
 // lineCounter passes a worker's log on to w and counts its lines holding
-// keyWaitLog into n (one per worker: a line's parts come in order).
+// keyWaitLog into n, and its moves into moves (one per worker: a line's
+// parts come in order).
 type lineCounter struct {
 	w       io.Writer
 	n       *atomic.Int64
+	moves   *moveTally
 	partial []byte
 }
 
@@ -234,6 +238,9 @@ func (c *lineCounter) Write(p []byte) (int, error) {
 		}
 		if bytes.Contains(c.partial[:i], []byte(keyWaitLog)) {
 			c.n.Add(1)
+		}
+		if c.moves != nil {
+			c.moves.line(c.partial[:i])
 		}
 		c.partial = c.partial[i+1:]
 	}
@@ -253,6 +260,7 @@ func (r FaultReport) OK() bool { return r.Report.OK() && r.KeyWaits == 0 }
 type faultRun struct {
 	cfg      FaultConfig
 	keyWaits atomic.Int64 // the workers' key-guard waits (lineCounter)
+	moves    moveTally    // the slots moved to a worker, by reason (lineCounter)
 	cl       *Cluster
 	rng      *rand.Rand
 	url      string
@@ -578,6 +586,7 @@ func (r *faultRun) start(ctx context.Context, i int) error {
 			"--concurrency", strconv.Itoa(r.cfg.Concurrency), "--lease-duration", r.cfg.Lease.String(),
 			"--ticker", "--tick-interval", "10ms", "--poll-interval", "10ms", "--handler-timeout", "0",
 			"--backoff-min", "5ms", "--backoff-max", "100ms", "--shutdown-timeout", "5s")
+		cmd.Args = append(cmd.Args, r.cfg.execArgs...)
 		cmd.Env = append(os.Environ(), "DATABASE_URL="+url)
 		r.addRunLog(log)
 	} else {
@@ -585,10 +594,11 @@ func (r *faultRun) start(ctx context.Context, i int) error {
 		cmd = exec.Command(r.cfg.WorkerBin, "-db", url, "-queue", queueName, "-group", groupName, "-slots", "all",
 			"-concurrency", strconv.Itoa(r.cfg.Concurrency), "-lease", r.cfg.Lease.String(), "-hold", r.cfg.Hold.String(),
 			"-runlog", log, "-backoff-max", "100ms")
+		cmd.Args = append(cmd.Args, r.cfg.workerArgs...)
 		r.addRunLog(log)
 	}
 	cmd.Stdout = io.Discard
-	cmd.Stderr = &lineCounter{w: r.cfg.WorkerLog, n: &r.keyWaits}
+	cmd.Stderr = &lineCounter{w: r.cfg.WorkerLog, n: &r.keyWaits, moves: &r.moves}
 	if err := cmd.Start(); err != nil {
 		return err
 	}

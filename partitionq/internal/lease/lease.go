@@ -892,7 +892,7 @@ func (h *Holder) reason(prevWorker, prevEpoch int64, reserved string) string {
 		return ReasonJoin
 	case prevWorker != 0 || reserved != "":
 		return ReasonCrash // its owner, or the member it was handed to, died
-	case prevEpoch == 0 && h.cfg.Resized:
+	case prevEpoch == int64(h.cfg.Generation)<<32 && h.cfg.Resized: // a resize's cutover makes the rows at this epoch
 		return ReasonResize
 	case prevEpoch == 0:
 		return "" // the group's first owner of the slot

@@ -4,6 +4,7 @@
 //
 //	go run ./test/cmd/chaos run [-long] [flags]    # kill -9, restarts, terminations; then the verdict
 //	go run ./test/cmd/chaos faults [-long] [flags] # the fault matrix: each fault, library and --exec workers
+//	go run ./test/cmd/chaos balance [-long] [flags] # identical workers join, die, stop, restart: the slots' shares
 //	go run ./test/cmd/chaos soak [flags]           # steady load; memory, goroutines, rotation over time
 //
 // It exits 0 when the verdict is clean, 1 when it is not, 2 on bad usage.
@@ -36,6 +37,7 @@ func main() {
 func usage() {
 	fmt.Fprintln(os.Stderr, `usage: chaos run [-long] [flags]    kill -9 workers, restart PostgreSQL, terminate backends; judge order and loss
        chaos faults [-long] [flags] the fault matrix: every fault, library and --exec workers; judge overlaps too
+       chaos balance [-long] [flags] identical workers join, die, stop and restart (with a resize): judge the shares, moves and runs
        chaos soak [flags]           steady load for minutes; report memory, goroutines, table rotation, dead tuples
 Run "chaos run -h" or "chaos soak -h" for the flags. See docs/chaos.md.`)
 }
@@ -52,6 +54,8 @@ func run(args []string) int {
 		return runChaos(ctx, args[1:])
 	case "faults":
 		return runFaults(ctx, args[1:])
+	case "balance":
+		return runBalance(ctx, args[1:])
 	case "soak":
 		return runSoak(ctx, args[1:])
 	case "-h", "-help", "--help", "help":
@@ -256,6 +260,79 @@ func runSoak(ctx context.Context, args []string) int {
 		}
 	}
 	if !rep.OK() {
+		return 1
+	}
+	return 0
+}
+
+func runBalance(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("chaos balance", flag.ContinueOnError)
+	var c common
+	c.bind(fs)
+	long := fs.Bool("long", false, "the long form: 16 slots (then 32), 256 keys, 500 events a second (50 with exec), handlers holding up to 1s, 3 minutes of steady membership; 3 runs of each mode")
+	mode := fs.String("mode", "both", "workers: library, exec or both")
+	var cfg chaos.BalanceConfig
+	fs.Uint64Var(&cfg.Seed, "seed", 0, "random seed (default: the clock)")
+	runs := fs.Int("runs", 1, "runs of each mode (long: 3)")
+	if err := fs.Parse(args); err != nil {
+		return parseExit(err)
+	}
+	if *long {
+		cfg.Slots, cfg.Keys, cfg.Hold, cfg.Steady = 16, 256, time.Second, 3*time.Minute
+		if *runs == 1 {
+			*runs = 3
+		}
+	}
+	var err error
+	if cfg.Engine, err = c.eng(); err != nil {
+		logf("error: %v", err)
+		return 2
+	}
+	modes := map[string][]bool{"library": {false}, "exec": {true}, "both": {false, true}}[*mode]
+	if modes == nil {
+		logf("error: -mode %q: use library, exec or both", *mode)
+		return 2
+	}
+	cl, bin, wlog, cleanup, err := c.setup(ctx)
+	if err != nil {
+		logf("error: %v", err)
+		return 1
+	}
+	ok := true
+	defer func() { cleanup(ok) }()
+	if cfg.ExecBin, cfg.RunWatchBin, err = chaos.BuildCLI(ctx, cl.Dir); err != nil {
+		logf("error: %v", err)
+		ok = false
+		return 1
+	}
+	cfg.WorkerBin, cfg.WorkerLog, cfg.Logf = bin, wlog, logf
+	for range *runs {
+		for _, m := range modes {
+			run := cfg
+			run.Exec = m
+			if *long {
+				run.Rate = map[bool]int{false: 500, true: 50}[m]
+			}
+			if run.Dir, err = os.MkdirTemp(cl.Dir, "balance-"); err != nil {
+				logf("error: %v", err)
+				ok = false
+				return 1
+			}
+			rep, err := chaos.RunBalance(ctx, cl, run)
+			fmt.Println(rep.String())
+			if err != nil {
+				logf("error: %v", err)
+				ok = false
+			} else if !rep.OK() {
+				logf("NOT clean: %v", rep.Examples)
+				ok = false
+			}
+			if cfg.Seed != 0 {
+				cfg.Seed++
+			}
+		}
+	}
+	if !ok {
 		return 1
 	}
 	return 0
