@@ -51,7 +51,10 @@ const (
 	BackoffMaxDefault      = 5 * time.Minute
 	MaxAttemptsSkipDefault = 10
 	HandlerTimeoutDefault  = time.Minute
-	ShutdownTimeoutDefault = 30 * time.Second
+	// ShutdownTimeoutDefault leaves a stop room to record progress and
+	// release the slots within a platform's grace period of 30s
+	// (Kubernetes' terminationGracePeriodSeconds) after the handlers' time.
+	ShutdownTimeoutDefault = 20 * time.Second
 	// LivenessTimeoutDefault is how long a loop of the worker may go
 	// without a turn before Worker.Live reports it stuck
 	// (WorkerConfig.Limits.LivenessTimeout); at least twice the lease.
@@ -230,7 +233,11 @@ type LimitsConfig struct {
 	HandlerTimeout time.Duration
 
 	// ShutdownTimeout is how long Stop lets running handlers finish before
-	// cancelling their contexts. Defaults to 30s.
+	// cancelling their contexts. A stop then records the progress of the
+	// batches left open and releases the slots: under a platform that kills
+	// the process a grace period after asking it to stop (Kubernetes'
+	// terminationGracePeriodSeconds, 30s by default), keep ShutdownTimeout
+	// about 10s below that period. Defaults to 20s.
 	ShutdownTimeout time.Duration
 
 	// PollInterval is the longest wait between two looks for new events
@@ -423,7 +430,7 @@ func (cfg LimitsConfig) validate(prefix string, lease time.Duration) error {
 	case cfg.HandlerTimeout < -1:
 		return fieldError(prefix+"HandlerTimeout", cfg.HandlerTimeout.String(), "it is negative", "use 0 for the default (1m), -1 for none")
 	case cfg.ShutdownTimeout < 0:
-		return fieldError(prefix+"ShutdownTimeout", cfg.ShutdownTimeout.String(), "it is negative", "use 0 for the default (30s)")
+		return fieldError(prefix+"ShutdownTimeout", cfg.ShutdownTimeout.String(), "it is negative", "use 0 for the default (20s)")
 	case cfg.PollInterval < 0:
 		return fieldError(prefix+"PollInterval", cfg.PollInterval.String(), "it is negative", "use 0 for the default (500ms)")
 	case cfg.LivenessTimeout < 2*lease:

@@ -146,9 +146,9 @@ func (m *metricsServer) serve(w *partitionq.Worker) {
 }
 
 // shutdown stops serving: it lets a scrape under way finish, within a few
-// seconds (a scrape's database read is bounded by 2s).
-func (m *metricsServer) shutdown() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+// seconds (a scrape's database read is bounded by 2s) and before ctx ends.
+func (m *metricsServer) shutdown(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	err := m.srv.Shutdown(ctx)
 	if serr := <-m.done; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {

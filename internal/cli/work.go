@@ -62,8 +62,11 @@ output goes to this standard output, their standard error to this one.
 
 Events of one key run one at a time, in order; up to --concurrency keys
 per slot at once. SIGTERM or SIGINT stops the worker gracefully: running
-commands get --shutdown-timeout to finish. Per-slot counts are printed to
-standard error at exit.
+commands get --shutdown-timeout to finish (then they are killed), the
+slots are released, and the worker exits, within --shutdown-timeout + 10s
+of the signal: give the platform's grace period (Kubernetes'
+terminationGracePeriodSeconds) at least that, 30s with the defaults.
+Per-slot counts are printed to standard error at exit.
 
 With --metrics-addr the worker also serves its liveness at /livez (200
 while its loops turn; 503 when one has been stuck for --liveness-timeout)
@@ -119,7 +122,7 @@ database does not answer or refuses it, and once it is stopping).`,
 	f.DurationVar(&w.backoffMin, "backoff-min", partitionq.BackoffMinDefault, "delay before the first retry; doubled on each retry")
 	f.DurationVar(&w.backoffMax, "backoff-max", partitionq.BackoffMaxDefault, "longest delay between retries")
 	f.DurationVar(&w.handlerTimeout, "handler-timeout", partitionq.HandlerTimeoutDefault, "kill a command running longer (a failure); 0: no timeout")
-	f.DurationVar(&w.shutdownTimeout, "shutdown-timeout", partitionq.ShutdownTimeoutDefault, "on SIGTERM/SIGINT, how long running commands may finish before they are killed")
+	f.DurationVar(&w.shutdownTimeout, "shutdown-timeout", partitionq.ShutdownTimeoutDefault, "on SIGTERM/SIGINT, how long running commands may finish before they are killed; the worker exits within this + 10s")
 	f.DurationVar(&w.liveness, "liveness-timeout", 0, fmt.Sprintf("how long a loop of the worker may go without a turn before /livez reports it stuck (default %s, at least twice --lease-duration)", partitionq.LivenessTimeoutDefault))
 	f.DurationVar(&w.pollInterval, "poll-interval", partitionq.PollIntervalDefault, "wait between two looks for new events of an idle slot")
 	f.BoolVar(&w.ticker, "ticker", false, "run the engine's ticker in this worker (instead of pgqd or partitionq tick)")
@@ -241,14 +244,18 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 	case <-ctx.Done():
 	case <-worker.Done():
 	}
-	grace := max(w.shutdownTimeout, 0)
-	// Stop is bounded by the shutdown timeout (then handlers are killed);
-	// this bound only guards against a stop that hangs for another reason.
-	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace+30*time.Second)
+	// The commands get the shutdown timeout, then they are killed; the
+	// stop then records the progress of the batches left open and releases
+	// the slots, which takes milliseconds when the database answers. The
+	// whole stop is bounded by stopMargin more, so that the process exits
+	// within a grace period the platform gives it (Kubernetes kills it 30s
+	// after SIGTERM by default): a stop that cannot end in time (the
+	// database does not answer) leaves the slots to their lease.
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(w.shutdownTimeout, 0)+stopMargin)
 	defer cancel()
 	stopErr := worker.Stop(stopCtx)
 	if metrics != nil {
-		if err := metrics.shutdown(); err != nil {
+		if err := metrics.shutdown(stopCtx); err != nil {
 			fmt.Fprintf(a.env.Stderr, "partitionq: stopping the metrics server: %v\n", err)
 		}
 	}
@@ -258,6 +265,11 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 	}
 	return worker.Err() // nil after a signal; why it stopped on its own otherwise
 }
+
+// stopMargin is how long work's stop may take beyond --shutdown-timeout:
+// the killed commands' return (at most execWaitDelay), the last progress,
+// the release of the slots and the end of a scrape under way.
+const stopMargin = 10 * time.Second
 
 // printStats writes this worker's per-slot counts.
 func printStats(w io.Writer, stats []partitionq.SlotStats) {
