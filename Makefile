@@ -56,7 +56,7 @@ PER_ENGINE = per_engine() { \
 }; per_engine
 
 .DEFAULT_GOAL := help
-.PHONY: help test test-short demo bench bench-short db db-stop build vet lint
+.PHONY: help test test-short demo bench bench-short db db-stop build image vet lint
 
 help: ## List the targets
 	@echo 'Usage: make TARGET'
@@ -96,8 +96,27 @@ db: ## Ensure a PostgreSQL server with PgQ and print its URL
 db-stop: ## Stop the throwaway cluster in .pgdata/ (if one runs)
 	@$(DEVDB) stop
 
-build: ## go build ./...
-	go build ./...
+# How the partitionq command is built, by make build and in its image:
+# make image passes both to the Dockerfile (its build arguments BUILD_ENV
+# and BUILD_FLAGS), so the two are one definition. A static binary (no
+# cgo), without the paths of the machine that built it.
+BUILD_ENV := CGO_ENABLED=0
+BUILD_FLAGS := -trimpath
+
+build: ## Build every package, and the partitionq command into bin/partitionq
+	$(BUILD_ENV) go build $(BUILD_FLAGS) ./...
+	$(BUILD_ENV) go build $(BUILD_FLAGS) -o bin/partitionq ./cmd/partitionq
+
+# The image of the partitionq command (Dockerfile; deploy/kubernetes runs
+# it), tagged IMAGE, built with the Go of go.mod's toolchain line. It needs
+# a docker daemon; push it where your cluster pulls from.
+VERSION := $(shell sed -n 's/^const Version = "\(.*\)"$$/\1/p' partitionq/version.go)
+GO_VERSION := $(shell sed -n 's/^toolchain go//p' go.mod)
+IMAGE ?= partitionq:$(VERSION)
+
+image: ## Build the container image IMAGE (default partitionq:<version>) with docker
+	docker build --build-arg GO_IMAGE=golang:$(GO_VERSION)-bookworm \
+		--build-arg BUILD_ENV='$(BUILD_ENV)' --build-arg BUILD_FLAGS='$(BUILD_FLAGS)' -t '$(IMAGE)' .
 
 # The linter, pinned: go run fetches and builds it (a minute the first time),
 # outside the module's go.mod. Its configuration is staticcheck.conf.

@@ -51,7 +51,14 @@ const (
 	BackoffMaxDefault      = 5 * time.Minute
 	MaxAttemptsSkipDefault = 10
 	HandlerTimeoutDefault  = time.Minute
-	ShutdownTimeoutDefault = 30 * time.Second
+	// ShutdownTimeoutDefault leaves a stop room to record progress and
+	// release the slots within a platform's grace period of 30s
+	// (Kubernetes' terminationGracePeriodSeconds) after the handlers' time.
+	ShutdownTimeoutDefault = 20 * time.Second
+	// LivenessTimeoutDefault is how long a loop of the worker may go
+	// without a turn before Worker.Live reports it stuck
+	// (WorkerConfig.Limits.LivenessTimeout); at least twice the lease.
+	LivenessTimeoutDefault = time.Minute
 	PollIntervalDefault    = 500 * time.Millisecond
 	StandbyPollDefault     = time.Second
 	LeaseDurationDefault   = 5 * time.Second
@@ -226,7 +233,11 @@ type LimitsConfig struct {
 	HandlerTimeout time.Duration
 
 	// ShutdownTimeout is how long Stop lets running handlers finish before
-	// cancelling their contexts. Defaults to 30s.
+	// cancelling their contexts. A stop then records the progress of the
+	// batches left open and releases the slots: under a platform that kills
+	// the process a grace period after asking it to stop (Kubernetes'
+	// terminationGracePeriodSeconds, 30s by default), keep ShutdownTimeout
+	// about 10s below that period. Defaults to 20s.
 	ShutdownTimeout time.Duration
 
 	// PollInterval is the longest wait between two looks for new events
@@ -236,6 +247,20 @@ type LimitsConfig struct {
 	// ticker (pgqd), or through a connection pooler (which does not pass
 	// notifications on), this is the latency. Defaults to 500ms.
 	PollInterval time.Duration
+
+	// LivenessTimeout is how long one of the worker's loops may go without
+	// starting a turn before Worker.Live reports the worker stuck: the loop
+	// that renews its lease and takes slots, and the loop that looks for new
+	// ticks and opens batches, of each generation it runs. Their turns are
+	// a second or so apart. A database that refuses connections or answers
+	// with errors does not hold them up (it makes the worker not Ready); a
+	// statement that never returns does (a connection that a network
+	// partition froze). A turn of the lease loop may wait for a renewal and
+	// a claim, each bounded by LeaseDuration/5 (at least 1s) plus the
+	// connection string's connect_timeout (5s when it sets none), so this
+	// must be at least twice Ownership.LeaseDuration. Defaults to 1 minute
+	// (twice the lease when that is longer).
+	LivenessTimeout time.Duration
 }
 
 // OwnershipConfig sets how slots move between workers
@@ -275,6 +300,7 @@ func (cfg WorkerConfig) withDefaults() WorkerConfig {
 	cfg.Retry = cfg.Retry.withDefaults()
 	cfg.Limits = cfg.Limits.withDefaults()
 	cfg.Ownership = cfg.Ownership.withDefaults()
+	orDefault(&cfg.Limits.LivenessTimeout, max(LivenessTimeoutDefault, 2*cfg.Ownership.LeaseDuration))
 	if cfg.Ticker != nil { // a copy: the caller's TickerConfig stays as it was
 		t := cfg.Ticker.withDefaults()
 		cfg.Ticker = &t
@@ -355,7 +381,7 @@ func (cfg WorkerConfig) validate() error {
 	if err := cfg.Retry.validate(p + "Retry."); err != nil {
 		return err
 	}
-	if err := cfg.Limits.validate(p + "Limits."); err != nil {
+	if err := cfg.Limits.validate(p+"Limits.", cfg.Ownership.LeaseDuration); err != nil {
 		return err
 	}
 	if err := cfg.Ownership.validate(p + "Ownership."); err != nil {
@@ -391,8 +417,9 @@ func (cfg RetryConfig) validate(prefix string) error {
 }
 
 // validate checks cfg (with its defaults) in declaration order, naming
-// its fields after prefix ("WorkerConfig.Limits.").
-func (cfg LimitsConfig) validate(prefix string) error {
+// its fields after prefix ("WorkerConfig.Limits."); lease is the lease
+// duration (LivenessTimeout must be at least twice it).
+func (cfg LimitsConfig) validate(prefix string, lease time.Duration) error {
 	switch {
 	case cfg.Concurrency < 1 || cfg.Concurrency > 4096:
 		return fieldError(prefix+"Concurrency", strconv.Itoa(cfg.Concurrency), "it must be between 1 and 4096", "use 0 for the default (16)")
@@ -403,9 +430,12 @@ func (cfg LimitsConfig) validate(prefix string) error {
 	case cfg.HandlerTimeout < -1:
 		return fieldError(prefix+"HandlerTimeout", cfg.HandlerTimeout.String(), "it is negative", "use 0 for the default (1m), -1 for none")
 	case cfg.ShutdownTimeout < 0:
-		return fieldError(prefix+"ShutdownTimeout", cfg.ShutdownTimeout.String(), "it is negative", "use 0 for the default (30s)")
+		return fieldError(prefix+"ShutdownTimeout", cfg.ShutdownTimeout.String(), "it is negative", "use 0 for the default (20s)")
 	case cfg.PollInterval < 0:
 		return fieldError(prefix+"PollInterval", cfg.PollInterval.String(), "it is negative", "use 0 for the default (500ms)")
+	case cfg.LivenessTimeout < 2*lease:
+		return fieldError(prefix+"LivenessTimeout", cfg.LivenessTimeout.String(), "it is less than twice the lease ("+(2*lease).String()+")",
+			"give at least twice Ownership.LeaseDuration, or 0 for the default (1m, at least twice the lease)")
 	}
 	return nil
 }
@@ -452,7 +482,8 @@ type Worker struct {
 
 	mu           sync.Mutex
 	started      bool
-	stoppedEarly bool // Stop ran before Start
+	stoppedEarly bool        // Stop ran before Start
+	running      atomic.Bool // Start succeeded (read without mu: Live, Ready)
 	stopSoft     context.CancelFunc
 	stopHard     context.CancelFunc
 	done         chan struct{}
@@ -487,6 +518,8 @@ type genRun struct {
 	slots   []int
 	stats   map[int]*runner.Stats
 	metrics *workerMetrics // nil without a Registerer
+	runner  *runner.Runner
+	ctx     context.Context // done once the run is asked to stop (stop)
 	stop    context.CancelFunc
 	done    chan struct{}
 	err     error // why its runner returned (set before done closes)
@@ -674,6 +707,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		}
 	}
 	w.started = true
+	w.running.Store(true)
 	w.stopSoft, w.stopHard = stopSoft, stopHard
 
 	var wg sync.WaitGroup
@@ -746,8 +780,9 @@ func (w *Worker) startGen(x generation) (chan error, error) {
 		}
 	}
 	stop, cancel := context.WithCancel(w.soft)
-	gr.stop = cancel
+	gr.ctx, gr.stop = stop, cancel
 	r := w.newRunner(x, gr)
+	gr.runner = r
 	ready := make(chan error, 1)
 	w.genMu.Lock()
 	w.gens[x.n] = gr

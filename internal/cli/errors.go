@@ -187,6 +187,7 @@ var flagOf = map[string]struct{ flag, fix string }{
 	"WorkerConfig.Limits.HandlerTimeout":     {"--handler-timeout", "give a positive duration, or 0 for no timeout"},
 	"WorkerConfig.Limits.ShutdownTimeout":    {"--shutdown-timeout", "give a positive duration"},
 	"WorkerConfig.Limits.PollInterval":       {"--poll-interval", "give a positive duration"},
+	"WorkerConfig.Limits.LivenessTimeout":    {"--liveness-timeout", "give at least twice --lease-duration, or leave it out for 1m (at least twice --lease-duration)"},
 	"WorkerConfig.Ownership.LeaseDuration":   {"--lease-duration", "give at least 500ms, or leave it out for 5s"},
 	"WorkerConfig.Ownership.DeadHostTimeout": {"--dead-host-timeout", "give at least 2s, a negative value (-1s) to leave the server's TCP settings, or leave it out for the lease duration + 10s"},
 	"WorkerConfig.Ticker.Interval":           {"--tick-interval", "give a positive duration"},

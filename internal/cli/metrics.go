@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	"go.yaml.in/yaml/v2"
 
+	"github.com/partitionq/partitionq/partitionq"
 	"github.com/partitionq/partitionq/partitionq/termsafe"
 )
 
@@ -61,7 +62,9 @@ func checkWebConfig(path string) (tls bool, err error) {
 }
 
 // metricsServer serves /metrics (the worker's metrics, and the Go
-// runtime's and process's) beside a worker.
+// runtime's and process's) beside a worker, and its liveness and
+// readiness: /livez and /readyz (the names Kubernetes' own components
+// serve; /healthz, their older name, answers as /livez).
 type metricsServer struct {
 	reg       *prometheus.Registry
 	ln        net.Listener
@@ -70,6 +73,7 @@ type metricsServer struct {
 	tls       bool
 	log       *slog.Logger
 	done      chan error
+	worker    *partitionq.Worker // set by serve, before anything is served
 }
 
 // listenMetrics opens addr (checked by checkMetricsAddr) for the metrics,
@@ -95,21 +99,44 @@ func listenMetrics(addr, webConfig string, log *slog.Logger) (*metricsServer, er
 	// The server's own complaints (a client that speaks HTTP to the TLS
 	// port, a refused handshake) are the library's debug logs.
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
-	return &metricsServer{reg: reg, ln: ln, srv: srv, webConfig: webConfig, tls: useTLS, log: log, done: make(chan error, 1)}, nil
+	m := &metricsServer{reg: reg, ln: ln, srv: srv, webConfig: webConfig, tls: useTLS, log: log, done: make(chan error, 1)}
+	live := probe(func() error { return m.worker.Live() })
+	mux.Handle("GET /livez", live)
+	mux.Handle("GET /healthz", live)
+	mux.Handle("GET /readyz", probe(func() error { return m.worker.Ready() }))
+	return m, nil
 }
 
-// URL is where the metrics are served.
-func (m *metricsServer) URL() string {
+// probe answers a liveness or readiness probe: 200 and "ok" when check
+// passes, 503 and why not when it fails. The checks read the worker's own
+// state: a probe costs no query.
+func probe(check func() error) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+		rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		rw.Header().Set("Cache-Control", "no-store")
+		if err := check(); err != nil {
+			rw.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(rw, err)
+			return
+		}
+		fmt.Fprintln(rw, "ok")
+	})
+}
+
+// URL is where path is served ("/metrics", "/livez", "/readyz").
+func (m *metricsServer) URL(path string) string {
 	scheme := "http"
 	if m.tls {
 		scheme = "https"
 	}
-	return scheme + "://" + m.ln.Addr().String() + "/metrics"
+	return scheme + "://" + m.ln.Addr().String() + path
 }
 
-// serve serves the metrics until shutdown: through exporter-toolkit (TLS,
-// basic auth) with a web configuration, else plain HTTP.
-func (m *metricsServer) serve() {
+// serve serves the metrics and w's health until shutdown: through
+// exporter-toolkit (TLS, basic auth) with a web configuration, else plain
+// HTTP.
+func (m *metricsServer) serve(w *partitionq.Worker) {
+	m.worker = w
 	if m.webConfig == "" {
 		go func() { m.done <- m.srv.Serve(m.ln) }()
 		return
@@ -119,9 +146,9 @@ func (m *metricsServer) serve() {
 }
 
 // shutdown stops serving: it lets a scrape under way finish, within a few
-// seconds (a scrape's database read is bounded by 2s).
-func (m *metricsServer) shutdown() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+// seconds (a scrape's database read is bounded by 2s) and before ctx ends.
+func (m *metricsServer) shutdown(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	err := m.srv.Shutdown(ctx)
 	if serr := <-m.done; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {

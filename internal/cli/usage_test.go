@@ -51,6 +51,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"work", "--queue", "q", "--group", "g", "--exec", "true", "--tick-interval", "0"}, "invalid --tick-interval 0s"},
 		{[]string{"work", "--queue", "q", "--group", "g", "--exec", "true", "--tick-interval", "-1s"}, "invalid --tick-interval -1s: give a positive duration"},
 		{[]string{"work", "--queue", "q", "--group", "g", "--exec", "true", "--shutdown-timeout", "0"}, "invalid --shutdown-timeout 0s"},
+		{[]string{"work", "--queue", "q", "--group", "g", "--exec", "true", "--liveness-timeout", "0"}, "invalid --liveness-timeout 0s"},
 		{[]string{"version", "extra"}, `partitionq version takes flags, not words (got "extra"): give them as flags`},
 		{[]string{"setup", "files", "indexer", "8"}, `partitionq setup takes flags, not words (got "files" "indexer" "8"): give them as flags, e.g. partitionq setup --queue "files" --group "indexer" --slots "8"`},
 		{[]string{"status", "files"}, `partitionq status takes flags, not words (got "files"): give them as flags, e.g. partitionq status --queue files --group indexer`},

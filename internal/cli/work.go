@@ -27,6 +27,7 @@ type workFlags struct {
 	backoffMax      time.Duration
 	handlerTimeout  time.Duration
 	shutdownTimeout time.Duration
+	liveness        time.Duration
 	pollInterval    time.Duration
 	ticker          bool
 	tickInterval    time.Duration
@@ -61,8 +62,17 @@ output goes to this standard output, their standard error to this one.
 
 Events of one key run one at a time, in order; up to --concurrency keys
 per slot at once. SIGTERM or SIGINT stops the worker gracefully: running
-commands get --shutdown-timeout to finish. Per-slot counts are printed to
-standard error at exit.`,
+commands get --shutdown-timeout to finish (then they are killed), the
+slots are released, and the worker exits, within --shutdown-timeout + 10s
+of the signal: give the platform's grace period (Kubernetes'
+terminationGracePeriodSeconds) at least that, 30s with the defaults.
+Per-slot counts are printed to standard error at exit.
+
+With --metrics-addr the worker also serves its liveness at /livez (200
+while its loops turn; 503 when one has been stuck for --liveness-timeout)
+and its readiness at /readyz (200 while it is registered and renews its
+lease, a standby that owns no slot included; 503 before, while the
+database does not answer or refuses it, and once it is stopping).`,
 		Example: `  partitionq work --queue files --group indexer --exec ./index-file.sh
   partitionq work --queue files --group indexer --slots 0-3 --policy retry-later --exec 'python3 handle.py'`,
 		Args: noWords,
@@ -83,6 +93,9 @@ standard error at exit.`,
 			}
 			if err := w.validateZeros(cmd.Flags().Changed("backoff-max")); err != nil {
 				return err
+			}
+			if cmd.Flags().Changed("liveness-timeout") && w.liveness == 0 {
+				return usagef("invalid --liveness-timeout 0s: give a positive duration, at least twice --lease-duration (default %s)", partitionq.LivenessTimeoutDefault)
 			}
 			if cmd.Flags().Changed("metrics-addr") {
 				if err := checkMetricsAddr(w.metricsAddr); err != nil {
@@ -109,12 +122,13 @@ standard error at exit.`,
 	f.DurationVar(&w.backoffMin, "backoff-min", partitionq.BackoffMinDefault, "delay before the first retry; doubled on each retry")
 	f.DurationVar(&w.backoffMax, "backoff-max", partitionq.BackoffMaxDefault, "longest delay between retries")
 	f.DurationVar(&w.handlerTimeout, "handler-timeout", partitionq.HandlerTimeoutDefault, "kill a command running longer (a failure); 0: no timeout")
-	f.DurationVar(&w.shutdownTimeout, "shutdown-timeout", partitionq.ShutdownTimeoutDefault, "on SIGTERM/SIGINT, how long running commands may finish before they are killed")
+	f.DurationVar(&w.shutdownTimeout, "shutdown-timeout", partitionq.ShutdownTimeoutDefault, "on SIGTERM/SIGINT, how long running commands may finish before they are killed; the worker exits within this + 10s")
+	f.DurationVar(&w.liveness, "liveness-timeout", 0, fmt.Sprintf("how long a loop of the worker may go without a turn before /livez reports it stuck (default %s, at least twice --lease-duration)", partitionq.LivenessTimeoutDefault))
 	f.DurationVar(&w.pollInterval, "poll-interval", partitionq.PollIntervalDefault, "wait between two looks for new events of an idle slot")
 	f.BoolVar(&w.ticker, "ticker", false, "run the engine's ticker in this worker (instead of pgqd or partitionq tick)")
 	f.DurationVar(&w.tickInterval, "tick-interval", partitionq.TickIntervalDefault, "how often the in-process ticker runs (with --ticker)")
 	f.StringVar(&w.identity, "identity", "", "name of this worker in status (default partitionq:<host>:<pid>)")
-	f.StringVar(&w.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics while the worker runs (e.g. 127.0.0.1:9464)")
+	f.StringVar(&w.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics, liveness at /livez and readiness at /readyz, while the worker runs (e.g. 127.0.0.1:9464)")
 	f.StringVar(&w.webConfig, "metrics-web-config", "", "serve the metrics with TLS and/or basic auth, as this web configuration file says (the format of Prometheus's exporters)")
 	return cmd
 }
@@ -184,7 +198,8 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 		Handler: &execHandler{command: w.exec, environ: os.Environ(), stdout: a.env.Stdout, stderr: a.env.Stderr},
 		Retry:   partitionq.RetryConfig{Policy: partitionq.Policy(w.policy), MaxAttempts: w.maxAttempts, BackoffMin: w.backoffMin},
 		Limits: partitionq.LimitsConfig{Concurrency: w.concurrency, DrainConcurrency: w.drains,
-			HandlerTimeout: w.handlerTimeout, ShutdownTimeout: w.shutdownTimeout, PollInterval: w.pollInterval},
+			HandlerTimeout: w.handlerTimeout, ShutdownTimeout: w.shutdownTimeout, PollInterval: w.pollInterval,
+			LivenessTimeout: w.liveness},
 		Ownership:       partitionq.OwnershipConfig{LeaseDuration: w.lease, DeadHostTimeout: w.deadHost},
 		DisableProgress: w.noProgress, Identity: w.identity,
 	}
@@ -221,21 +236,26 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 	fmt.Fprintf(a.env.Stderr, "partitionq: working queue %q group %q: slots %s of %d, policy %s; stop with SIGTERM or Ctrl-C\n",
 		t.queue, t.group, which, g.Slots, w.policy)
 	if metrics != nil {
-		metrics.serve()
-		fmt.Fprintf(a.env.Stderr, "partitionq: serving metrics at %s\n", metrics.URL())
+		metrics.serve(worker)
+		fmt.Fprintf(a.env.Stderr, "partitionq: serving metrics at %s\n", metrics.URL("/metrics"))
+		fmt.Fprintf(a.env.Stderr, "partitionq: serving liveness at %s and readiness at %s\n", metrics.URL("/livez"), metrics.URL("/readyz"))
 	}
 	select {
 	case <-ctx.Done():
 	case <-worker.Done():
 	}
-	grace := max(w.shutdownTimeout, 0)
-	// Stop is bounded by the shutdown timeout (then handlers are killed);
-	// this bound only guards against a stop that hangs for another reason.
-	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace+30*time.Second)
+	// The commands get the shutdown timeout, then they are killed; the
+	// stop then records the progress of the batches left open and releases
+	// the slots, which takes milliseconds when the database answers. The
+	// whole stop is bounded by stopMargin more, so that the process exits
+	// within a grace period the platform gives it (Kubernetes kills it 30s
+	// after SIGTERM by default): a stop that cannot end in time (the
+	// database does not answer) leaves the slots to their lease.
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(w.shutdownTimeout, 0)+stopMargin)
 	defer cancel()
 	stopErr := worker.Stop(stopCtx)
 	if metrics != nil {
-		if err := metrics.shutdown(); err != nil {
+		if err := metrics.shutdown(stopCtx); err != nil {
 			fmt.Fprintf(a.env.Stderr, "partitionq: stopping the metrics server: %v\n", err)
 		}
 	}
@@ -245,6 +265,11 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 	}
 	return worker.Err() // nil after a signal; why it stopped on its own otherwise
 }
+
+// stopMargin is how long work's stop may take beyond --shutdown-timeout:
+// the killed commands' return (at most execWaitDelay), the last progress,
+// the release of the slots and the end of a scrape under way.
+const stopMargin = 10 * time.Second
 
 // printStats writes this worker's per-slot counts.
 func printStats(w io.Writer, stats []partitionq.SlotStats) {

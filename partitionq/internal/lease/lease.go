@@ -141,6 +141,7 @@ type Holder struct {
 
 	deadline atomic.Int64 // nanoseconds since start: the lease is valid before it
 	pooled   atomic.Bool  // the lease session is behind a pooler
+	turned   atomic.Int64 // nanoseconds since start (plus 1) when loop last began a turn; 0: not yet
 
 	// mu guards the fields below; OnGain and OnLose are called with it
 	// held, so that a slot is never reported gained after it was lost.
@@ -171,6 +172,27 @@ func (h *Holder) WorkerID() int64 {
 
 // Valid reports whether the lease is certainly still valid at the server.
 func (h *Holder) Valid() bool { return time.Since(h.start) < time.Duration(h.deadline.Load()) }
+
+// Renewed is when the last renewal that succeeded (or the registration)
+// was sent; zero before registration and after Close.
+func (h *Holder) Renewed() time.Time {
+	dl := h.deadline.Load()
+	if dl == 0 {
+		return time.Time{}
+	}
+	return h.start.Add(time.Duration(dl) - h.cfg.TTL + h.cfg.Margin)
+}
+
+// Turned is when the loop that renews the lease and takes slots last began
+// a turn (a turn renews when due, tries to take slots when due, and waits
+// for the next); zero before Hold.
+func (h *Holder) Turned() time.Time {
+	t := h.turned.Load()
+	if t == 0 {
+		return time.Time{}
+	}
+	return h.start.Add(time.Duration(t - 1))
+}
 
 // Pooled reports whether the lease session runs through a connection pooler
 // (its server session is not the worker's own), detected when it connected.
@@ -324,6 +346,7 @@ func (h *Holder) loop(ctx context.Context) {
 	renewAt := time.Now().Add(h.cfg.Renew)
 	claimAt := time.Now() // try the wanted slots at once
 	for ctx.Err() == nil {
+		h.turned.Store(int64(time.Since(h.start)) + 1)
 		now := time.Now()
 		if !now.Before(renewAt) {
 			if h.renew(ctx) {

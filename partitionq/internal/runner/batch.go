@@ -45,6 +45,7 @@ func (r *Runner) batchLoop() {
 	defer adv.Stop()
 	look := true
 	for r.stop.Err() == nil {
+		r.turned.Store(int64(time.Since(r.born)) + 1)
 		if look {
 			look = r.openBatches()
 			if look {

@@ -179,13 +179,15 @@ type Runner struct {
 	peekedSQL map[int64]string // the engine's queries of batches a look peeked at, for their reads
 
 	readSeq  atomic.Int64 // numbers the reads
+	born     time.Time    // when New made it: turned counts from here (on the monotonic clock)
+	turned   atomic.Int64 // nanoseconds since born (plus 1) when batchLoop last began a turn; 0: not yet
 	seenTick atomic.Int64 // the queue's newest tick at the last look (0: not looked)
 	cutover  atomic.Int64 // the cutover tick of a resize of this (old) generation, once known (0: none)
 }
 
 // New returns a Runner.
 func New(cfg Config) *Runner {
-	r := &Runner{cfg: cfg, log: cfg.Log,
+	r := &Runner{cfg: cfg, log: cfg.Log, born: time.Now(),
 		wake: make(chan struct{}, 1), headWake: make(chan struct{}, 1), flushWake: make(chan struct{}, 1),
 		finishQ:   make(chan *batchRun, 1024),
 		readerSem: make(chan struct{}, max(1, cfg.MaxReaders)), drainSem: make(chan struct{}, max(1, cfg.DrainConcurrency)),
@@ -209,6 +211,16 @@ func New(cfg Config) *Runner {
 
 // Lease is the runner's lease holder.
 func (r *Runner) Lease() *lease.Holder { return r.lease }
+
+// LoopTurned is when the loop that looks for new ticks and opens batches
+// last began a turn; zero before it first runs.
+func (r *Runner) LoopTurned() time.Time {
+	t := r.turned.Load()
+	if t == 0 {
+		return time.Time{}
+	}
+	return r.born.Add(time.Duration(t - 1))
+}
 
 func signal(ch chan struct{}) {
 	select {
