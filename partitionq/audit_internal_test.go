@@ -86,9 +86,9 @@ func TestAuditActionsTable(t *testing.T) {
 // Every action the SQL functions write into the audit trail is in the
 // table, and so is every outcome record_action accepts for it.
 func TestAuditActionsCoverTheSQL(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("internal", "store", "migration", "*.sql"))
+	files, err := filepath.Glob(filepath.Join("internal", "store", "function", "*.sql"))
 	if err != nil || len(files) == 0 {
-		t.Fatalf("migrations: %v, %v", files, err)
+		t.Fatalf("the schema's functions: %v, %v", files, err)
 	}
 	written := regexp.MustCompile(`'(\w+)', p_queue, p_grp`) // values (..., 'replay', p_queue, p_grp, ...)
 	accepted := regexp.MustCompile(`\('(\w+)', '(\w+)'\)`)   // record_action's (action, outcome) pairs

@@ -214,8 +214,8 @@ func TestDocsListEveryMetric(t *testing.T) {
 			t.Errorf("docs/operations.md has no row %q", row)
 		}
 	}
-	if len(known) != 13 {
-		t.Errorf("the worker and the client export %d metrics, want 13", len(known))
+	if len(known) != 14 {
+		t.Errorf("the worker and the client export %d metrics, want 14", len(known))
 	}
 	for _, name := range regexp.MustCompile(`partitionq_[a-z_]+`).FindAllString(doc, -1) {
 		base := name

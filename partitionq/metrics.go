@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/partitionq/partitionq/partitionq/internal/lease"
 )
 
 // Metrics of a worker (WorkerConfig.Registerer). Every series has the
@@ -28,6 +30,9 @@ const (
 	metricSetAside       = "partitionq_set_aside_events"
 	metricLongestBlocked = "partitionq_slot_longest_blocked_seconds"
 	metricBusiestKey     = "partitionq_slot_busiest_key_pending_events"
+	// metricMoves counts the times a slot came to the worker from another,
+	// with a label reason (MoveJoin, MoveLeave, MoveCrash, MoveResize).
+	metricMoves = "partitionq_slot_moves_total"
 
 	// metricParked is the old name of metricSetAside, exported beside it
 	// with the same value for one minor release (metric names are frozen:
@@ -94,6 +99,7 @@ type slotDescs struct {
 	handled, failed, dead                           *prometheus.Desc
 	owned, pending, lag, blocked, setAside, longest *prometheus.Desc
 	busiest                                         *prometheus.Desc
+	moves                                           *prometheus.Desc // with the label reason
 	parked                                          *prometheus.Desc // deprecated: setAside's old name
 	duration                                        prometheus.Histogram
 }
@@ -136,9 +142,11 @@ func newWorkerMetrics(w *Worker, gr *genRun) *workerMetrics {
 		labels := prometheus.Labels{"queue": w.cfg.Queue, "group": w.cfg.Group, "slots": strconv.Itoa(gr.n), "slot": strconv.Itoa(s)}
 		desc := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, labels) }
 		d := slotDescs{
-			handled:  desc(metricHandled, "Events the handler finished successfully, in this process."),
-			failed:   desc(metricFailed, "Handler calls that failed (each attempt of an event counts), in this process."),
-			dead:     desc(metricDeadLetters, "Events this process moved to the dead letters (out of attempts, DeadLetterNow, blocked too long)."),
+			handled: desc(metricHandled, "Events the handler finished successfully, in this process."),
+			failed:  desc(metricFailed, "Handler calls that failed (each attempt of an event counts), in this process."),
+			dead:    desc(metricDeadLetters, "Events this process moved to the dead letters (out of attempts, DeadLetterNow, blocked too long)."),
+			moves: prometheus.NewDesc(metricMoves, "Times the slot came to this worker from another, by reason: join (handed over to balance the group), leave (released by a worker that stopped), crash (taken from a worker whose lease expired), resize (a new generation's slot).",
+				[]string{"reason"}, labels),
 			owned:    desc(metricOwned, "1 when a live worker (any process) owns the slot, 0 when nobody runs it."),
 			pending:  desc(metricPending, "Events of the slot's share not yet handled."),
 			lag:      desc(metricLag, "Age of the last tick the slot finished: how far behind its reading is."),
@@ -193,7 +201,7 @@ func (m *workerMetrics) observe(slot int, d time.Duration) {
 // Describe implements prometheus.Collector.
 func (m *workerMetrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range m.slots {
-		for _, desc := range []*prometheus.Desc{d.handled, d.failed, d.dead, d.owned, d.pending, d.lag, d.blocked, d.setAside, d.parked, d.longest, d.busiest} {
+		for _, desc := range []*prometheus.Desc{d.handled, d.failed, d.dead, d.moves, d.owned, d.pending, d.lag, d.blocked, d.setAside, d.parked, d.longest, d.busiest} {
 			ch <- desc
 		}
 		d.duration.Describe(ch)
@@ -211,6 +219,9 @@ func (m *workerMetrics) Collect(ch chan<- prometheus.Metric) {
 		counter(d.handled, st.Handled.Load())
 		counter(d.failed, st.Failed.Load())
 		counter(d.dead, st.DeadLettered.Load())
+		for k, reason := range lease.Reasons {
+			ch <- prometheus.MustNewConstMetric(d.moves, prometheus.CounterValue, float64(st.Moves[k].Load()), reason)
+		}
 		d.duration.Collect(ch)
 	}
 	gs, err := m.w.status.get(m.w.log)

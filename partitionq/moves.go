@@ -3,10 +3,6 @@ package partitionq
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
-	"fmt"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/partitionq/partitionq/partitionq/internal/lease"
 )
@@ -15,13 +11,8 @@ import (
 // workers (no WorkerConfig.Slots) share the slots of every generation,
 // each holding its share (docs/architecture.md, "Sharing the slots").
 
-// metricMoves counts the slots that came to a worker from another, by
-// reason (MoveJoin, MoveLeave, MoveCrash, MoveResize), labelled queue and
-// group.
-const metricMoves = "partitionq_slot_moves_total"
-
 // Why a slot moved to a worker: the reason label of
-// partitionq_slot_moves_total, and the reason a worker logs.
+// partitionq_slot_moves_total (metrics.go), and the reason a worker logs.
 const (
 	// MoveJoin is a slot handed over by its owner to balance the group,
 	// because a worker joined (a graceful handover: nothing repeats).
@@ -46,30 +37,4 @@ func newMemberToken() string {
 		panic(err) // crypto/rand does not fail on the systems Go supports
 	}
 	return hex.EncodeToString(b)
-}
-
-// registerMoves registers the worker's counter of moves on reg, or reuses
-// the one another worker of the process registered there.
-func registerMoves(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
-	cv := prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricMoves,
-		Help: "Slots that came to this worker from another, by reason: join (handed over to balance the group), leave (released by a worker that stopped), crash (taken from a worker whose lease expired), resize (a new generation's slot)."},
-		[]string{"queue", "group", "reason"})
-	err := reg.Register(cv)
-	var are prometheus.AlreadyRegisteredError
-	switch {
-	case err == nil:
-		return cv, nil
-	case errors.As(err, &are):
-		if existing, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
-			return existing, nil
-		}
-	}
-	return nil, fmt.Errorf("partitionq: WorkerConfig.Registerer: cannot register %s: %w", metricMoves, err)
-}
-
-// moved is the runners' OnMove: a slot came to this worker from another.
-func (w *Worker) moved(_ int, reason string) {
-	if w.moves != nil {
-		w.moves.WithLabelValues(w.cfg.Queue, w.cfg.Group, reason).Inc()
-	}
 }

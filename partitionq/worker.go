@@ -508,7 +508,6 @@ type Worker struct {
 	// every generation it runs): how the group's workers tell each other
 	// apart when they share the slots.
 	member string
-	moves  *prometheus.CounterVec // slots moved to this worker, by reason (nil without a Registerer)
 }
 
 // genRun is the run of one generation's slots.
@@ -670,12 +669,6 @@ func (w *Worker) Start(ctx context.Context) error {
 	pool, err := pgxpool.NewWithConfig(context.WithoutCancel(ctx), pcfg)
 	if err != nil {
 		return fmt.Errorf("partitionq: the worker's connection pool: %w", err)
-	}
-	if w.cfg.Registerer != nil {
-		if w.moves, err = registerMoves(w.cfg.Registerer); err != nil {
-			pool.Close()
-			return err
-		}
 	}
 	soft, stopSoft := context.WithCancel(ctx)
 	hard, stopHard := context.WithCancel(context.WithoutCancel(ctx))
@@ -939,7 +932,7 @@ func (w *Worker) newRunner(x generation, gr *genRun) *runner.Runner {
 		Eng: w.c.eng, Pool: w.pool, Log: w.log.With(slog.Int("slots", x.n)), Queue: w.cfg.Queue, Group: w.cfg.Group, N: x.n,
 		Generation: x.recorded, Slots: gr.slots, Consumers: x.consumers, SubIDs: x.subIDs, Stats: gr.stats, Identity: w.cfg.Identity,
 		Parent: x.parent, ParentSubs: x.parentSubs, SchemaVersion: store.Latest(), OnRenew: w.onRenew,
-		Member: w.member, Balance: len(w.cfg.Slots) == 0, LeaveTimeout: w.cfg.Limits.ShutdownTimeout, OnMove: w.moved,
+		Member: w.member, Balance: len(w.cfg.Slots) == 0, LeaveTimeout: w.cfg.Limits.ShutdownTimeout,
 		Concurrency: w.cfg.Limits.Concurrency, DrainConcurrency: w.cfg.Limits.DrainConcurrency, Policy: policy, MaxAttempts: maxAttempts,
 		Backoff:        func(n int) time.Duration { return backoff(w.cfg.Retry.BackoffMin, w.cfg.Retry.BackoffMax, n) },
 		HandlerTimeout: hto, Handle: w.handleFunc(gr), Keys: &w.keys,

@@ -63,6 +63,10 @@ const (
 	ReasonResize = "resize"
 )
 
+// Reasons are the reasons a slot moves, in a fixed order (the index of a
+// counter by reason).
+var Reasons = [...]string{ReasonJoin, ReasonLeave, ReasonCrash, ReasonResize}
+
 // ErrNotOwner reports that the slot is no longer owned at the epoch given:
 // another worker took it over, or it was released.
 var ErrNotOwner = errors.New("this worker no longer owns the slot")

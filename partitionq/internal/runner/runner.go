@@ -78,6 +78,9 @@ type Stats struct {
 	Resumed      atomic.Int64 // events a previous owner had resolved, not run again
 	Owned        atomic.Bool
 	LastBatch    atomic.Int64 // unix nanoseconds of the last finished batch
+	// Moves counts the times the slot came to this worker from another, by
+	// reason (lease.Reasons).
+	Moves [len(lease.Reasons)]atomic.Int64
 }
 
 // Config configures a Runner. All fields are required unless they say
@@ -110,13 +113,11 @@ type Config struct {
 	// balancing workers (else Slots are pins); MaxMoving bounds the slots
 	// handed over at once (lease.Config). LeaveTimeout bounds how long a
 	// handoff waits for the slot's handler runs before it cancels them
-	// (<= 0: no bound). OnMove, when set, is told of every slot that came
-	// to this worker from another (lease.Reason*).
+	// (<= 0: no bound).
 	Member       string
 	Balance      bool
 	MaxMoving    int
 	LeaveTimeout time.Duration
-	OnMove       func(slot int, reason string)
 
 	Concurrency      int    // handler calls at once per slot
 	DrainConcurrency int    // blocked keys drained at once (each holds a connection)
@@ -378,8 +379,10 @@ func (r *Runner) gained() {
 		}
 		r.log.Info("partitionq: slot moved to this worker", slog.Int("slot", s.slot), slog.Int64("epoch", s.epoch),
 			slog.String("consumer", r.cfg.Consumers[s.slot]), slog.String("reason", s.reason))
-		if r.cfg.OnMove != nil {
-			r.cfg.OnMove(s.slot, s.reason)
+		for i, reason := range lease.Reasons {
+			if reason == s.reason {
+				r.cfg.Stats[s.slot].Moves[i].Add(1)
+			}
 		}
 	}
 	signal(r.wake)
