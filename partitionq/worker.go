@@ -504,6 +504,7 @@ type Worker struct {
 	status     statusCache     // the metrics' gauges (one read for every generation)
 	runners    sync.WaitGroup
 	keys       runner.KeyGuard // one run of a key at a time, across the runs of every generation
+	calls      runner.Calls    // handler calls in flight by slot, across the runs of every generation
 	// member is this worker's member token in the group (the same for
 	// every generation it runs): how the group's workers tell each other
 	// apart when they share the slots.
@@ -935,7 +936,7 @@ func (w *Worker) newRunner(x generation, gr *genRun) *runner.Runner {
 		Member: w.member, Balance: len(w.cfg.Slots) == 0, LeaveTimeout: w.cfg.Limits.ShutdownTimeout,
 		Concurrency: w.cfg.Limits.Concurrency, DrainConcurrency: w.cfg.Limits.DrainConcurrency, Policy: policy, MaxAttempts: maxAttempts,
 		Backoff:        func(n int) time.Duration { return backoff(w.cfg.Retry.BackoffMin, w.cfg.Retry.BackoffMax, n) },
-		HandlerTimeout: hto, Handle: w.handleFunc(gr), Keys: &w.keys,
+		HandlerTimeout: hto, Handle: w.handleFunc(gr), Keys: &w.keys, Calls: &w.calls,
 		PollInterval: w.cfg.Limits.PollInterval, StandbyPoll: w.cfg.Ownership.StandbyPoll, HeadScanInterval: w.cfg.Retry.HeadScanInterval,
 		MaxBlocked: w.cfg.Retry.MaxBlocked, MaxBlockedDeadLetter: w.cfg.Retry.MaxBlockedDeadLetter,
 		ChunkSize: chunkSize, BatchMaxEvents: maxEvents, MaxReaders: workerReaders,

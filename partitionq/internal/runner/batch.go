@@ -135,7 +135,7 @@ func (r *Runner) load(slots []*slotRun) error {
 		return nil
 	}
 	for _, s := range fresh {
-		s.waitPrev()
+		s.waitRuns()
 	}
 	var keys map[int]map[string]bool
 	if r.cfg.Policy == Pause {

@@ -117,7 +117,6 @@ func (r *Runner) handOver(s *slotRun, to string) {
 	r.mu.Lock()
 	if r.slots[s.slot] == s {
 		delete(r.slots, s.slot)
-		r.retired[s.slot] = s
 	}
 	r.mu.Unlock()
 	err := r.lease.HandOver(ctx, s.slot, s.epoch)

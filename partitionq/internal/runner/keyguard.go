@@ -9,12 +9,13 @@ import (
 // KeyGuard lets one handler run of a key at a time in this process, across
 // every run of a worker: its slots, a slot's earlier run whose handlers are
 // still returning, and the runners of both generations of a resize. Within
-// one runner the lanes and waitPrev already keep a key's runs apart, and
-// across processes the leases and fences do; this is the last line inside
-// one process, for a path that would bring a key to two of its runs at once
-// (a run of an old slot not yet returned when the key's new slot starts):
-// the later run waits, and the wait is logged with both places, so that a
-// test or an operator sees the path that needed it. Its zero value is ready
+// one runner the lanes keep a key's runs apart, a slot run starts nothing
+// before its slot's and its parent slots' earlier runs have no call in
+// flight here (Calls), and across processes the leases and fences keep
+// them apart; this is a safety net inside one process, which should never
+// be needed: a run that would overlap another of its key waits, and the
+// wait is logged with both places, so that a test fails on it (the fault
+// and balance matrices count these lines) and an operator sees the path. Its zero value is ready
 // to use; it is safe for concurrent use.
 type KeyGuard struct {
 	seed   maphash.Seed

@@ -129,6 +129,9 @@ type Config struct {
 	// Keys, shared by every runner of a worker, lets one run of a key at a
 	// time in the process (nil: no such guard beyond the runner's own).
 	Keys *KeyGuard
+	// Calls, shared by every runner of a worker, counts the handler calls
+	// in flight by slot (nil: the runner counts its own).
+	Calls *Calls
 
 	PollInterval     time.Duration // between looks for new ticks (a notification wakes at once)
 	StandbyPoll      time.Duration // between tries to take wanted slots owned by others
@@ -169,9 +172,9 @@ type Runner struct {
 
 	mu      sync.Mutex
 	slots   map[int]*slotRun // owned slots
-	retired map[int]*slotRun // slots lost, whose handlers may still be returning
 	gaining []*slotRun       // slots of the claim in progress (gain), published by gained
-	wg      sync.WaitGroup   // every goroutine but Run's own
+	calls   *Calls
+	wg      sync.WaitGroup // every goroutine but Run's own
 
 	flushMu sync.Mutex // held by a flush; a drain settles its handled events under it (progress.go)
 	lookMu  sync.Mutex // held by a look that opens batches (open.go); a handoff waits for it (handover.go)
@@ -192,7 +195,10 @@ func New(cfg Config) *Runner {
 		wake: make(chan struct{}, 1), headWake: make(chan struct{}, 1), flushWake: make(chan struct{}, 1),
 		finishQ:   make(chan *batchRun, 1024),
 		readerSem: make(chan struct{}, max(1, cfg.MaxReaders)), drainSem: make(chan struct{}, max(1, cfg.DrainConcurrency)),
-		slots: map[int]*slotRun{}, retired: map[int]*slotRun{}}
+		slots: map[int]*slotRun{}, calls: cfg.Calls}
+	if r.calls == nil {
+		r.calls = &Calls{}
+	}
 	r.lease = lease.New(lease.Config{
 		Pool: cfg.Pool, Log: cfg.Log, Queue: cfg.Queue, Group: cfg.Group, N: cfg.N, Generation: cfg.Generation, Resized: cfg.Parent != 0,
 		Member: cfg.Member, Balance: cfg.Balance, MaxMoving: cfg.MaxMoving, Slots: cfg.Slots, Identity: cfg.Identity,
@@ -353,10 +359,6 @@ func (r *Runner) gain(n int, epoch int64, reason string) {
 	s := newSlotRun(r, n, epoch)
 	s.reason = reason
 	r.mu.Lock()
-	if old := r.retired[n]; old != nil {
-		s.prev = old // its handlers must all have returned before this run starts one
-		delete(r.retired, n)
-	}
 	r.gaining = append(r.gaining, s)
 	r.mu.Unlock()
 }
@@ -396,9 +398,6 @@ func (r *Runner) lose(n int, why string) {
 	r.mu.Lock()
 	s := r.slots[n]
 	delete(r.slots, n)
-	if s != nil {
-		r.retired[n] = s
-	}
 	r.mu.Unlock()
 	if s == nil {
 		return

@@ -37,9 +37,8 @@ type slotRun struct {
 	// what runs finishes and commits.
 	leaving atomic.Bool
 
-	prev     *slotRun      // the previous run of this slot in this process, lost
-	sem      chan struct{} // handler calls at once
-	inflight sync.WaitGroup
+	sem   chan struct{} // handler calls at once
+	calls *atomic.Int64 // the slot's calls in flight in this process, every run of it (Calls)
 
 	mu       sync.Mutex
 	loaded   bool              // the blocked keys and progress were read from the database
@@ -77,7 +76,8 @@ func newSlotRun(r *Runner, n int, epoch int64) *slotRun {
 	info := r.slotInfo(n)
 	info.Epoch = epoch
 	return &slotRun{r: r, slot: n, epoch: epoch, info: info, stats: r.cfg.Stats[n], ctx: ctx, cancel: cancel,
-		sem: make(chan struct{}, r.cfg.Concurrency), blocked: map[string]uint64{}, draining: map[string]bool{}}
+		sem: make(chan struct{}, r.cfg.Concurrency), calls: r.calls.counter(r.cfg.Generation, r.cfg.N, n),
+		blocked: map[string]uint64{}, draining: map[string]bool{}}
 }
 
 // kill stops everything of the slot at once.
@@ -92,24 +92,6 @@ func (s *slotRun) active() bool { return !s.lost.Load() && s.r.lease.Valid() }
 // taking reports whether the slot may start new work: it is active and
 // not being handed over.
 func (s *slotRun) taking() bool { return s.active() && !s.leaving.Load() }
-
-// waitPrev waits until every handler call of the slot's previous run in
-// this process has returned, so that two runs of one key never overlap here.
-func (s *slotRun) waitPrev() {
-	p := s.prev
-	if p == nil {
-		return
-	}
-	done := make(chan struct{})
-	go func() { p.inflight.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(time.Second):
-		s.r.log.Warn("partitionq: waiting for handlers of a lost slot to return before running it again", slog.Int("slot", s.slot))
-		<-done
-	}
-	s.prev = nil
-}
 
 // waitIdle waits until the slot's open batch (if any) stopped.
 func (s *slotRun) waitIdle() {
@@ -126,10 +108,10 @@ func (s *slotRun) waitIdle() {
 // the worker's shutdown: not the event's fault, and nothing of it is kept.
 func (s *slotRun) call(c Call) (res Result, aborted bool) {
 	// The counter first, then the check: a run that waits for this one's
-	// calls to end (waitPrev) either sees this call counted, or this call
+	// calls to end (waitRuns) either sees this call counted, or this call
 	// sees the slot stopped.
-	s.inflight.Add(1)
-	defer s.inflight.Done()
+	s.calls.Add(1)
+	defer s.calls.Add(-1)
 	if !s.active() {
 		return Result{Err: errLost}, true
 	}
