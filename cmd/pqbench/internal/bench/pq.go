@@ -25,6 +25,12 @@ type pqRun struct {
 	Workers int
 	Variant string
 	Drains  int // DrainConcurrency (0: the worker's default)
+	// Identical runs the workers with one configuration (no slot list):
+	// they share the slots by themselves. PerWorker, when set, bounds the
+	// handler calls at once in each worker, as a resource of the process
+	// would (a connection pool to another service, a CPU).
+	Identical bool
+	PerWorker int
 }
 
 // Variants of pqRun.
@@ -39,8 +45,14 @@ func (p pqRun) workers() int { return max(1, p.Workers) }
 // label is the run's config column.
 func (p pqRun) label() string {
 	s := fmt.Sprintf("N=%d c=%d", p.N, p.C)
-	if p.workers() > 1 {
+	switch {
+	case p.Identical:
+		s += fmt.Sprintf(", %d identical worker%s", p.workers(), map[bool]string{true: "s"}[p.workers() > 1])
+	case p.workers() > 1:
 		s += fmt.Sprintf(", %d workers × %d slots", p.workers(), p.N/p.workers())
+	}
+	if p.PerWorker > 0 {
+		s += fmt.Sprintf(", %d handler calls at once per worker", p.PerWorker)
 	}
 	if p.Variant != "" {
 		s += ", " + p.Variant
@@ -66,6 +78,12 @@ func groupName(p pqRun, t int) string {
 	s := fmt.Sprintf("n%dc%d", p.N, p.C)
 	if p.workers() > 1 {
 		s += fmt.Sprintf("w%d", p.workers())
+	}
+	if p.Identical {
+		s += "i"
+	}
+	if p.PerWorker > 0 {
+		s += fmt.Sprintf("l%d", p.PerWorker)
 	}
 	switch p.Variant {
 	case VariantTxHandler:
@@ -265,6 +283,16 @@ func (b *bench) runPartitionq(ctx context.Context, wl *Workload, queue string, i
 		}()
 		per := n / p.workers()
 		for i := 0; i < p.workers(); i++ {
+			handle := handle
+			if p.PerWorker > 0 {
+				room := make(chan struct{}, p.PerWorker)
+				inner := handle
+				handle = func(ev *partitionq.Event) error {
+					room <- struct{}{}
+					defer func() { <-room }()
+					return inner(ev)
+				}
+			}
 			pool, err := b.pool(ctx, b.on.db, partitionq.WorkerConns())
 			if err != nil {
 				return err
@@ -280,7 +308,7 @@ func (b *bench) runPartitionq(ctx context.Context, wl *Workload, queue string, i
 				Retry:  partitionq.RetryConfig{Policy: partitionq.PolicyPause, BackoffMin: backoff},
 				Limits: partitionq.LimitsConfig{Concurrency: c, ShutdownTimeout: 10 * time.Second, DrainConcurrency: p.Drains},
 			}
-			if p.workers() > 1 {
+			if p.workers() > 1 && !p.Identical {
 				for s := i * per; s < (i+1)*per || (i == p.workers()-1 && s < n); s++ {
 					wc.Slots = append(wc.Slots, s)
 				}

@@ -184,6 +184,21 @@ func latencyOf(ds []time.Duration) *Latency {
 	return &Latency{Count: len(ds), P50: q(0.50), P90: q(0.90), P99: q(0.99), Max: ds[len(ds)-1]}
 }
 
+// latencyBetween is the latency summary of the events sent at or after
+// from and before to (latency runs).
+func (r *Recorder) latencyBetween(from, to time.Time) *Latency {
+	a, z := from.UnixNano(), to.UnixNano()
+	var ds []time.Duration
+	for i := range r.latNS {
+		if s := r.sentNS[i].Load(); s >= a && s < z {
+			if v := r.latNS[i].Load(); v != 0 {
+				ds = append(ds, time.Duration(v))
+			}
+		}
+	}
+	return latencyOf(ds)
+}
+
 // Latency returns the latency summary of the events handled (latency runs).
 func (r *Recorder) Latency() *Latency {
 	var ds []time.Duration

@@ -336,6 +336,37 @@ func (r *Report) Text() string {
 		w("\n")
 	}
 
+	if rows := r.rows("scale"); len(rows) > 0 {
+		w("## Scaling out (identical workers share the slots, each bounded to its handler calls at once)\n\n| system | config | events | events/s | × one worker | bound events/s | violations | lost | overlaps |\n|---|---|--:|--:|--:|--:|--:|--:|--:|\n")
+		var one float64
+		for _, x := range rows {
+			if x.Workers == 1 {
+				one = x.Rate
+			}
+			v, lost := orderCell(x)
+			w("| %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", x.System, x.Config+errSuffix(x), commas(int64(x.Events)), fnum(x.Rate),
+				ratio(x.Rate, one), fnum(x.Limit), v, lost, x.Overlaps)
+		}
+		w("\n")
+	}
+	if rows := r.rows("rolling"); len(rows) > 0 {
+		w("## Rolling restart (identical workers replaced one at a time while a producer sends)\n\n| system | config | events | restart took | p50 / p99 ms before | p50 / p99 ms during | p99 × | violations | lost | overlaps |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		for _, x := range rows {
+			v, lost := orderCell(x)
+			rs := x.Rolling
+			if rs == nil {
+				rs = &RollingStats{Steady: &Latency{}, During: &Latency{}}
+			}
+			cfg := x.Config + errSuffix(x)
+			if x.Note != "" {
+				cfg += " (" + x.Note + ")"
+			}
+			w("| %s | %s | %s | %s | %s / %s | %s / %s | %s | %s | %s | %d |\n", x.System, cfg, commas(int64(x.Events)), rs.Took.Round(time.Millisecond),
+				ms(rs.Steady.P50), ms(rs.Steady.P99), ms(rs.During.P50), ms(rs.During.P99), ratio(float64(rs.During.P99), float64(rs.Steady.P99)), v, lost, x.Overlaps)
+		}
+		w("\n")
+	}
+
 	r.nSweep(&sb)
 	r.targets(&sb)
 	if len(r.Notes) > 0 {

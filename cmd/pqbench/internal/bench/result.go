@@ -51,8 +51,10 @@ type Result struct {
 	// BatchesPerSec is the engine batches opened a second during a
 	// latency run (all slots).
 	BatchesPerSec float64 `json:"batches_per_s,omitempty"`
-	// Resize is what the resize row measured.
-	Resize *ResizeStats `json:"resize,omitempty"`
+	// Resize is what the resize row measured; Rolling the rolling
+	// restart's.
+	Resize  *ResizeStats  `json:"resize,omitempty"`
+	Rolling *RollingStats `json:"rolling,omitempty"`
 
 	// Limit is the rate this row is compared with (the physical or ideal
 	// limit for its concurrency); 0 when none applies.

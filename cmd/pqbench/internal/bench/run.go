@@ -168,6 +168,7 @@ func (b *bench) runAll(ctx context.Context) error {
 		{"idle", func(ctx context.Context) error { return b.idle(ctx) }},
 		{"latency", func(ctx context.Context) error { return b.latency(ctx, lat) }},
 		{"resize", func(ctx context.Context) error { return b.resize(ctx, lat) }},
+		{"scale", func(ctx context.Context) error { return b.scale(ctx, w2, lat) }},
 		{"peers", func(ctx context.Context) error { return b.peers(ctx, w1, w2, w3, lat) }},
 	}
 	for _, eng := range cfg.Engines {
