@@ -2,13 +2,15 @@
 // key and in parallel across keys.
 //
 // Producers attach a partition key to each event (stored in ev_extra1). A
-// consumer group has a fixed number N of slots; the slot of a key is
-// hashtextextended(key, 0) mod N (slot 0 for an event another producer
-// sent without a key), as upstream PgQue routes partition keys, and each
-// slot is its own engine consumer that reads its hash class of the stream. Events sharing a key are handled
-// one at a time in engine order; events of different keys run in parallel,
-// across slots and inside a slot. On failure a key is paused by default:
-// its later events wait while every other key keeps flowing.
+// consumer group has N slots (changed online by Client.Resize); the slot
+// of a key is hashtextextended(key, 0) mod N (slot 0 for an event another
+// producer sent without a key), as upstream PgQue routes partition keys,
+// and each slot is its own engine consumer that reads its hash class of the
+// stream, owned by one worker at a time: identical workers share the
+// slots. Events sharing a key are handled one at a time in engine order;
+// events of different keys run in parallel, across slots and inside a
+// slot. On failure a key is paused by default: its later events wait while
+// every other key keeps flowing.
 //
 // See docs/architecture.md and docs/guarantees.md for the full contract.
 package partitionq

@@ -23,7 +23,9 @@ type GroupSpec struct {
 	Queue string
 	// Group names the consumer group. Letters, digits, '_', '.', '-'.
 	Group string
-	// Slots is the fixed number N of slots (1 to MaxSlots).
+	// Slots is the number N of slots (1 to MaxSlots). Setup creates the
+	// group with it and refuses another N for an existing group
+	// (*SlotCountMismatchError): Client.Resize changes it online.
 	Slots int
 	// TickMaxLag, when not zero, sets the queue's ticker_max_lag: the
 	// longest a committed event waits for a tick while the ticker runs

@@ -142,8 +142,9 @@ type SlotResize struct {
 	// the cutover tick, then hands its blocked keys to the new slots and
 	// leaves the engine. AtCutover: it has drained to the cutover.
 	Old, AtCutover bool
-	// Parents are the old slots a new slot takes keys from (ENGINE.md, Z4:
-	// one when the new N is a multiple of the old); Waiting lists those not
+	// Parents are the old slots a new slot takes keys from (those equal to
+	// it modulo gcd of the two N: one when the new N is a multiple of the
+	// old, docs/architecture.md); Waiting lists those not
 	// handed off yet: the new slot starts once none is left.
 	Parents, Waiting []int
 }

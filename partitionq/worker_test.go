@@ -1175,7 +1175,7 @@ func TestSlotBehindCatchesUpInOneBatch(t *testing.T) {
 // A slot of a group's old generation never takes a batch past the resize's
 // cutover tick, even when it is behind (and would merge ticks): the events
 // sent before the resize are handled by the old generation's slots, those
-// sent after its cutover by the new generation's (ENGINE.md, Z3).
+// sent after its cutover by the new generation's.
 func TestOldSlotsStopAtTheCutover(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -33,8 +33,9 @@ func (a *app) setupCmd() *cobra.Command {
 		Use:   "setup",
 		Short: "Create the queue and a consumer group of N slots (idempotent)",
 		Long: `Create the queue when missing and register a consumer group of --slots
-slots on it. Running it again changes nothing. The number of slots of a
-group is fixed: setup with another number fails and names both.
+slots on it. Running it again changes nothing. Setup does not change a
+group's number of slots: with another number it fails, names both, and
+points at partitionq resize, which changes it online.
 --dedup-window sets the queue's dedup window: how long a dedup id sent to
 it (send --dedup-id) is remembered.`,
 		Example: "  partitionq setup --queue files --group indexer --slots 8\n  partitionq setup --queue files --group indexer --slots 8 --dedup-window 2h",
@@ -44,7 +45,7 @@ it (send --dedup-id) is remembered.`,
 				return err
 			}
 			if !cmd.Flags().Changed("slots") {
-				return usagef("missing --slots: give the group's fixed number of slots, e.g. --slots 8 (docs/tuning.md)")
+				return usagef("missing --slots: give the group's number of slots, e.g. --slots 8 (docs/tuning.md; partitionq resize changes it later)")
 			}
 			s, err := a.open(cmd.Context())
 			if err != nil {
@@ -83,7 +84,7 @@ it (send --dedup-id) is remembered.`,
 	}
 	f := cmd.Flags()
 	t.bind(f)
-	f.IntVar(&slots, "slots", 0, fmt.Sprintf("fixed number of slots N of the group, 1 to %d (required)", partitionq.MaxSlots))
+	f.IntVar(&slots, "slots", 0, fmt.Sprintf("number of slots N of the group, 1 to %d (required; partitionq resize changes it online)", partitionq.MaxSlots))
 	f.DurationVar(&tickMaxLag, "tick-max-lag", 0, "set the queue's ticker_max_lag: the longest a sent event waits for a tick while the ticker runs (default: 1ms on a queue setup creates, then a tick comes whenever the ticker runs and events wait; an existing queue keeps its setting)")
 	f.DurationVar(&dedup, "dedup-window", 0, "set the queue's dedup window: how long a dedup id sent to it is remembered, 1ms to 168h (default: leave the queue as it is; 1h until set)")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")

@@ -80,7 +80,8 @@ func (e *Engine) NextBatches(ctx context.Context, tx pgx.Tx, queue string, consu
 // undo moves consumers whose batch was just opened in tx (nothing of it
 // read) back to its start, with the engine's register_consumer_at, which
 // drops the batch. Only for batches of this transaction: on a batch being
-// read, it would skip or replay its events (ENGINE.md, Z2).
+// read, it would skip or replay its events (register_consumer_at moves a
+// consumer that exists to the tick it is given).
 func (e *Engine) undo(ctx context.Context, tx pgx.Tx, queue string, consumers []string, at []int64) error {
 	_, err := tx.Exec(ctx, e.f(`select count(pgq.register_consumer_at($1, u.c, u.t)) from unnest($2::text[], $3::int8[]) u(c, t)`),
 		queue, consumers, at)
@@ -95,8 +96,8 @@ func (e *Engine) undo(ctx context.Context, tx pgx.Tx, queue string, consumers []
 // (fenced in tx) and knows they have no event of their own in between
 // (the shared read saw none): the engine position of a slot skipped by
 // the reads catches up with it without a batch. A consumer not standing
-// at from[i] with no batch open is left alone (ENGINE.md, Z2: it would
-// skip or replay events); ok[i] reports which were moved.
+// at from[i] with no batch open is left alone (moving it would skip or
+// replay events); ok[i] reports which were moved.
 func (e *Engine) Advance(ctx context.Context, tx pgx.Tx, queue string, consumers []string, from, to []int64) (ok []bool, err error) {
 	if len(consumers) == 0 {
 		return nil, nil

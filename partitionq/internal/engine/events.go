@@ -333,7 +333,8 @@ func (e *Engine) NextRetry(ctx context.Context, db DB, subID int32, key string, 
 
 // LockRetryQueue takes the lock the engine's retry mover (maint_retry_events)
 // takes, for the rest of tx, so that rows deleted in tx cannot be moved
-// back into the queue at the same time (H4 in ENGINE.md).
+// back into the queue at the same time (the event would be both re-injected
+// and removed: delivered twice).
 func (e *Engine) LockRetryQueue(ctx context.Context, tx pgx.Tx) error {
 	_, err := tx.Exec(ctx, e.f(`lock table pgq.retry_queue in share update exclusive mode`))
 	return err

@@ -61,7 +61,8 @@ type cohort struct {
 // resize committed after the opens' ticks were read cannot be missed:
 // those ticks do not see it), registers the new slots at the cutover when
 // its tick has just appeared, and undoes and reopens, one tick at a time,
-// a batch that would pass it (engine.BoundBatches, ENGINE.md Z3). A slot
+// a batch that would pass it (engine.BoundBatches: a batch that merged
+// ticks past the cutover would run events the new slots run too). A slot
 // that stands at the cutover is handed off. A new slot opens nothing
 // before its parent slots are handed off.
 func (r *Runner) openBatches() bool {

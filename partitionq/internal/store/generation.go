@@ -158,7 +158,7 @@ func Handoff(ctx context.Context, q db.DB, engineSchema, queue, group string, sl
 // Parents returns the slots of a generation with n slots whose keys slot j
 // of a generation with m slots holds some of: with slot = h mod N, a key in
 // old slot i and new slot j has h = i (mod N) and h = j (mod M), which holds
-// for some h exactly when i = j (mod gcd(N, M)) (ENGINE.md, Z4). When M is a
+// for some h exactly when i = j (mod gcd(N, M)). When M is a
 // multiple of N that is one slot, j mod N.
 func Parents(n, m, j int) []int {
 	g := gcd(n, m)
