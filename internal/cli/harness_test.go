@@ -216,16 +216,10 @@ func (w *worker) stop(t *testing.T) result {
 	}
 }
 
-// waitFor polls cond every 20ms until it holds or the deadline passes.
+// waitFor waits until cond holds or timeout passes (pgtest.WaitFor).
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	pgtest.WaitFor(t, timeout, what, func() (bool, error) { return cond(), nil })
 }
 
 // blockedKey returns the blocked key named key, via the blocked command.

@@ -20,6 +20,7 @@ import (
 	"github.com/partitionq/partitionq/partitionq/internal/parked"
 	"github.com/partitionq/partitionq/partitionq/internal/runner"
 	"github.com/partitionq/partitionq/partitionq/internal/store"
+	"github.com/partitionq/partitionq/test/pgtest"
 )
 
 // ---------------------------------------------------------------- one database
@@ -343,16 +344,11 @@ func (r *running) stop() {
 	})
 }
 
-// waitFor polls cond until it holds, failing the test after 10 s.
+// waitFor waits until cond holds, failing the test after 10 s
+// (pgtest.WaitFor).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	pgtest.WaitFor(t, 10*time.Second, what, func() (bool, error) { return cond(), nil })
 }
 
 // ---------------------------------------------------------------- what ran
