@@ -32,28 +32,12 @@ ENGINES ?= pgq pgque
 REPO := $(patsubst %/,%,$(dir $(abspath $(firstword $(MAKEFILE_LIST)))))
 PGQUE_SQL := $(or $(abspath $(PARTITIONQ_PGQUE_SQL)),$(firstword $(wildcard $(abspath $(REPO)/../shared/engines/pgque/pgque.sql) /work/shared/engines/pgque/pgque.sql)))
 
-# Shell prefix that runs the command after it once per engine of ENGINES,
-# with PARTITIONQ_ENGINE (and PARTITIONQ_PGQUE_SQL) set; every half runs,
-# and the recipe fails if any half failed.
-PER_ENGINE = per_engine() { \
-	failed=""; \
-	for e in $(ENGINES); do \
-		case "$$e" in \
-		pgq) ;; \
-		pgque) \
-			if [ -z "$(PGQUE_SQL)" ]; then \
-				echo "make: skipping the PgQue half: no PgQue install file (set PARTITIONQ_PGQUE_SQL to PgQue's sql/pgque.sql; none at ../shared/engines/pgque/pgque.sql)"; \
-				continue; \
-			fi; \
-			if [ ! -f "$(PGQUE_SQL)" ]; then echo "make: PARTITIONQ_PGQUE_SQL=$(PGQUE_SQL) is not a file"; exit 2; fi ;; \
-		*) echo "make: unknown engine $$e in ENGINES: use pgq and/or pgque"; exit 2 ;; \
-		esac; \
-		echo "===== $$e half: $$*"; \
-		if PARTITIONQ_ENGINE=$$e PARTITIONQ_PGQUE_SQL="$(PGQUE_SQL)" "$$@"; then echo "===== $$e half: passed"; \
-		else echo "===== $$e half: FAILED"; failed="$$failed $$e"; fi; \
-	done; \
-	if [ -n "$$failed" ]; then echo "make: failed on:$$failed"; return 1; fi; \
-}; per_engine
+# Runs the command after it once per engine of ENGINES (scripts/halves.sh):
+# the PgQ half on the database above, the PgQue half beside it on a
+# throwaway cluster of its own when the PostgreSQL server programs are
+# installed (PQ_HALVES_APART=0: one after the other); every half runs, and
+# the recipe fails if any half failed.
+PER_ENGINE = PGQUE_SQL="$(PGQUE_SQL)" scripts/halves.sh $(ENGINES) --
 
 .DEFAULT_GOAL := help
 .PHONY: help test test-short demo bench bench-short db db-stop build image vet lint
@@ -66,8 +50,7 @@ help: ## List the targets
 # scripts/gotest.sh runs the packages one at a time (-p 1: the packages
 # that run worker processes, crash and CLI, each open some 60 connections
 # at their peak, and two at once go past a default server's max_connections
-# of 100), and test/chaos, which has a throwaway cluster of its own, beside
-# them.
+# of 100), then test/chaos, which has a throwaway cluster of its own.
 test: ## Run all tests with the race detector, on PgQ and then on PgQue (ENGINES=...)
 	@$(WITH_DB) $(PER_ENGINE) scripts/gotest.sh -race -count=1 -timeout 20m $(TESTFLAGS)
 

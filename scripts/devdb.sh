@@ -29,6 +29,9 @@
 #   PQ_DEVDB_PROBE_PORT   port probed on 127.0.0.1 in step 2 (default 5432);
 #                         point it at an unused port to force step 3
 #   PQ_DEVDB_PORT         port of the throwaway cluster (default 55432)
+#   PQ_DEVDB_NAME         a name for a second throwaway cluster beside the
+#                         first: it lives in .pgdata-NAME/ (make test runs
+#                         its PgQue half on one, beside the PgQ half)
 set -euo pipefail
 
 SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
@@ -36,7 +39,9 @@ REPO_ROOT=$(cd -- "$SCRIPT_DIR/.." && pwd -P)
 
 PROBE_PORT=${PQ_DEVDB_PROBE_PORT:-5432}
 DEVDB_PORT=${PQ_DEVDB_PORT:-55432}
-PRIMARY_DIR=$REPO_ROOT/.pgdata
+NAME=${PQ_DEVDB_NAME:-}
+[[ -z $NAME || $NAME =~ ^[a-z0-9_]+$ ]] || { printf 'devdb: error: PQ_DEVDB_NAME=%s: use lower-case letters, digits and _\n' "$NAME" >&2; exit 2; }
+PRIMARY_DIR=$REPO_ROOT/.pgdata${NAME:+-$NAME}
 
 # Never let a dead or firewalled host hang the script.
 export PGCONNECT_TIMEOUT=${PGCONNECT_TIMEOUT:-5}
@@ -202,7 +207,7 @@ use_probe_port() {
 fallback_dir() {
 	local sum
 	sum=$(printf '%s' "$REPO_ROOT" | cksum)
-	printf '%s/partitionq-devdb-%s' "${TMPDIR:-/tmp}" "${sum%% *}"
+	printf '%s/partitionq-devdb-%s%s' "${TMPDIR:-/tmp}" "${sum%% *}" "${NAME:+-$NAME}"
 }
 
 # as_pg CMD...: run a PostgreSQL server program. initdb, pg_ctl and postgres
