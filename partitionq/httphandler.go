@@ -40,11 +40,16 @@ const (
 // command's standard error), and at most httpDrainMax bytes are read of any
 // body, so that the connection can carry the next request; a longer body
 // is not read on: its connection is closed instead.
+//
+// A connection idle for httpIdleConnTimeout is closed: before the servers'
+// own idle timeouts (2 s for gunicorn, 5 s for Node.js and uvicorn), so
+// that a request is not sent on a connection the server is closing, which
+// would fail it (a POST is not sent again by itself).
 const (
 	httpErrorBody       = 4 << 10
 	httpDrainMax        = 64 << 10
 	httpMaxHeaderBytes  = 64 << 10
-	httpIdleConnTimeout = 90 * time.Second
+	httpIdleConnTimeout = time.Second
 )
 
 // HTTPHandlerConfig configures NewHTTPHandler. Zero values mean the

@@ -52,8 +52,6 @@ const server = http.createServer((req, res) => {
     res.end(text);
   });
 });
-// Keep the worker's connections open between events (it keeps them 90 s).
-server.keepAliveTimeout = 120_000;
 server.listen(Number(process.env.PORT ?? 8080), '127.0.0.1', () => {
   console.log(`listening on http://127.0.0.1:${server.address().port}/`);
 });
