@@ -121,8 +121,8 @@ type HTTPHandlerConfig struct {
 // handler timeout passes or the worker loses the slot, the request is
 // cancelled and its connection closed.
 type HTTPHandler struct {
-	url       string
-	client    *http.Client
+	url       *url.URL
+	rt        http.RoundTripper // requests go straight to it: no redirect is followed, no cookie kept
 	authorize func(*http.Request) error
 	own       *http.Transport // the handler's own transport, nil with Transport
 }
@@ -137,9 +137,9 @@ func NewHTTPHandler(cfg HTTPHandlerConfig) (*HTTPHandler, error) {
 		return nil, &ValidationError{Field: "HTTPHandlerConfig.MaxConns", Value: strconv.Itoa(cfg.MaxConns), Problem: "it is negative",
 			Fix: fmt.Sprintf("give the requests in flight at most, or 0 for %d", HTTPMaxConnsDefault)}
 	}
-	h := &HTTPHandler{url: cfg.URL, authorize: cfg.Authorize}
-	rt := cfg.Transport
-	if rt == nil {
+	u, _ := url.Parse(cfg.URL) // checked above
+	h := &HTTPHandler{url: u, authorize: cfg.Authorize, rt: cfg.Transport}
+	if h.rt == nil {
 		n := cfg.MaxConns
 		if n == 0 {
 			n = HTTPMaxConnsDefault
@@ -156,12 +156,7 @@ func NewHTTPHandler(cfg HTTPHandlerConfig) (*HTTPHandler, error) {
 			DisableCompression:     true,
 			MaxResponseHeaderBytes: httpMaxHeaderBytes,
 		}
-		rt = h.own
-	}
-	h.client = &http.Client{
-		Transport: rt,
-		// A redirect is a failure: credentials never follow one elsewhere.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		h.rt = h.own
 	}
 	return h, nil
 }
@@ -209,9 +204,14 @@ var (
 // Handle posts ev and reads the outcome from the response (see
 // HTTPHandler). ctx governs the request.
 func (h *HTTPHandler) Handle(ctx context.Context, ev *Event) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(ev.Payload))
-	if err != nil {
-		return err
+	req := (&http.Request{Method: http.MethodPost, URL: h.url, Host: h.url.Host, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: make(http.Header, 16), ContentLength: int64(len(ev.Payload))}).WithContext(ctx)
+	if len(ev.Payload) > 0 {
+		p := ev.Payload
+		req.Body = io.NopCloser(bytes.NewReader(p))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(p)), nil }
+	} else {
+		req.Body = http.NoBody
 	}
 	setCloudEventHeaders(req.Header, ev)
 	if h.authorize != nil {
@@ -219,9 +219,11 @@ func (h *HTTPHandler) Handle(ctx context.Context, ev *Event) error {
 			return fmt.Errorf("authorize the request: %w", err)
 		}
 	}
-	resp, err := h.client.Do(req)
+	// Straight to the transport: a redirect comes back as a failure
+	// (credentials never follow one elsewhere).
+	resp, err := h.rt.RoundTrip(req)
 	if err != nil {
-		return err // a *url.Error: "Post \"URL\": dial tcp ...: connection refused"; the handler timeout is the runner's to say
+		return &url.Error{Op: "Post", URL: h.url.Redacted(), Err: err} // "Post \"URL\": dial tcp ...: connection refused"; the handler timeout is the runner's to say
 	}
 	defer resp.Body.Close() // a body longer than read below is not read on: the connection is closed
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
@@ -234,25 +236,31 @@ func (h *HTTPHandler) Handle(ctx context.Context, ev *Event) error {
 // setCloudEventHeaders writes ev's CloudEvents attributes (binary mode)
 // into a new request's headers, in their canonical form.
 func setCloudEventHeaders(hd http.Header, ev *Event) {
+	// One array holds every value of the event's own.
+	v := make([]string, 0, 10)
+	one := func(s string) []string {
+		v = append(v, s)
+		return v[len(v)-1 : len(v) : len(v)]
+	}
 	hd["Ce-Specversion"] = ceSpecVersion
-	hd["Ce-Id"] = []string{strconv.FormatInt(ev.ID, 10)}
-	hd["Ce-Source"] = []string{"/partitionq/" + ev.Queue + "/" + ev.Group}
+	hd["Ce-Id"] = one(strconv.FormatInt(ev.ID, 10))
+	hd["Ce-Source"] = one("/partitionq/" + ev.Queue + "/" + ev.Group)
 	if ev.Type == "" {
 		hd["Ce-Type"] = ceUntypedType
 	} else {
-		hd["Ce-Type"] = []string{ceEscape(ev.Type)}
+		hd["Ce-Type"] = one(ceEscape(ev.Type))
 	}
 	if !ev.Time.IsZero() {
-		hd["Ce-Time"] = []string{ev.Time.UTC().Format(time.RFC3339Nano)}
+		hd["Ce-Time"] = one(ev.Time.UTC().Format(time.RFC3339Nano))
 	}
 	if ev.Key != "" {
-		hd["Ce-Subject"] = []string{ceEscape(ev.Key)}
+		hd["Ce-Subject"] = one(ceEscape(ev.Key))
 	}
-	hd["Ce-Partitionqslot"] = []string{strconv.Itoa(ev.Slot)}
-	hd["Ce-Partitionqslots"] = []string{strconv.Itoa(ev.Slots)}
-	hd["Ce-Partitionqepoch"] = []string{strconv.FormatInt(ev.Epoch, 10)}
-	hd["Ce-Partitionqfence"] = []string{ev.Fence()}
-	hd["Ce-Partitionqattempt"] = []string{strconv.Itoa(ev.Attempt)}
+	hd["Ce-Partitionqslot"] = one(strconv.Itoa(ev.Slot))
+	hd["Ce-Partitionqslots"] = one(strconv.Itoa(ev.Slots))
+	hd["Ce-Partitionqepoch"] = one(strconv.FormatInt(ev.Epoch, 10))
+	hd["Ce-Partitionqfence"] = one(ev.Fence())
+	hd["Ce-Partitionqattempt"] = one(strconv.Itoa(ev.Attempt))
 	hd["User-Agent"] = httpUserAgent
 	if len(ev.Payload) > 0 {
 		if json.Valid(ev.Payload) {
