@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -218,6 +220,38 @@ func TestHTTPHandlerConfig(t *testing.T) {
 		_, err := partitionq.NewHTTPHandler(c.cfg)
 		if !errors.Is(err, partitionq.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want %q", c.cfg, err, c.want)
+		}
+	}
+}
+
+// docs/cli.md lists every header the HTTP handler sends.
+func TestHTTPHandlerHeadersAreDocumented(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "docs", "cli.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	seen := make(chan http.Header, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Clone()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	h, err := partitionq.NewHTTPHandler(partitionq.HTTPHandlerConfig{URL: srv.URL, Authorize: func(r *http.Request) error {
+		r.Header.Set("Authorization", "Bearer x")
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := h.Handle(t.Context(), &partitionq.Event{ID: 1, Queue: "q", Group: "g", Key: "k", Type: "T", Slots: 1, Epoch: 1, Attempt: 1,
+		Time: time.Now(), Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	for name := range <-seen {
+		if n := strings.ToLower(name); n != "accept-encoding" && n != "content-length" && !strings.Contains(doc, "| `"+n+"`") && !strings.Contains(doc, ", `"+n+"` |") {
+			t.Errorf("docs/cli.md does not list the header %s the HTTP handler sends", n)
 		}
 	}
 }

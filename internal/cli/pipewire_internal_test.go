@@ -2,7 +2,10 @@ package cli
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -109,6 +112,37 @@ func TestParseDelay(t *testing.T) {
 	for _, in := range []string{"", "soon", "-1", "-1s", "NaN", "1e300"} {
 		if d, err := parseDelay(in); err == nil {
 			t.Errorf("parseDelay(%q) = %s, want an error", in, d)
+		}
+	}
+}
+
+// docs/cli.md lists every field of the pipe's messages.
+func TestPipeFieldsAreDocumented(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "cli.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	var req map[string]any
+	if err := json.Unmarshal(encodeHandle(1, &partitionq.Event{Slots: 1}), &req); err != nil {
+		t.Fatal(err)
+	}
+	var fields []string
+	for k := range req {
+		fields = append(fields, k)
+	}
+	for k := range req["events"].([]any)[0].(map[string]any) {
+		fields = append(fields, "events[]."+k)
+	}
+	fields = append(fields, "req", "outcome", "error", "retry_after") // a reply's
+	for _, f := range fields {
+		if !strings.Contains(doc, "| `"+f+"`") && !strings.Contains(doc, ", `"+f+"` |") {
+			t.Errorf("docs/cli.md does not list the pipe's field %s", f)
+		}
+	}
+	for _, o := range []string{pipeDone, pipeFailed, pipeDeadLetter} {
+		if !strings.Contains(doc, `"outcome":"`+o+`"`) {
+			t.Errorf("docs/cli.md shows no reply with outcome %s", o)
 		}
 	}
 }
