@@ -427,10 +427,17 @@ func TestHandlerTimeout(t *testing.T) {
 			r := newRig(t, mode, 2)
 			r.send("h", "hang", "ok")
 			r.send("o", "ok", "ok")
-			w := r.work("--handler-timeout", "300ms", "--backoff-min", "1h")
+			// An --exec command here is this test binary, which can take a
+			// second to start on a busy machine (with -race): its timeout
+			// must not cut the events that do not hang.
+			timeout := "500ms"
+			if mode == "exec" {
+				timeout = "5s"
+			}
+			w := r.work("--handler-timeout", timeout, "--backoff-min", "1h")
 			waitFor(t, 60*time.Second, "h blocked after a timeout", func() bool {
 				bk, ok := r.h.blockedKey("h")
-				return ok && strings.Contains(bk.Head.LastError, "timed out after 300ms")
+				return ok && strings.Contains(bk.Head.LastError, "timed out after "+timeout)
 			})
 			waitFor(t, 30*time.Second, "o handled", func() bool { return r.read().okSeen["o"][1] })
 			rec := r.read()
