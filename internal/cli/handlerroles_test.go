@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -24,6 +26,8 @@ import (
 //	watch  a watcher in a session of its own (so that the worker's kill of
 //	       a handler's process group spares it) that logs when the process
 //	       it watches ends
+//	http-sleep  BenchmarkWorkHandlers's Go HTTP handler: answers 204 after
+//	       $DELAY_MS milliseconds, on a port it prints
 //
 // Every role appends to the run log ($PQTEST_RUNLOG), one write per line:
 //
@@ -59,6 +63,8 @@ func runRole(role string) int {
 		return pipeRole()
 	case "watch":
 		return watchRole(os.Args[1:])
+	case "http-sleep":
+		return httpSleepRole()
 	}
 	fmt.Fprintf(os.Stderr, "unknown %s %q\n", roleEnv, role)
 	return 2
@@ -327,4 +333,23 @@ func pipeRole() int {
 		fmt.Fprintln(os.Stderr, "reading requests:", err)
 	}
 	return 0
+}
+
+// httpSleepRole serves 204 to every request after DELAY_MS milliseconds,
+// on 127.0.0.1 and a port it prints on standard output.
+func httpSleepRole() int {
+	delay, _ := strconv.Atoi(os.Getenv("DELAY_MS"))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println(ln.Addr().(*net.TCPAddr).Port)
+	err = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		time.Sleep(time.Duration(delay) * time.Millisecond)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	fmt.Fprintln(os.Stderr, err)
+	return 1
 }

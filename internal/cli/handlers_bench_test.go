@@ -23,9 +23,11 @@ import (
 // 16 events at once per slot, with a no-op handler of each kind, side by
 // side: a Go handler (the library), --http to a Node.js server (its http
 // module), --pipe to a /usr/bin/python3 process, --exec true; and a 5 ms
-// handler in Go and through --http. Each row drains a backlog sent in one
-// transaction once the worker owns its slots, from the commit until every
-// slot has finished the last event's batch, and reports events/s.
+// handler in Go, through --http to a Go server (net/http, time.Sleep: what
+// the HTTP path costs) and to a Node.js server (setTimeout). Each row
+// drains a backlog sent in one transaction once the worker owns its slots,
+// from the commit until every slot has finished the last event's batch,
+// and reports events/s.
 //
 //	go test -run '^$' -bench BenchmarkWorkHandlers -benchtime 1x ./internal/cli/
 //
@@ -42,6 +44,7 @@ func BenchmarkWorkHandlers(b *testing.B) {
 		{"pipe-python", 100_000, 0},
 		{"exec-true", 2_000, 0},
 		{"go-5ms", 40_000, 5 * time.Millisecond},
+		{"http-go-5ms", 40_000, 5 * time.Millisecond},
 		{"http-node-5ms", 40_000, 5 * time.Millisecond},
 	}
 	for _, row := range rows {
@@ -148,13 +151,23 @@ func benchWorker(b *testing.B, ctx context.Context, client *partitionq.Client, u
 	var handler []string
 	var stopHandler func()
 	switch {
-	case strings.HasPrefix(row, "http-node"):
-		node, err := exec.LookPath("node")
-		if err != nil {
-			b.Skip("node is not installed")
+	case strings.HasPrefix(row, "http-"):
+		var cmd *exec.Cmd
+		if strings.HasPrefix(row, "http-node") {
+			node, err := exec.LookPath("node")
+			if err != nil {
+				b.Skip("node is not installed")
+			}
+			cmd = exec.Command(node, filepath.Join("testdata", "bench", "noop-http.js"))
+		} else { // a Go server: this test binary (handlerroles_test.go)
+			self, err := os.Executable()
+			if err != nil {
+				b.Fatal(err)
+			}
+			cmd = exec.Command(self)
+			cmd.Env = append(os.Environ(), roleEnv+"=http-sleep")
 		}
-		cmd := exec.Command(node, filepath.Join("testdata", "bench", "noop-http.js"))
-		cmd.Env = append(os.Environ(), fmt.Sprintf("DELAY_MS=%d", delay.Milliseconds()))
+		cmd.Env = append(cmd.Environ(), fmt.Sprintf("DELAY_MS=%d", delay.Milliseconds()))
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			b.Fatal(err)
