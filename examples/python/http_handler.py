@@ -55,10 +55,14 @@ class Handler(BaseHTTPRequestHandler):
         except Exception as err:
             status, outcome, text = 500, "failed", str(err)
         log_run("end " + outcome, ev["id"])
-        data = text.encode()
         self.send_response(status)
         for k, v in headers.items():
             self.send_header(k, v)
+        if status == 204:  # no body, and so no Content-Length
+            self.end_headers()
+            return
+        data = text.encode()
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
