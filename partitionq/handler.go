@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -28,6 +29,17 @@ type Event struct {
 	Epoch int64
 
 	batch int64 // the engine batch (0 for an event drained from the retry queue)
+}
+
+// Fence returns the event's fence: the slot its worker owns and the epoch
+// it owns it at, as one text, "<queue>/<group>/<slots>/<slot>/<epoch>"
+// (queue and group names hold no "/"). A handler in any language checks it
+// in its own transaction with the SQL function partitionq.fence(text), as
+// CheckOwner does in Go: the call raises SQLSTATE PQ001 once the worker no
+// longer owns the slot. The HTTP and pipe handlers of partitionq work, and
+// its --exec commands (PARTITIONQ_FENCE), pass it on.
+func (e *Event) Fence() string {
+	return e.Queue + "/" + e.Group + "/" + strconv.Itoa(e.Slots) + "/" + strconv.Itoa(e.Slot) + "/" + strconv.FormatInt(e.Epoch, 10)
 }
 
 // Handler handles events. Returning nil means the event is done. Any other

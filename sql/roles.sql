@@ -3,7 +3,7 @@
 -- Four group roles (NOLOGIN); give each person or service a login role that
 -- is a member of one of them (see docs/security.md):
 --
---   partitionq_producer  sends events, with dedup ids too  (Client.Send*, partitionq send)
+--   partitionq_producer  sends events, with dedup ids too  (Client.Send*, partitionq send, partitionq.send in SQL)
 --   partitionq_worker    consumes the queue's groups        (Worker, partitionq work without --ticker)
 --   partitionq_operator  skip, retry now, quarantine, replay, and everything the viewer sees
 --   partitionq_viewer    reads status, blocked keys, dead letters and the audit trail
@@ -76,6 +76,13 @@
 --     The producer reads schema_version (the client checks the schema once)
 --     and nothing else; the viewer reads the records (the key view's dedup
 --     hits) and the queues' dedup windows (queue_config, written by setup).
+--   * Any language (docs/handlers.md), through two functions of the same kind:
+--       send                producer  one keyed event, with an optional dedup id, by the Go client's rules
+--                                     (select * from partitionq.send('files', 'tenant-42', 'FileCreated', '{}'))
+--       fence               worker    a handler's check, in its own transaction, that its worker still
+--                                     owns the event's slot (the fence the event carries; PQ001 if not);
+--                                     to let a handler's own role call it:
+--                                     grant execute on function partitionq.fence(text) to that role
 
 do $roles$
 declare
@@ -109,6 +116,8 @@ grant select on partitionq.schema_version, partitionq.failure, partitionq.dead_l
 grant select on partitionq.schema_version to partitionq_producer;
 grant execute on function partitionq.dedup_claim(text, text[], text[], int[], bigint[], boolean),
                           partitionq.dedup_record(text, text, text[], bigint[]) to partitionq_producer;
+-- A send from any language, in SQL (docs/handlers.md).
+grant execute on function partitionq.send(text, text, text, text, text, interval, text) to partitionq_producer;
 
 grant select on partitionq.schema_version to partitionq_worker;
 grant select, insert, update, delete on partitionq.failure to partitionq_worker;
@@ -123,6 +132,8 @@ grant select, insert, delete on partitionq.slot_done to partitionq_worker;
 grant select, insert, update, delete on partitionq.slot_rate to partitionq_worker;
 grant execute on function partitionq.check_owner(text, text, int, int, bigint),
                           partitionq.record_done(text, text, int, int, bigint, bigint, bigint) to partitionq_worker;
+-- The fence a handler in any language checks in its own transaction.
+grant execute on function partitionq.fence(text) to partitionq_worker;
 -- A group's generations (a resize in flight: the cutover, the parents);
 -- workers drive a resize forward: the cutover (registering the new slots
 -- at its tick) and the handoff of their old slots, each checked by the

@@ -174,8 +174,7 @@ func (g *guardian) wait(cmd *exec.Cmd, w io.WriteCloser) {
 // cancelling its context kill that whole group (the shell and everything
 // it started), not just the shell.
 func ownProcessGroup(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	setParentDeathSignal(cmd.SysProcAttr)
+	newProcessGroup(cmd)
 	cmd.Cancel = func() error {
 		err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		if errors.Is(err, syscall.ESRCH) {
@@ -185,11 +184,30 @@ func ownProcessGroup(cmd *exec.Cmd) {
 	}
 }
 
+// newProcessGroup makes cmd the leader of a new process group, killed with
+// SIGKILL when the worker dies (on Linux; the guardian everywhere).
+func newProcessGroup(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	setParentDeathSignal(cmd.SysProcAttr)
+}
+
 // runGuarded starts cmd (in its own process group, see ownProcessGroup),
 // registers the group with the guardian, waits for the command, and kills
 // what is left of its group when it ends: no process of a handler
 // outlives the handler.
 func runGuarded(cmd *exec.Cmd) error {
+	if err := startGuarded(cmd); err != nil {
+		return err
+	}
+	err := cmd.Wait()
+	endGuarded(cmd)
+	return err
+}
+
+// startGuarded starts cmd, made the leader of a process group of its own
+// (newProcessGroup or ownProcessGroup), and registers the group with the
+// guardian. After its Wait, endGuarded ends what is left of the group.
+func startGuarded(cmd *exec.Cmd) error {
 	if err := startOnLockedThread(cmd); err != nil {
 		return err
 	}
@@ -199,10 +217,22 @@ func runGuarded(cmd *exec.Cmd) error {
 		cmd.Wait()
 		return err
 	}
-	err := cmd.Wait()
-	syscall.Kill(-pg, syscall.SIGKILL) // stragglers of the handler
+	return nil
+}
+
+// endGuarded kills what is left of the process group of a command that
+// startGuarded started and that has ended (its stragglers), and forgets
+// the group.
+func endGuarded(cmd *exec.Cmd) {
+	pg := cmd.Process.Pid
+	syscall.Kill(-pg, syscall.SIGKILL)
 	theGuardian.remove(pg)
-	return err
+}
+
+// killGroup kills the whole process group of a command that startGuarded
+// started and that may still run.
+func killGroup(cmd *exec.Cmd) {
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // already gone is fine
 }
 
 // exitSignal returns the signal that ended a process, if one did.

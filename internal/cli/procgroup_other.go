@@ -11,7 +11,15 @@ import (
 // only (exec's default), and nothing kills a command when its worker dies.
 func ownProcessGroup(*exec.Cmd) {}
 
+func newProcessGroup(*exec.Cmd) {}
+
 func runGuarded(cmd *exec.Cmd) error { return cmd.Run() }
+
+func startGuarded(cmd *exec.Cmd) error { return cmd.Start() }
+
+func endGuarded(*exec.Cmd) {}
+
+func killGroup(cmd *exec.Cmd) { cmd.Process.Kill() }
 
 func startGuardian() error { return nil }
 

@@ -27,7 +27,13 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"retry", "--queue", "q", "--group", "g"}, "missing --key"},
 		{[]string{"quarantine", "--queue", "q", "--group", "g"}, "missing --key"},
 		{[]string{"preview", "--queue", "q", "--group", "g"}, "missing --key"},
-		{[]string{"work", "--queue", "q", "--group", "g"}, "missing --exec"},
+		{[]string{"work", "--queue", "q", "--group", "g"}, "missing the handler: give one of --exec CMD"},
+		{[]string{"work", "--queue", "q", "--group", "g", "--exec", "true", "--http", "http://x/"}, "give one handler: --exec, --http or --pipe"},
+		{[]string{"work", "--queue", "q", "--group", "g", "--http", "ftp://x/"}, `invalid --http "ftp://x/": give an absolute http or https URL`},
+		{[]string{"work", "--queue", "q", "--group", "g", "--http", "http://user:secret@x/"}, "the URL holds credentials"},
+		{[]string{"work", "--queue", "q", "--group", "g", "--exec", "true", "--http-config", "f.yml"}, "--http-config needs --http"},
+		{[]string{"work", "--queue", "q", "--group", "g", "--exec", "true", "--pipe-cancel-grace", "100ms"}, "--pipe-cancel-grace needs --pipe"},
+		{[]string{"work", "--queue", "q", "--group", "g", "--pipe", "cat", "--pipe-cancel-grace", "1s"}, "invalid --pipe-cancel-grace 1s: give a positive duration less than --lease-duration/5 (1s)"},
 		{[]string{"work", "--queue", "q", "--group", "g", "--exec", "true", "--policy", "later"}, `invalid --policy "later"`},
 		{[]string{"work", "--queue", "q", "--group", "g", "--exec", "true", "--handler-timeout", "soon"}, "invalid argument"},
 		{[]string{"dlq"}, "dlq needs a subcommand"},
@@ -60,6 +66,9 @@ func TestUsageErrors(t *testing.T) {
 	for _, c := range cases {
 		r := h.run(c.args...)
 		h.expect(r, cli.ExitUsage, []string{c.want, "--help' for usage"}, c.args)
+		if strings.Contains(r.stderr, "secret") {
+			t.Errorf("partitionq %s repeats the credentials of the URL: %s", strings.Join(c.args, " "), r.stderr)
+		}
 	}
 
 	// No database at all.

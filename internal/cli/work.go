@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -18,6 +19,10 @@ import (
 // workFlags are the flags of work.
 type workFlags struct {
 	exec            string
+	http            string
+	httpConfig      string
+	pipe            string
+	cancelGrace     time.Duration
 	slots           string
 	concurrency     int
 	policy          string
@@ -46,23 +51,42 @@ func (a *app) workCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "work",
-		Short: "Run a worker that hands each event to a shell command",
-		Long: `Run a worker for the group's slots (all, or --slots). For each event it
-runs --exec with sh -c, the payload on standard input and the event in
-environment variables:
+		Short: "Run a worker that hands each event to a handler in any language",
+		Long: `Run a worker for the group's slots (all, or --slots). It hands each event
+to one of three kinds of handler (docs/cli.md gives every field of
+the messages, docs/handlers.md examples in Node.js and Python):
 
-  PARTITIONQ_EVENT_ID PARTITIONQ_KEY PARTITIONQ_TYPE PARTITIONQ_SLOT
-  PARTITIONQ_ATTEMPT PARTITIONQ_QUEUE PARTITIONQ_GROUP PARTITIONQ_EVENT_TIME
+--exec CMD   runs sh -c CMD per event, the payload on standard input and
+             the event in environment variables:
+               PARTITIONQ_EVENT_ID PARTITIONQ_KEY PARTITIONQ_TYPE PARTITIONQ_SLOT
+               PARTITIONQ_SLOTS PARTITIONQ_EPOCH PARTITIONQ_FENCE PARTITIONQ_ATTEMPT
+               PARTITIONQ_QUEUE PARTITIONQ_GROUP PARTITIONQ_EVENT_TIME
+               PARTITIONQ_RETRY_AFTER_FILE
+             Exit status 0 is done; 65 a dead letter now; 75 a failure
+             retried after the seconds written to $PARTITIONQ_RETRY_AFTER_FILE;
+             anything else a failure, whose last lines of standard error
+             (20 lines, 4 KiB) become the error shown by blocked and dlq.
+--http URL   posts each event to URL as a CloudEvent (binary mode: the
+             payload is the body, the event's attributes ce-* headers), over
+             kept-alive connections. 2xx is done; any other status a failure,
+             a dead letter now with the header Partitionq-Outcome: dead-letter,
+             retried after Retry-After when given. TLS and credentials come
+             from --http-config FILE or $PARTITIONQ_HTTP_TOKEN
+             ($PARTITIONQ_HTTP_USER and $PARTITIONQ_HTTP_PASSWORD).
+--pipe CMD   starts sh -c CMD once (again if it ends) and writes each event
+             to it as a JSON line; it answers one JSON line per event, in
+             any order, several in flight. A cancelled event is sent a cancel
+             line; unanswered after --pipe-cancel-grace, the process group is
+             killed.
 
-Exit status 0 means done. Anything else is a failure, whose last lines of
-standard error (20 lines, 4 KiB) become the error shown by blocked and
-dlq. A command still running after --handler-timeout is killed, with its
-whole process group, and counts as a failure. The commands' standard
-output goes to this standard output, their standard error to this one.
+A handler still running after --handler-timeout (or whose slot the worker
+lost) is stopped: an --exec command is killed with its whole process group,
+an --http request cancelled, a --pipe event cancelled. That counts as a
+failure.
 
 Events of one key run one at a time, in order; up to --concurrency keys
 per slot at once. SIGTERM or SIGINT stops the worker gracefully: running
-commands get --shutdown-timeout to finish (then they are killed), the
+handlers get --shutdown-timeout to finish (then they are stopped), the
 slots are released, and the worker exits, within --shutdown-timeout + 10s
 of the signal: give the platform's grace period (Kubernetes'
 terminationGracePeriodSeconds) at least that, 30s with the defaults.
@@ -74,13 +98,15 @@ and its readiness at /readyz (200 while it is registered and renews its
 lease, a standby that owns no slot included; 503 before, while the
 database does not answer or refuses it, and once it is stopping).`,
 		Example: `  partitionq work --queue files --group indexer --exec ./index-file.sh
-  partitionq work --queue files --group indexer --slots 0-3 --policy retry-later --exec 'python3 handle.py'`,
+  partitionq work --queue files --group indexer --slots 0-3 --policy retry-later --exec 'python3 handle.py'
+  partitionq work --queue files --group indexer --http http://127.0.0.1:8080/events
+  partitionq work --queue files --group indexer --pipe 'python3 pipe_handler.py'`,
 		Args: noWords,
 		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err
 			}
-			if err := need("exec", w.exec, "give the command to run for each event, e.g. --exec ./handle.sh"); err != nil {
+			if err := w.validateHandler(cmd.Flags().Changed("pipe-cancel-grace")); err != nil {
 				return err
 			}
 			switch w.policy {
@@ -110,7 +136,11 @@ database does not answer or refuses it, and once it is stopping).`,
 	}
 	f := cmd.Flags()
 	t.bind(f)
-	f.StringVar(&w.exec, "exec", "", "shell command run for each event (required)")
+	f.StringVar(&w.exec, "exec", "", "shell command run for each event (one of --exec, --http, --pipe)")
+	f.StringVar(&w.http, "http", "", "URL each event is posted to, as a CloudEvent (one of --exec, --http, --pipe)")
+	f.StringVar(&w.httpConfig, "http-config", "", "file of --http's TLS settings and credentials (docs/handlers.md)")
+	f.StringVar(&w.pipe, "pipe", "", "shell command started once, which takes the events as JSON lines (one of --exec, --http, --pipe)")
+	f.DurationVar(&w.cancelGrace, "pipe-cancel-grace", pipeCancelGraceDefault, "how long a --pipe process has to answer a cancelled event before its process group is killed; less than --lease-duration/5")
 	f.StringVar(&w.slots, "slots", "all", `slots to run: "all" (share the group's slots with the other workers), or a list such as 0,2,5-7 (run only these: a pin)`)
 	f.IntVar(&w.concurrency, "concurrency", partitionq.ConcurrencyDefault, "events of different keys handled at once per slot")
 	f.IntVar(&w.drains, "drain-concurrency", 0, fmt.Sprintf("pause policy: blocked keys retried and drained at once, across all the worker's slots, each on a connection of its own (default %d)", partitionq.DrainConcurrencyDefault))
@@ -121,8 +151,8 @@ database does not answer or refuses it, and once it is stopping).`,
 	f.IntVar(&w.maxAttempts, "max-attempts", 0, fmt.Sprintf("tries before an event becomes a dead letter; 0: unlimited under pause, %d under retry-later; -1: unlimited", partitionq.MaxAttemptsSkipDefault))
 	f.DurationVar(&w.backoffMin, "backoff-min", partitionq.BackoffMinDefault, "delay before the first retry; doubled on each retry")
 	f.DurationVar(&w.backoffMax, "backoff-max", partitionq.BackoffMaxDefault, "longest delay between retries")
-	f.DurationVar(&w.handlerTimeout, "handler-timeout", partitionq.HandlerTimeoutDefault, "kill a command running longer (a failure); 0: no timeout")
-	f.DurationVar(&w.shutdownTimeout, "shutdown-timeout", partitionq.ShutdownTimeoutDefault, "on SIGTERM/SIGINT, how long running commands may finish before they are killed; the worker exits within this + 10s")
+	f.DurationVar(&w.handlerTimeout, "handler-timeout", partitionq.HandlerTimeoutDefault, "stop a handler running longer (a failure); 0: no timeout")
+	f.DurationVar(&w.shutdownTimeout, "shutdown-timeout", partitionq.ShutdownTimeoutDefault, "on SIGTERM/SIGINT, how long running handlers may finish before they are stopped; the worker exits within this + 10s")
 	f.DurationVar(&w.liveness, "liveness-timeout", 0, fmt.Sprintf("how long a loop of the worker may go without a turn before /livez reports it stuck (default %s, at least twice --lease-duration)", partitionq.LivenessTimeoutDefault))
 	f.DurationVar(&w.pollInterval, "poll-interval", partitionq.PollIntervalDefault, "wait between two looks for new events of an idle slot")
 	f.BoolVar(&w.ticker, "ticker", false, "run the engine's ticker in this worker (instead of pgqd or partitionq tick)")
@@ -131,6 +161,55 @@ database does not answer or refuses it, and once it is stopping).`,
 	f.StringVar(&w.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics, liveness at /livez and readiness at /readyz, while the worker runs (e.g. 127.0.0.1:9464)")
 	f.StringVar(&w.webConfig, "metrics-web-config", "", "serve the metrics with TLS and/or basic auth, as this web configuration file says (the format of Prometheus's exporters)")
 	return cmd
+}
+
+// validateHandler checks that one kind of handler is given, with the
+// flags that go with it.
+func (w *workFlags) validateHandler(graceGiven bool) error {
+	n := 0
+	for _, v := range []string{w.exec, w.http, w.pipe} {
+		if v != "" {
+			n++
+		}
+	}
+	switch {
+	case n == 0:
+		return usagef("missing the handler: give one of --exec CMD (a command per event), --http URL (a POST per event) or --pipe CMD (one process for all events); docs/handlers.md")
+	case n > 1:
+		return usagef("give one handler: --exec, --http or --pipe, not several")
+	case w.httpConfig != "" && w.http == "":
+		return usagef("--http-config needs --http: give the URL the events are posted to")
+	case graceGiven && w.pipe == "":
+		return usagef("--pipe-cancel-grace needs --pipe")
+	}
+	if w.http != "" {
+		if err := checkHTTPURL(w.http); err != nil {
+			return err
+		}
+	}
+	if margin := w.lease / 5; w.pipe != "" && margin > 0 {
+		if !graceGiven {
+			w.cancelGrace = min(pipeCancelGraceDefault, margin/2)
+		}
+		if w.cancelGrace <= 0 || w.cancelGrace >= margin {
+			return usagef("invalid --pipe-cancel-grace %s: give a positive duration less than --lease-duration/5 (%s), so that a lost slot's events are stopped before a standby may take the slot (default %s)",
+				w.cancelGrace, margin, pipeCancelGraceDefault)
+		}
+	}
+	return nil
+}
+
+// checkHTTPURL checks --http: an absolute http or https URL without
+// credentials.
+func checkHTTPURL(raw string) error {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return usagef("invalid --http %s: give an absolute http or https URL, e.g. --http http://127.0.0.1:8080/events", termsafe.Echo(raw))
+	case u.User != nil:
+		return usagef("invalid --http: the URL holds credentials, which the command line shows to every user of the machine: take them out and give them in --http-config's file or $%s (docs/handlers.md)", envHTTPToken)
+	}
+	return nil
 }
 
 // validateZeros refuses the values the library would take for "the
@@ -188,14 +267,23 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 			return err
 		}
 	}
-	// Up before the first command, so that a worker killed at any moment
-	// takes its commands with it.
-	if err := startGuardian(); err != nil {
+	running := g.Slots
+	if slots != nil {
+		running = len(slots)
+	}
+	handler, closeHandler, err := a.workHandler(t, w, s, running)
+	if err != nil {
 		return err
 	}
+	handlerClosed := false
+	defer func() {
+		if !handlerClosed {
+			closeHandler(context.Background())
+		}
+	}()
 	cfg := partitionq.WorkerConfig{
 		Queue: t.queue, Group: t.group, Slots: slots,
-		Handler: &execHandler{command: w.exec, environ: os.Environ(), stdout: a.env.Stdout, stderr: a.env.Stderr},
+		Handler: handler,
 		Retry:   partitionq.RetryConfig{Policy: partitionq.Policy(w.policy), MaxAttempts: w.maxAttempts, BackoffMin: w.backoffMin},
 		Limits: partitionq.LimitsConfig{Concurrency: w.concurrency, DrainConcurrency: w.drains,
 			HandlerTimeout: w.handlerTimeout, ShutdownTimeout: w.shutdownTimeout, PollInterval: w.pollInterval,
@@ -254,6 +342,8 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(w.shutdownTimeout, 0)+stopMargin)
 	defer cancel()
 	stopErr := worker.Stop(stopCtx)
+	closeHandler(stopCtx) // a --pipe process: the end of its input, then its group killed by the stop's bound
+	handlerClosed = true
 	if metrics != nil {
 		if err := metrics.shutdown(stopCtx); err != nil {
 			fmt.Fprintf(a.env.Stderr, "partitionq: stopping the metrics server: %v\n", err)
@@ -270,6 +360,48 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 // the killed commands' return (at most execWaitDelay), the last progress,
 // the release of the slots and the end of a scrape under way.
 const stopMargin = 10 * time.Second
+
+// workHandler makes the handler of work: a command per event (--exec), a
+// POST per event (--http), or one process for all (--pipe). running is the
+// number of slots the worker runs (for the connections --http keeps). The
+// returned func ends it, once the worker has stopped, within ctx.
+func (a *app) workHandler(t target, w workFlags, s *session, running int) (partitionq.Handler, func(ctx context.Context), error) {
+	switch {
+	case w.http != "":
+		settings, err := loadHTTPSettings(w.httpConfig, w.http, a.env.Getenv)
+		if err != nil {
+			return nil, nil, err
+		}
+		drains := w.drains
+		if drains == 0 {
+			drains = partitionq.DrainConcurrencyDefault
+		}
+		h, err := partitionq.NewHTTPHandler(httpHandlerConfig(w.http, settings, running*w.concurrency+drains))
+		if err != nil {
+			return nil, nil, err
+		}
+		return h, func(context.Context) { h.Close() }, nil
+	case w.pipe != "":
+		// Up before the first process, so that a worker killed at any
+		// moment takes its processes with it.
+		if err := startGuardian(); err != nil {
+			return nil, nil, err
+		}
+		h, err := newPipeHandler(w.pipe, pipeEnv(os.Environ(), t.queue, t.group), a.env.Stderr, s.log, w.cancelGrace)
+		if err != nil {
+			return nil, nil, err
+		}
+		return h, h.close, nil
+	}
+	if err := startGuardian(); err != nil {
+		return nil, nil, err
+	}
+	h, err := newExecHandler(w.exec, os.Environ(), a.env.Stdout, a.env.Stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	return h, func(context.Context) { h.close() }, nil
+}
 
 // printStats writes this worker's per-slot counts.
 func printStats(w io.Writer, stats []partitionq.SlotStats) {

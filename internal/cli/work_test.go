@@ -79,6 +79,7 @@ echo "handled $PARTITIONQ_EVENT_ID"
 	for _, v := range []string{
 		fmt.Sprintf("PARTITIONQ_EVENT_ID=%d", e.ID), "PARTITIONQ_KEY=" + e.Key, "PARTITIONQ_TYPE=" + e.Type,
 		"PARTITIONQ_ATTEMPT=1", "PARTITIONQ_QUEUE=q", "PARTITIONQ_GROUP=g", "PARTITIONQ_SLOT=", "PARTITIONQ_EVENT_TIME=",
+		"PARTITIONQ_SLOTS=2", "PARTITIONQ_EPOCH=", "PARTITIONQ_FENCE=q/g/2/", "PARTITIONQ_RETRY_AFTER_FILE=/",
 	} {
 		if !strings.Contains(env, v) {
 			t.Errorf("handler environment lacks %s:\n%s", v, env)

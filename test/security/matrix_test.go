@@ -72,6 +72,9 @@ var matrix = map[string]map[string]string{
 	"function has_generations": {"worker": "X"},
 	"function is_generation":   {"worker": "X"},
 	"function resizing":        {"worker": "X"},
+	// Any language (schema version 15): a send in SQL, a handler's fence.
+	"function send":  {"producer": "X"},
+	"function fence": {"worker": "X"},
 }
 
 // privileges reads what role may do on every object of partitionq's schema

@@ -66,6 +66,20 @@ func TestProducerOnlySends(t *testing.T) {
 		if err != nil || !res[0].Duplicate || res[0].ID != first.ID || res[1].Duplicate || !res[2].Duplicate {
 			t.Fatalf("SendBatch with dedup ids: %+v, %v", res, err)
 		}
+		// In SQL (any language): the same records, the same duplicates.
+		var id, again int64
+		var dup, dupAgain bool
+		if err := pool.QueryRow(e.ctx, `select * from partitionq.send('q', 'a', 'T', 'x', dedup_id => 'req-1')`).Scan(&id, &dup); err != nil || !dup || id != first.ID {
+			t.Fatalf("partitionq.send of a dedup id sent by Send, as producer: %d, %v, %v; want a duplicate of %d", id, dup, err, first.ID)
+		}
+		if err := pool.QueryRow(e.ctx, `select * from partitionq.send('q', 'd', dedup_id => 'req-sql')`).Scan(&id, &dup); err != nil || dup {
+			t.Fatalf("partitionq.send as producer: %d, %v, %v", id, dup, err)
+		}
+		if err := pool.QueryRow(e.ctx, `select * from partitionq.send('q', 'd', dedup_id => 'req-sql')`).Scan(&again, &dupAgain); err != nil || !dupAgain || again != id {
+			t.Fatalf("partitionq.send again as producer: %d, %v, %v; want a duplicate of %d", again, dupAgain, err, id)
+		}
+		_, err = pool.Exec(e.ctx, `select partitionq.fence('q/g/2/0/1')`)
+		denied(t, "partitionq.fence as producer", err)
 		in := `{"key":"c","dedup_id":"req-3"}` + "\n" + `{"key":"c","dedup_id":"req-3"}` + "\n"
 		if code, out, errs := e.cli("producer", in, "send", "--queue", "q"); code != cli.ExitOK || !strings.Contains(out, "line 2: duplicate of event") {
 			t.Fatalf("partitionq send with dedup ids as producer: exit %d\n%s%s", code, out, errs)
@@ -157,6 +171,12 @@ func TestWorkerConsumesOnly(t *testing.T) {
 	}
 	_, err = e.pool("worker", 2).Exec(e.ctx, e.db.SQL(`select pgq.create_queue('other')`))
 	denied(t, "create_queue", err)
+	_, err = e.pool("worker", 2).Exec(e.ctx, `select * from partitionq.send('q', 'x')`)
+	denied(t, "partitionq.send", err)
+	// A handler's fence: the worker's role may check it (a slot nobody
+	// owns at that epoch is refused as not owned, not as not allowed).
+	_, err = e.pool("worker", 2).Exec(e.ctx, `select partitionq.fence('q/g/99/0/1')`)
+	refused(t, "partitionq.fence of a slot not owned, as worker", err, "PQ001")
 	if after := e.state(); after != before {
 		t.Fatalf("refused actions changed the state: %+v -> %+v", before, after)
 	}

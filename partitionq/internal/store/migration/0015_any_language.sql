@@ -1,0 +1,9 @@
+-- Version 15: handlers and producers in any language (docs/handlers.md).
+-- Two new functions, no table: partitionq.fence (function/fence.sql)
+-- checks, in a handler's own transaction, that the worker that handed it
+-- an event still owns the event's slot, from the fence the event carries
+-- (Event.Fence, PARTITIONQ_FENCE, ce-partitionqfence, the pipe's "fence"),
+-- and raises PQ001 when it does not; partitionq.send (function/send.sql)
+-- sends one keyed event, with an optional dedup id, in the caller's
+-- transaction, by the rules of the Go client's Send. sql/roles.sql grants
+-- send to the producer and fence to the worker.
