@@ -135,7 +135,11 @@ func TestHTTPHandlerKeepsConnections(t *testing.T) {
 	b.sendRounds(t, 16, 25)
 	b.worker(t, partitionq.WorkerConfig{Handler: h, Limits: partitionq.LimitsConfig{Concurrency: 4, DrainConcurrency: 1}})
 	pgtest.WaitFor(t, 60*time.Second, "400 events handled", func() (bool, error) { return handled.Load() == 400, nil })
-	if n := conns.Load(); n > inFlight {
+	// Kept alive: a connection serves many requests. (Not at most one per
+	// request in flight: the handler closes a connection idle for a second,
+	// and on a loaded machine a connection may wait that long between two
+	// requests; without keep-alive there would be 400.)
+	if n := conns.Load(); n > 400/8 {
 		t.Errorf("%d connections for 400 requests, at most %d in flight: want them kept alive", n, inFlight)
 	}
 }
