@@ -63,13 +63,18 @@ type BalanceConfig struct {
 	// Steady is how long the last step watches a steady membership.
 	// Defaults to 5s.
 	Steady time.Duration
-	// Concurrency is the in-slot concurrency. Defaults to 4.
-	Concurrency int
-	Engine      freshdb.Engine
-	Dir         string // the run logs; required
-	Seed        uint64
-	WorkerLog   io.Writer
-	Logf        func(format string, args ...any)
+	// Concurrency is the in-slot concurrency. Defaults to 4. Drains is
+	// how many blocked keys a library worker drains at once (the test
+	// worker's -drains: 2 by default, for a shared server's connections);
+	// the long form gives 8: at 2, the keys its failures blocked could
+	// receive events faster than two drains ran them, and its parked
+	// events grew without end.
+	Concurrency, Drains int
+	Engine              freshdb.Engine
+	Dir                 string // the run logs; required
+	Seed                uint64
+	WorkerLog           io.Writer
+	Logf                func(format string, args ...any)
 }
 
 func (c BalanceConfig) withDefaults() BalanceConfig {
@@ -173,7 +178,7 @@ func RunBalance(ctx context.Context, cl *Cluster, cfg BalanceConfig) (BalanceRep
 	}
 	r := &faultRun{cfg: FaultConfig{Exec: cfg.Exec, WorkerBin: cfg.WorkerBin, ExecBin: cfg.ExecBin, RunWatchBin: cfg.RunWatchBin,
 		Concurrency: cfg.Concurrency, Lease: cfg.Lease, Hold: cfg.Hold, Dir: cfg.Dir, WorkerLog: cfg.WorkerLog, Logf: cfg.Logf,
-		execArgs: []string{"--log-level", "info"}, workerArgs: []string{"-log", "info"}}, // the moves are logged at info
+		execArgs: []string{"--log-level", "info"}, workerArgs: []string{"-log", "info", "-drains", strconv.Itoa(max(cfg.Drains, 2))}}, // the moves are logged at info
 		cl: cl, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5a)), died: map[string]time.Time{},
 		poison: map[int64]bool{}, dead: map[string][]int{}, seqOf: map[int64]int{}, sentDuring: map[string]int{}, rep: &FaultReport{}}
 	var err error

@@ -269,7 +269,7 @@ func runBalance(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("chaos balance", flag.ContinueOnError)
 	var c common
 	c.bind(fs)
-	long := fs.Bool("long", false, "the long form: 16 slots (then 32), 256 keys, 300 events a second (30 with exec), handlers holding up to 300ms, 8 at once per slot, the default lease (5s), 3 minutes of steady membership; 3 runs of each mode")
+	long := fs.Bool("long", false, "the long form: 16 slots (then 32), 256 keys, 300 events a second (30 with exec), handlers holding up to 300ms, 8 at once per slot and 8 drains per worker, the default lease (5s), 3 minutes of steady membership; 3 runs of each mode")
 	mode := fs.String("mode", "both", "workers: library, exec or both")
 	var cfg chaos.BalanceConfig
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "random seed (default: the clock)")
@@ -278,7 +278,7 @@ func runBalance(ctx context.Context, args []string) int {
 		return parseExit(err)
 	}
 	if *long {
-		cfg.Slots, cfg.Keys, cfg.Hold, cfg.Concurrency, cfg.Lease, cfg.Steady = 16, 256, 300*time.Millisecond, 8, partitionq.LeaseDurationDefault, 3*time.Minute
+		cfg.Slots, cfg.Keys, cfg.Hold, cfg.Concurrency, cfg.Drains, cfg.Lease, cfg.Steady = 16, 256, 300*time.Millisecond, 8, 8, partitionq.LeaseDurationDefault, 3*time.Minute
 		if *runs == 1 {
 			*runs = 3
 		}
