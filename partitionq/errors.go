@@ -19,7 +19,8 @@ var (
 	ErrInvalid = errors.New("invalid argument")
 	// ErrNotBlocked: the key has no blocked head in its slot.
 	ErrNotBlocked = parked.ErrNotBlocked
-	// ErrHeadBusy: a worker is handling the blocked head right now; try again.
+	// ErrHeadBusy: a worker is handling the blocked head right now, and an
+	// operator action waited 5 s for it to finish; try again.
 	ErrHeadBusy = parked.ErrHeadBusy
 	// ErrNoDeadLetter: no dead letter has that id in the group.
 	ErrNoDeadLetter = errors.New("no such dead letter")

@@ -184,9 +184,10 @@ type GroupStatus struct {
 // of queries whatever the number of slots, and whatever the backlog: each
 // slot's Pending comes from the queue's census (partitionq's count of every
 // tick range's events by slot, kept by the ticker and brought up to date
-// here, at most CensusBudget events a call: its only write), the events
-// after the census's newest tick (at most BacklogBudget read), and the open
-// batches' recorded progress (docs/operations.md). ctx governs the queries.
+// here, at most 100,000 events a call: its only write), the events after
+// the census's newest tick (at most 100,000 read; beyond, PendingMax bounds
+// what was not read), and the open batches' recorded progress
+// (docs/operations.md). ctx governs the queries.
 func (c *Client) Status(ctx context.Context, queue, group string) (GroupStatus, error) {
 	g, err := c.Group(ctx, queue, group)
 	if err != nil {
@@ -335,12 +336,12 @@ func (c *Client) backlog(ctx context.Context, g Group, x generation, at map[leas
 		}
 	}
 	if installed {
-		if _, err := store.Census(ctx, c.pool, c.eng.Schema(), g.Queue, x.n, CensusBudget); err != nil {
+		if _, err := store.Census(ctx, c.pool, c.eng.Schema(), g.Queue, x.n, censusBudget); err != nil {
 			return c.backlogErr(err)
 		}
 	}
 	return pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		spec := store.BacklogSpec{Engine: c.eng.Schema(), Queue: g.Queue, Grp: g.Group, N: x.n, Budget: BacklogBudget,
+		spec := store.BacklogSpec{Engine: c.eng.Schema(), Queue: g.Queue, Grp: g.Group, N: x.n, Budget: backlogBudget,
 			Batch: make([]int64, x.n), Below: make([]int64, x.n)}
 		if installed {
 			var slots []int32
@@ -394,14 +395,14 @@ func (c *Client) backlog(ctx context.Context, g Group, x generation, at map[leas
 	})
 }
 
-// Bounds of one Status call's work on the backlog (docs/operations.md):
-// the census of the queue is brought up to date by at most CensusBudget
-// events (the ticker keeps it up to date as it ticks), and at most
-// BacklogBudget events after the census's newest tick are read; beyond,
-// SlotStatus.PendingMax bounds what was not read.
+// Bounds of one Status call's work on the backlog (docs/operations.md
+// states them): the census of the queue is brought up to date by at most
+// censusBudget events (the ticker keeps it up to date as it ticks), and at
+// most backlogBudget events after the census's newest tick are read;
+// beyond, SlotStatus.PendingMax bounds what was not read.
 const (
-	CensusBudget  = 100_000
-	BacklogBudget = 100_000
+	censusBudget  = 100_000
+	backlogBudget = 100_000
 )
 
 func (c *Client) backlogErr(err error) error {

@@ -15,9 +15,10 @@ import (
 	"github.com/partitionq/partitionq/partitionq/internal/store"
 )
 
-// OperatorLockTimeout bounds how long an operator action waits for a worker
-// that is handling the same head right now; then it fails with ErrHeadBusy.
-const OperatorLockTimeout = 5 * time.Second
+// operatorLockTimeout bounds how long an operator action waits for a worker
+// that is handling the same head right now; then it fails with ErrHeadBusy
+// (whose doc, and docs/guarantees.md, say 5 s).
+const operatorLockTimeout = 5 * time.Second
 
 // HeadEvent is the event a blocked key waits on.
 type HeadEvent struct {
@@ -326,7 +327,7 @@ func (e *NotHeadError) Is(target error) bool { return target == ErrNotHead }
 // Skip moves the blocked head of a key to the dead letters and unblocks the
 // key, whose waiting events then run in order. It is safe while a worker
 // runs the slot: if the worker is handling the head right now, Skip waits
-// for the outcome (up to OperatorLockTimeout, then ErrHeadBusy); an event is
+// for the outcome (up to 5 s, then ErrHeadBusy); an event is
 // never both handled successfully and skipped. Calling it again for the same
 // HeadID returns OutcomeAlreadyResolved. ErrNotBlocked when HeadID is zero
 // and the key is not blocked; a *DrainingError (ErrDraining) when HeadID is
@@ -361,7 +362,7 @@ func (c *Client) Quarantine(ctx context.Context, a Action) (ActionResult, error)
 // action, and say what each does). It is how a program that reads the
 // table (the CLI, the console) runs a key's actions without naming each.
 // An action the table does not list as an action on a key fails and
-// changes nothing. ctx governs the queries (see OperatorLockTimeout).
+// changes nothing. ctx governs the queries (see ErrHeadBusy).
 func (c *Client) Act(ctx context.Context, action AuditAction, a Action) (ActionResult, error) {
 	info, ok := action.Info()
 	if !ok || info.On != TargetKeyHead {
@@ -385,7 +386,7 @@ func (c *Client) Act(ctx context.Context, action AuditAction, a Action) (ActionR
 	}
 	actor := c.actor(a.Actor)
 	pr, err := parked.Act(ctx, c.pool, c.eng, s,
-		parked.Action{Kind: kind, Key: a.Key, HeadID: a.HeadID, Reason: a.Reason, Actor: actor, LockTimeout: OperatorLockTimeout},
+		parked.Action{Kind: kind, Key: a.Key, HeadID: a.HeadID, Reason: a.Reason, Actor: actor, LockTimeout: operatorLockTimeout},
 		func(ctx context.Context, tx pgx.Tx, pr parked.ActionResult) error {
 			return c.audit(ctx, tx, a, action, pr.EventID, Outcome(pr.Outcome))
 		})

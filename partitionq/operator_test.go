@@ -200,7 +200,7 @@ func TestDroppedGroupRecordsStayReachable(t *testing.T) {
 	}
 }
 
-// An action that cannot get a lock it needs within OperatorLockTimeout (here
+// An action that cannot get a lock it needs within its lock timeout (here
 // the engine mover's table lock, held by another session as the ticker's
 // retry mover holds it) fails with ErrHeadBusy and changes nothing; once the
 // lock is free the same action goes through.

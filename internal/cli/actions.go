@@ -140,7 +140,7 @@ func (a *app) keyActionCmd(row partitionq.AuditActionInfo) *cobra.Command {
 			act := partitionq.Action{Queue: t.queue, Group: t.group, Key: key, HeadID: headID, Reason: who.reason, Actor: a.actorOr(who.actor)}
 			res, err := do(cmd.Context(), s.client, act)
 			// A worker handling the head right now (each try waits for it
-			// up to partitionq.OperatorLockTimeout): try again, a few times.
+			// up to 5 s): try again, a few times.
 			for try := 1; errors.Is(err, partitionq.ErrHeadBusy) && try < actionTries; try++ {
 				select {
 				case <-cmd.Context().Done():
