@@ -21,15 +21,22 @@ type TickStatus struct {
 	// Stalled is set when events wait (Unticked > 0) and no tick has come
 	// for TickStallAfter: nothing makes ticks. Run a ticker: partitionq tick
 	// (Client.RunTicker) as the owner, workers with a Ticker (--ticker),
-	// or pgqd.
+	// or pgqd; Fix says so in a line.
 	Stalled bool
 	// StallAfter is the bound Stalled uses for this queue: TickStallAfter
 	// of its ticker_max_lag.
 	StallAfter time.Duration
 }
 
-// TickerHint is what to do about a Stalled queue, in the command line's words.
-const TickerHint = "run a ticker: partitionq tick (as the owner), the workers with --ticker, or pgqd"
+// Fix says what to do about a queue that gets no ticks, in a line for a
+// person (a status, a console, a log), as ValidationError.Fix says what to
+// do instead: "run a ticker: ...", with the partitionq command's words. It
+// is the advice for a Stalled queue, and for one a caller finds idle
+// without ticks by its own signs (slots whose lag only grows); whether to
+// give it is the caller's call.
+func (t TickStatus) Fix() string {
+	return "run a ticker: partitionq tick (as the owner), the workers with --ticker, or pgqd"
+}
 
 // TickStallAfter is how long a queue may go without a tick while events
 // wait before it counts as getting none: three times its ticker_max_lag
@@ -74,7 +81,7 @@ func (w *Worker) watchTicks(ctx context.Context, pool *pgxpool.Pool) {
 			if st.Age >= 0 {
 				age = st.Age.Round(time.Second).String()
 			}
-			w.log.Warn("partitionq: no tick for "+age+" while events wait in the queue: no slot can read them; "+TickerHint,
+			w.log.Warn("partitionq: no tick for "+age+" while events wait in the queue: no slot can read them; "+st.Fix(),
 				slog.Int64("events_waiting", st.Unticked), slog.Duration("stall_after", st.StallAfter))
 		case !st.Stalled && stalled:
 			w.log.Info("partitionq: ticks arrive again")
