@@ -299,7 +299,7 @@ type Resolution struct {
 // NotHeadError refuses an operator action whose Action.HeadID is not the
 // key's head and was never resolved: it waits behind the head, has not been
 // handled yet, is an event of another key, or the queue never had it.
-// Nothing changed and nothing was recorded. It matches ErrNotHead.
+// Nothing changed and nothing was recorded. Test for it with errors.As.
 type NotHeadError struct {
 	Action  AuditAction // AuditSkip, AuditRetry or AuditQuarantine
 	Key     string
@@ -321,16 +321,13 @@ func (e *NotHeadError) Error() string {
 		e.EventID, shorten(e.Key), e.Why, head, e.Action)
 }
 
-// Is makes errors.Is(err, ErrNotHead) true.
-func (e *NotHeadError) Is(target error) bool { return target == ErrNotHead }
-
 // Skip moves the blocked head of a key to the dead letters and unblocks the
 // key, whose waiting events then run in order. It is safe while a worker
 // runs the slot: if the worker is handling the head right now, Skip waits
 // for the outcome (up to 5 s, then ErrHeadBusy); an event is
 // never both handled successfully and skipped. Calling it again for the same
 // HeadID returns OutcomeAlreadyResolved. ErrNotBlocked when HeadID is zero
-// and the key is not blocked; a *DrainingError (ErrDraining) when HeadID is
+// and the key is not blocked; a *DrainingError when HeadID is
 // zero and the key's head has never failed; a *ValidationError for
 // "reason" when Action.Reason is empty (it goes to the dead letter).
 func (c *Client) Skip(ctx context.Context, a Action) (ActionResult, error) {
