@@ -132,7 +132,7 @@ func TestActChecksTheTable(t *testing.T) {
 		if r.On == TargetKeyHead && !r.ReasonRequired {
 			continue // it would go on to the database
 		}
-		_, err := c.Act(t.Context(), r.Action, Action{Queue: "q", Group: "g", Key: "k", Reason: " "})
+		_, err := c.Act(t.Context(), ActionRequest{Action: r.Action, Queue: "q", Group: "g", Key: "k", Reason: " "})
 		var ve *ValidationError
 		switch {
 		case r.On != TargetKeyHead:

@@ -82,7 +82,7 @@ func (e *SlotCountMismatchError) Error() string {
 // zero) on a key whose head has never failed: the key is draining (see
 // KeyDraining), and acting on "the current head" would act on a healthy
 // event. Nothing changed. To act on that event anyway, name it in
-// Action.HeadID. Test for it with errors.As.
+// ActionRequest.HeadID. Test for it with errors.As.
 type DrainingError struct {
 	Action  AuditAction // AuditSkip, AuditRetry or AuditQuarantine
 	Key     string
@@ -90,7 +90,7 @@ type DrainingError struct {
 }
 
 func (e *DrainingError) Error() string {
-	return fmt.Sprintf("key %q is draining, not blocked: its head, event %d, has never failed (the key's failed event was resolved and its waiting events now run in order, without help): %s changed nothing; to %s event %d anyway, name it (Action.HeadID %d)",
+	return fmt.Sprintf("key %q is draining, not blocked: its head, event %d, has never failed (the key's failed event was resolved and its waiting events now run in order, without help): %s changed nothing; to %s event %d anyway, name it (ActionRequest.HeadID %d)",
 		e.Key, e.EventID, e.Action, e.Action, e.EventID, e.EventID)
 }
 
