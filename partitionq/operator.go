@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -179,16 +180,17 @@ type PreviewEvent struct {
 }
 
 // Preview returns the head of a blocked (or draining) key and up to limit
-// events waiting behind it, in the order they will run: after a skip of
-// the head, the waiting events run in this order, then the key's events
-// still in the stream. ErrNotBlocked when the key has no events set aside.
+// events waiting behind it (limit 1 or more), in the order they will run:
+// after a skip of the head, the waiting events run in this order, then the
+// key's events still in the stream. ErrNotBlocked when the key has no
+// events set aside. ctx governs the queries.
 func (c *Client) Preview(ctx context.Context, queue, group, key string, limit int) ([]PreviewEvent, error) {
+	if limit < 1 {
+		return nil, &ValidationError{Field: "limit", Value: strconv.Itoa(limit), Problem: "it must be 1 or more", Fix: "ask for the next 10 events, say"}
+	}
 	_, s, err := c.keyHome(ctx, queue, group, key)
 	if err != nil {
 		return nil, err
-	}
-	if limit < 1 {
-		limit = 10
 	}
 	evs, err := parked.Events(ctx, c.pool, c.eng, s, key, limit+1)
 	if err != nil {
