@@ -31,7 +31,7 @@ const (
 	metricLongestBlocked = "partitionq_slot_longest_blocked_seconds"
 	metricBusiestKey     = "partitionq_slot_busiest_key_pending_events"
 	// metricMoves counts the times a slot came to the worker from another,
-	// with a label reason (MoveJoin, MoveLeave, MoveCrash, MoveResize).
+	// with a label reason (lease.Reasons: join, leave, crash, resize).
 	metricMoves = "partitionq_slot_moves_total"
 )
 
