@@ -165,10 +165,3 @@ func (a AuditAction) Name() string {
 	}
 	return string(a)
 }
-
-// Command is the partitionq command that does a ("dlq replay"; see
-// AuditActionInfo.Command), or "" when the table does not list it.
-func (a AuditAction) Command() string {
-	r, _ := a.Info()
-	return r.Command
-}
