@@ -87,7 +87,7 @@ type SlotStatus struct {
 	// Pending is the exact number of events of the slot's own share that it
 	// has not finished: in the stream after the last tick it finished (read
 	// or not yet, ticked or not yet), less those its open batch's recorded
-	// progress marks resolved. An event parked inside the open batch counts
+	// progress marks resolved. An event set aside inside the open batch counts
 	// until the batch finishes; from then on it is in SetAside, not here.
 	Pending int64
 	// PendingMax equals Pending when the count is exact. Otherwise (the
@@ -112,13 +112,14 @@ type SlotStatus struct {
 	// finished: it only grows, by every event of the queue (all slots) the
 	// slot has read past.
 	Position int64
-	// BlockedKeys counts keys whose parked head failed (pause policy).
+	// BlockedKeys counts keys whose head, set aside, failed (pause policy).
 	BlockedKeys int
 	// DrainingKeys counts keys whose failed head was resolved and whose
-	// parked events now run in order (KeyDraining); they need no action.
+	// events set aside now run in order (KeyDraining); they need no action.
 	DrainingKeys int
-	// SetAside counts the slot's events in the engine's retry queue: parked
-	// heads and the events waiting behind them, plus skip-policy retries.
+	// SetAside counts the slot's events set aside in the engine's retry
+	// queue: blocked heads and the events waiting behind them, plus the
+	// timed retries of PolicyRetryLater.
 	SetAside int64
 	// LongestBlocked is how long the slot's longest-blocked key has been
 	// blocked: since its head first failed (by the server's clock); 0 when

@@ -80,7 +80,7 @@ func (c *Client) Key(ctx context.Context, queue, group, key string) (KeyInfo, er
 	}
 	for _, h := range heads {
 		if !h.Parked() {
-			continue // a timed retry (skip policy): the key flows
+			continue // a timed retry (retry-later policy): the key flows
 		}
 		bk := blockedKey(h)
 		ki.Blocked, ki.State = &bk, bk.State

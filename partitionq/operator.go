@@ -74,7 +74,7 @@ type BlockedKey struct {
 
 // BlockedKeys lists the keys of a group with events set aside, blocked and
 // draining (see BlockedKey.State), oldest block first. The list is derived
-// from the engine's retry queue (the slot consumers' parked events);
+// from the engine's retry queue (the slot consumers' events set aside);
 // partitionq keeps no table of blocked keys. It costs two queries whatever
 // the number of slots. ctx governs the queries.
 func (c *Client) BlockedKeys(ctx context.Context, queue, group string) ([]BlockedKey, error) {
@@ -115,7 +115,7 @@ func blockedKey(h parked.Head) BlockedKey {
 	bk := BlockedKey{Key: h.Key, Slot: h.Slot, State: KeyBlocked, Waiting: h.Waiting, BlockedSince: h.Time,
 		Head: HeadEvent{ID: h.ID, Type: h.Type, Payload: []byte(h.Data), Time: h.Time, Attempts: int(h.Retry)}}
 	if !h.Parked() {
-		bk.Head.NextAttempt = h.After // a timed engine retry (skip policy)
+		bk.Head.NextAttempt = h.After // a timed engine retry (retry-later policy)
 	}
 	if f := h.Failure; f != nil {
 		bk.Head.Attempts, bk.Head.LastError, bk.Head.NextAttempt, bk.BlockedSince = f.Attempts, f.LastError, f.NextAttemptAt, f.FirstFailedAt
