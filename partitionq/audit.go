@@ -10,12 +10,21 @@ type AuditAction string
 
 // The actions of the audit trail.
 const (
-	// AuditSkip: Client.Skip moved a blocked key's head to the dead letters.
+	// AuditSkip (Client.Act) moves the blocked head of a key to the dead
+	// letters and unblocks the key, whose waiting events then run in
+	// order. It needs a reason.
 	AuditSkip AuditAction = "skip"
-	// AuditRetry: Client.RetryNow brought the next attempt of a head forward to now.
+	// AuditRetry (Client.Act, "retry now") brings the next attempt of a
+	// blocked key's head forward to now; a running worker tries it within
+	// its HeadScanInterval. On a draining key whose head is named
+	// (ActionRequest.HeadID), nothing changes but the audit trail: that
+	// event is due already.
 	AuditRetry AuditAction = "retry"
-	// AuditQuarantine: Client.Quarantine moved a key's head and its waiting
-	// events to the dead letters.
+	// AuditQuarantine (Client.Act) moves the blocked head of a key and
+	// every event waiting behind it to the dead letters in one transaction
+	// (for a tenant being deleted, or a key known to be broken). Events of
+	// the key still in the stream are handled as usual when they arrive.
+	// It needs a reason.
 	AuditQuarantine AuditAction = "quarantine"
 	// AuditReplay: Client.Replay or Client.ReplayMatching sent dead letters again.
 	AuditReplay AuditAction = "replay"
@@ -33,7 +42,7 @@ type ActionTarget string
 
 // What operator actions act on.
 const (
-	// TargetKeyHead: a key's head event (Client.Act with an Action).
+	// TargetKeyHead: a key's head event (Client.Act).
 	TargetKeyHead ActionTarget = "key_head"
 	// TargetDeadLetter: one dead letter, or (the bulk form) the dead
 	// letters a filter selects.
@@ -60,8 +69,8 @@ type AuditActionInfo struct {
 	// On is what the action acts on.
 	On ActionTarget
 	// ReasonRequired: the action moves events to the dead letters, so the
-	// operator must say why: Client.Act (and so Skip and Quarantine) refuses
-	// an empty Action.Reason with a *ValidationError for "reason", the CLI
+	// operator must say why: Client.Act refuses an empty
+	// ActionRequest.Reason with a *ValidationError for "reason", the CLI
 	// asks for --reason, the console for a reason.
 	ReasonRequired bool
 	// Confirm: the console asks before it acts.
@@ -155,11 +164,4 @@ func (a AuditAction) Name() string {
 		return r.Name
 	}
 	return string(a)
-}
-
-// Command is the partitionq command that does a ("dlq replay"; see
-// AuditActionInfo.Command), or "" when the table does not list it.
-func (a AuditAction) Command() string {
-	r, _ := a.Info()
-	return r.Command
 }

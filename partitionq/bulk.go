@@ -14,8 +14,9 @@ import (
 	"github.com/partitionq/partitionq/partitionq/internal/store"
 )
 
-// BulkMaxDefault is how many dead letters one bulk replay or purge acts on
-// at most, unless BulkRequest.Max says otherwise.
+// BulkMaxDefault is BulkRequest.Max's default: how many dead letters one
+// bulk replay or purge acts on at most (a program that offers the limit,
+// as the CLI's --max does, shows it as the default).
 const BulkMaxDefault = 10000
 
 // ErrTooMany reports that a bulk replay or purge matched more dead letters

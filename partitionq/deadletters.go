@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -332,17 +333,18 @@ func splitOutcome(text string) (Outcome, string) {
 	return Outcome(text), ""
 }
 
-// Audit returns the newest operator actions on a group, newest first (a
-// dropped group's too, see DeadLetters).
+// Audit returns the newest operator actions on a group, newest first, at
+// most limit (1 or more); a dropped group's too, see DeadLetters. ctx
+// governs the queries.
 func (c *Client) Audit(ctx context.Context, queue, group string, limit int) ([]AuditEntry, error) {
+	if limit < 1 {
+		return nil, &ValidationError{Field: "limit", Value: strconv.Itoa(limit), Problem: "it must be 1 or more", Fix: "ask for the newest 100 entries, say"}
+	}
 	if err := c.recordsOf(ctx, queue, group); err != nil {
 		return nil, err
 	}
 	if ok, err := store.Installed(ctx, c.pool); err != nil || !ok {
 		return nil, err
-	}
-	if limit <= 0 {
-		limit = 100
 	}
 	es, err := store.ListAudit(ctx, c.pool, queue, group, limit)
 	if err != nil {

@@ -1,6 +1,10 @@
 package partitionq
 
-import "testing"
+import (
+	"errors"
+	"strings"
+	"testing"
+)
 
 // The audit trail's outcomes split into their Outcome and Detail and join
 // again as recorded, in every form the database writes (the SQL
@@ -45,6 +49,31 @@ func TestAuditOutcomesSplitAndJoin(t *testing.T) {
 			if o, d := splitOutcome(s); d == "" && string(o) != s {
 				t.Errorf("%s: outcome %q split to %q", r.Action, s, o)
 			}
+		}
+	}
+}
+
+// A read's positional arguments have no default (docs/glossary.md, "Calls
+// and their arguments"): a limit, a top or a poll of 0 is refused with a
+// *ValidationError naming it, before anything is read.
+func TestReadsRefuseAZeroBound(t *testing.T) {
+	t.Parallel()
+	c := &Client{} // each refuses before it touches the database
+	for field, call := range map[string]func() error{
+		"limit (Audit)": func() error { _, err := c.Audit(t.Context(), "q", "g", 0); return err },
+		"limit (Preview)": func() error {
+			_, err := c.Preview(t.Context(), "q", "g", "k", 0)
+			return err
+		},
+		"top (HotKeys)": func() error { _, err := c.HotKeys(t.Context(), "q", "g", 0); return err },
+		"poll (WaitResize)": func() error {
+			_, err := c.WaitResize(t.Context(), "q", "g", 0)
+			return err
+		},
+	} {
+		var ve *ValidationError
+		if err := call(); !errors.As(err, &ve) || ve.Field != strings.Fields(field)[0] {
+			t.Errorf("%s of 0: %v, want a *ValidationError for it", field, err)
 		}
 	}
 }

@@ -91,6 +91,6 @@ type SetAsideError struct {
 }
 
 func (e *SetAsideError) Error() string {
-	return fmt.Sprintf("group %q has %d events set aside (blocked keys and their waiting events): resolve them (BlockedKeys, Skip, Quarantine) "+
+	return fmt.Sprintf("group %q has %d events set aside (blocked keys and their waiting events): resolve them (BlockedKeys, then Act: skip or quarantine) "+
 		"or drop them with the group (DropGroupRequest.Force)", e.Group, e.Count)
 }

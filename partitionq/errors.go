@@ -9,7 +9,12 @@ import (
 	"github.com/partitionq/partitionq/partitionq/internal/runner"
 )
 
-// Sentinel errors; test for them with errors.Is.
+// Sentinel errors; test for them with errors.Is. A condition whose error
+// carries data has a struct error instead, tested with errors.As
+// (*DrainingError, *NotHeadError, *SlotCountMismatchError, ...), and no
+// sentinel beside it: one form per condition. ErrInvalid is a class, not
+// a condition: every *ValidationError of every call matches it, so that a
+// caller tells its own mistakes from failures without naming each.
 var (
 	// ErrNoSuchQueue: the queue does not exist. Run Setup (partitionq setup) first.
 	ErrNoSuchQueue = errors.New("no such queue")
@@ -19,21 +24,15 @@ var (
 	ErrInvalid = errors.New("invalid argument")
 	// ErrNotBlocked: the key has no blocked head in its slot.
 	ErrNotBlocked = parked.ErrNotBlocked
-	// ErrHeadBusy: a worker is handling the blocked head right now; try again.
+	// ErrHeadBusy: a worker is handling the blocked head right now, and an
+	// operator action waited 5 s for it to finish; try again.
 	ErrHeadBusy = parked.ErrHeadBusy
 	// ErrNoDeadLetter: no dead letter has that id in the group.
 	ErrNoDeadLetter = errors.New("no such dead letter")
-	// ErrDraining: an operator action named no event and the key's head
-	// has never failed (the key is draining); the error is a *DrainingError.
-	ErrDraining = parked.ErrNeverFailed
 	// ErrStatementPooling: Worker.Start found its connections going through
 	// a pooler in statement mode, which refuses the transactions a worker
 	// needs; connect directly, or through session or transaction mode.
 	ErrStatementPooling = runner.ErrStatementPooling
-	// ErrNotHead: an operator action named an event (Action.HeadID) that is
-	// not the key's head and was never resolved; the error is a
-	// *NotHeadError.
-	ErrNotHead = errors.New("the event named is not the key's head")
 	// ErrAmbiguousEngine: NewClient was given no Config.EngineSchema and
 	// the database has both engines (pgq and pgque): name the one to use.
 	ErrAmbiguousEngine = engine.ErrBothInstalled
@@ -83,7 +82,7 @@ func (e *SlotCountMismatchError) Error() string {
 // zero) on a key whose head has never failed: the key is draining (see
 // KeyDraining), and acting on "the current head" would act on a healthy
 // event. Nothing changed. To act on that event anyway, name it in
-// Action.HeadID. It matches ErrDraining with errors.Is.
+// ActionRequest.HeadID. Test for it with errors.As.
 type DrainingError struct {
 	Action  AuditAction // AuditSkip, AuditRetry or AuditQuarantine
 	Key     string
@@ -91,12 +90,9 @@ type DrainingError struct {
 }
 
 func (e *DrainingError) Error() string {
-	return fmt.Sprintf("key %q is draining, not blocked: its head, event %d, has never failed (the key's failed event was resolved and its waiting events now run in order, without help): %s changed nothing; to %s event %d anyway, name it (Action.HeadID %d)",
+	return fmt.Sprintf("key %q is draining, not blocked: its head, event %d, has never failed (the key's failed event was resolved and its waiting events now run in order, without help): %s changed nothing; to %s event %d anyway, name it (ActionRequest.HeadID %d)",
 		e.Key, e.EventID, e.Action, e.Action, e.EventID, e.EventID)
 }
-
-// Is makes errors.Is(err, ErrDraining) true.
-func (e *DrainingError) Is(target error) bool { return target == ErrDraining }
 
 func noSuchQueue(queue string) error {
 	return fmt.Errorf("%w %q: run partitionq setup (Client.Setup) first", ErrNoSuchQueue, queue)

@@ -87,7 +87,7 @@ func ExampleClient_SendTx() {
 }
 
 // An operator unblocks a tenant whose head event keeps failing.
-func ExampleClient_Skip() {
+func ExampleClient_Act() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
@@ -102,7 +102,7 @@ func ExampleClient_Skip() {
 	if err != nil {
 		log.Fatal(err) // partitionq.ErrNotBlocked when it is not blocked
 	}
-	res, err := client.Skip(ctx, partitionq.Action{Queue: "files", Group: "indexer", Key: "tenant-42",
+	res, err := client.Act(ctx, partitionq.ActionRequest{Action: partitionq.AuditSkip, Queue: "files", Group: "indexer", Key: "tenant-42",
 		HeadID: bk.Head.ID, Reason: "corrupt upload, ticket 1234"})
 	if err != nil {
 		log.Fatal(err)

@@ -137,7 +137,7 @@ func TestZombieDrainCommitsNothing(t *testing.T) {
 		return err == nil && bk.Waiting == 1, err
 	})
 	failing = false
-	if _, err := b.client.RetryNow(b.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k", Reason: "test"}); err != nil {
+	if _, err := b.client.Act(b.ctx, partitionq.ActionRequest{Action: partitionq.AuditRetry, Queue: "q", Group: "g", Key: "k", Reason: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	<-g.inside // the drain runs the head, holding its row lock

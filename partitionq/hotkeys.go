@@ -9,15 +9,16 @@ import (
 	"github.com/partitionq/partitionq/partitionq/internal/store"
 )
 
-// Bounds of HotKeys: a group with at most HotKeysExactMax pending events
-// has them all counted by key; a larger backlog is sampled, about
-// HotKeysSample events (by page), each key's count estimated with a 95%
-// interval; the key of each slot's oldest pending event is looked for among
-// the first HotKeysWindow events after the slots' positions.
+// Bounds of HotKeys (docs/operations.md and docs/cli.md state them): a
+// group with at most hotKeysExactMax pending events has them all counted by
+// key; a larger backlog is sampled, about hotKeysSample events (by page),
+// each key's count estimated with a 95% interval; the key of each slot's
+// oldest pending event is looked for among the first hotKeysWindow events
+// after the slots' positions.
 const (
-	HotKeysExactMax = 200_000
-	HotKeysSample   = 30_000
-	HotKeysWindow   = 20_000
+	hotKeysExactMax = 200_000
+	hotKeysSample   = 30_000
+	hotKeysWindow   = 20_000
 )
 
 // KeyPending is a key's pending events: the events of its slot's share
@@ -43,8 +44,9 @@ type KeyAge struct {
 type HotKeys struct {
 	Queue, Group string
 	// Pending is the group's pending events (Status's); Exact says whether
-	// they were all counted by key (Pending <= HotKeysExactMax), else
-	// Sampled of them were read and each key's count is estimated.
+	// they were all counted by key (up to 200,000 pending events), else
+	// Sampled of them were read (about 30,000) and each key's count is
+	// estimated.
 	Pending int64
 	Exact   bool
 	Sampled int64
@@ -54,16 +56,16 @@ type HotKeys struct {
 	// Busiest is, by slot, the slot's key with the most pending events
 	// (Key "" and Pending 0 for a slot with none).
 	Busiest []KeyPending
-	// Oldest is, for each slot with a pending event among the first
-	// HotKeysWindow events after the slots' positions, the key of its
-	// oldest one, the oldest first.
+	// Oldest is, for each slot with a pending event among the first 20,000
+	// events after the slots' positions, the key of its oldest one, the
+	// oldest first.
 	Oldest []KeyAge
 }
 
 // HotKeys lists the keys of a group with the most pending events (top of
 // them), each slot's busiest key, and the keys of the slots' oldest
-// pending events, in bounded time: counted exactly up to HotKeysExactMax
-// pending events, estimated from a sample above (HotKeys.Exact says which;
+// pending events, in bounded time: counted exactly up to 200,000 pending
+// events, estimated from a sample above (HotKeys.Exact says which;
 // KeyPending.Error bounds each estimate at 95%). Keyless events count under
 // the key "". It reads no payload. ctx governs the queries.
 func (c *Client) HotKeys(ctx context.Context, queue, group string, top int) (HotKeys, error) {
@@ -83,11 +85,11 @@ func (c *Client) hotKeys(ctx context.Context, st GroupStatus, top int) (HotKeys,
 	// While the census catches up the group's total is a range: estimates
 	// scale to its middle, and their error takes in its half-width.
 	total, spread := (st.Pending+st.PendingMax)/2, (st.PendingMax-st.Pending+1)/2
-	exactMax := int64(HotKeysExactMax)
-	if st.PendingMax > HotKeysExactMax {
+	exactMax := int64(hotKeysExactMax)
+	if st.PendingMax > hotKeysExactMax {
 		exactMax = 0 // sampled, scaled to the total's middle
 	}
-	rows, err := store.GroupKeys(ctx, c.pool, c.eng.Schema(), queue, group, st.Slots, top, total, exactMax, HotKeysSample, HotKeysWindow)
+	rows, err := store.GroupKeys(ctx, c.pool, c.eng.Schema(), queue, group, st.Slots, top, total, exactMax, hotKeysSample, hotKeysWindow)
 	if err != nil {
 		return HotKeys{}, c.backlogErr(err)
 	}

@@ -87,7 +87,7 @@ type SlotStatus struct {
 	// Pending is the exact number of events of the slot's own share that it
 	// has not finished: in the stream after the last tick it finished (read
 	// or not yet, ticked or not yet), less those its open batch's recorded
-	// progress marks resolved. An event parked inside the open batch counts
+	// progress marks resolved. An event set aside inside the open batch counts
 	// until the batch finishes; from then on it is in SetAside, not here.
 	Pending int64
 	// PendingMax equals Pending when the count is exact. Otherwise (the
@@ -112,13 +112,14 @@ type SlotStatus struct {
 	// finished: it only grows, by every event of the queue (all slots) the
 	// slot has read past.
 	Position int64
-	// BlockedKeys counts keys whose parked head failed (pause policy).
+	// BlockedKeys counts keys whose head, set aside, failed (pause policy).
 	BlockedKeys int
 	// DrainingKeys counts keys whose failed head was resolved and whose
-	// parked events now run in order (KeyDraining); they need no action.
+	// events set aside now run in order (KeyDraining); they need no action.
 	DrainingKeys int
-	// SetAside counts the slot's events in the engine's retry queue: parked
-	// heads and the events waiting behind them, plus skip-policy retries.
+	// SetAside counts the slot's events set aside in the engine's retry
+	// queue: blocked heads and the events waiting behind them, plus the
+	// timed retries of PolicyRetryLater.
 	SetAside int64
 	// LongestBlocked is how long the slot's longest-blocked key has been
 	// blocked: since its head first failed (by the server's clock); 0 when
@@ -184,9 +185,10 @@ type GroupStatus struct {
 // of queries whatever the number of slots, and whatever the backlog: each
 // slot's Pending comes from the queue's census (partitionq's count of every
 // tick range's events by slot, kept by the ticker and brought up to date
-// here, at most CensusBudget events a call: its only write), the events
-// after the census's newest tick (at most BacklogBudget read), and the open
-// batches' recorded progress (docs/operations.md). ctx governs the queries.
+// here, at most 100,000 events a call: its only write), the events after
+// the census's newest tick (at most 100,000 read; beyond, PendingMax bounds
+// what was not read), and the open batches' recorded progress
+// (docs/operations.md). ctx governs the queries.
 func (c *Client) Status(ctx context.Context, queue, group string) (GroupStatus, error) {
 	g, err := c.Group(ctx, queue, group)
 	if err != nil {
@@ -335,12 +337,12 @@ func (c *Client) backlog(ctx context.Context, g Group, x generation, at map[leas
 		}
 	}
 	if installed {
-		if _, err := store.Census(ctx, c.pool, c.eng.Schema(), g.Queue, x.n, CensusBudget); err != nil {
+		if _, err := store.Census(ctx, c.pool, c.eng.Schema(), g.Queue, x.n, censusBudget); err != nil {
 			return c.backlogErr(err)
 		}
 	}
 	return pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		spec := store.BacklogSpec{Engine: c.eng.Schema(), Queue: g.Queue, Grp: g.Group, N: x.n, Budget: BacklogBudget,
+		spec := store.BacklogSpec{Engine: c.eng.Schema(), Queue: g.Queue, Grp: g.Group, N: x.n, Budget: backlogBudget,
 			Batch: make([]int64, x.n), Below: make([]int64, x.n)}
 		if installed {
 			var slots []int32
@@ -394,14 +396,14 @@ func (c *Client) backlog(ctx context.Context, g Group, x generation, at map[leas
 	})
 }
 
-// Bounds of one Status call's work on the backlog (docs/operations.md):
-// the census of the queue is brought up to date by at most CensusBudget
-// events (the ticker keeps it up to date as it ticks), and at most
-// BacklogBudget events after the census's newest tick are read; beyond,
-// SlotStatus.PendingMax bounds what was not read.
+// Bounds of one Status call's work on the backlog (docs/operations.md
+// states them): the census of the queue is brought up to date by at most
+// censusBudget events (the ticker keeps it up to date as it ticks), and at
+// most backlogBudget events after the census's newest tick are read;
+// beyond, SlotStatus.PendingMax bounds what was not read.
 const (
-	CensusBudget  = 100_000
-	BacklogBudget = 100_000
+	censusBudget  = 100_000
+	backlogBudget = 100_000
 )
 
 func (c *Client) backlogErr(err error) error {

@@ -106,9 +106,9 @@ func TestMetricsStatusReadCachedAndBounded(t *testing.T) {
 	if len(g[metricOwned]) != 3 || g[metricOwned]["5"] != 1 || g[metricOwned]["0"] != 0 {
 		t.Errorf("owned = %v, want slots 0, 5, 63 with 5 owned", g[metricOwned])
 	}
-	if g[metricBlocked]["5"] != 2 || g[metricSetAside]["5"] != 7 || g[metricParked]["5"] != 7 || g[metricPending]["5"] != 11 || g[metricLag]["5"] != 1.5 {
-		t.Errorf("slot 5: blocked %v set aside %v (deprecated parked %v) pending %v lag %v, want 2 7 7 11 1.5",
-			g[metricBlocked]["5"], g[metricSetAside]["5"], g[metricParked]["5"], g[metricPending]["5"], g[metricLag]["5"])
+	if g[metricBlocked]["5"] != 2 || g[metricSetAside]["5"] != 7 || g[metricPending]["5"] != 11 || g[metricLag]["5"] != 1.5 {
+		t.Errorf("slot 5: blocked %v set aside %v pending %v lag %v, want 2 7 11 1.5",
+			g[metricBlocked]["5"], g[metricSetAside]["5"], g[metricPending]["5"], g[metricLag]["5"])
 	}
 	if g[metricBusiestKey]["5"] != 9 || g[metricBusiestKey]["0"] != 0 || hotReads != 1 {
 		t.Errorf("busiest key gauge = %v (%d reads), want 9 on slot 5, 0 on slot 0, one read", g[metricBusiestKey], hotReads)
@@ -214,8 +214,8 @@ func TestDocsListEveryMetric(t *testing.T) {
 			t.Errorf("docs/operations.md has no row %q", row)
 		}
 	}
-	if len(known) != 14 {
-		t.Errorf("the worker and the client export %d metrics, want 14", len(known))
+	if len(known) != 13 {
+		t.Errorf("the worker and the client export %d metrics, want 13", len(known))
 	}
 	for _, name := range regexp.MustCompile(`partitionq_[a-z_]+`).FindAllString(doc, -1) {
 		base := name

@@ -9,9 +9,10 @@ import (
 	"github.com/partitionq/partitionq/partitionq/internal/store"
 )
 
-// KeyEventsLimit is how many of a key's set-aside events and dead letters
-// Client.Key returns at most.
-const KeyEventsLimit = 20
+// keyEventsLimit is how many of a key's set-aside events, dead letters and
+// dedup hits Client.Key returns at most (KeyInfo's docs say 20; so do
+// docs/cli.md and partitionq key --help).
+const keyEventsLimit = 20
 
 // KeyInfo is everything about one key of a group that an operator looks
 // for: where it runs, whether it flows, what waits and what died.
@@ -29,18 +30,18 @@ type KeyInfo struct {
 	// KeyFlowing (nil otherwise).
 	Blocked *BlockedKey
 	// SetAside holds the key's events in its slot's retry queue in the
-	// order they will run, the head first: at most KeyEventsLimit (Blocked.Waiting
-	// + 1 is how many there are). Events of the key not yet read from the
-	// queue are not listed.
+	// order they will run, the head first: at most 20 (Blocked.Waiting + 1
+	// is how many there are; Preview lists more). Events of the key not yet
+	// read from the queue are not listed.
 	SetAside []PreviewEvent
 	// DeadLetters holds the key's newest dead letters, newest first, at most
-	// KeyEventsLimit; DeadLetterCount counts them all and PendingDeadLetters
-	// those not yet replayed.
+	// 20; DeadLetterCount counts them all and PendingDeadLetters those not
+	// yet replayed (DeadLetters with DeadLetterQuery.Key lists them all).
 	DeadLetters        []DeadLetter
 	DeadLetterCount    int64
 	PendingDeadLetters int64
 	// DedupHits holds the key's dedup records that refused duplicates
-	// (Message.DedupID), the most recent hit first, at most KeyEventsLimit:
+	// (Message.DedupID), the most recent hit first, at most 20:
 	// those of the last dedup window or so (a record lives for its window,
 	// then until maintenance removes it). Duplicates counts the duplicates
 	// all of them refused; DedupWindow is the queue's window.
@@ -79,13 +80,13 @@ func (c *Client) Key(ctx context.Context, queue, group, key string) (KeyInfo, er
 	}
 	for _, h := range heads {
 		if !h.Parked() {
-			continue // a timed retry (skip policy): the key flows
+			continue // a timed retry (retry-later policy): the key flows
 		}
 		bk := blockedKey(h)
 		ki.Blocked, ki.State = &bk, bk.State
 	}
 	if ki.Blocked != nil || len(heads) > 0 {
-		evs, err := parked.Events(ctx, c.pool, c.eng, home, key, KeyEventsLimit)
+		evs, err := parked.Events(ctx, c.pool, c.eng, home, key, keyEventsLimit)
 		if err != nil {
 			return KeyInfo{}, err
 		}
@@ -105,7 +106,7 @@ func (c *Client) Key(ctx context.Context, queue, group, key string) (KeyInfo, er
 		ki.Owner = &Owner{Name: o.Identity, Host: o.Host, PID: int32(o.OSPid), BackendPID: int32(o.BackendPID), Addr: o.Addr,
 			Since: o.Since, Epoch: o.Epoch, LeaseLeft: o.LeaseLeft}
 	}
-	f := store.DeadLetterFilter{Queue: queue, Group: group, Key: &key, Newest: true, Limit: KeyEventsLimit}
+	f := store.DeadLetterFilter{Queue: queue, Group: group, Key: &key, Newest: true, Limit: keyEventsLimit}
 	dls, err := store.ListDeadLetters(ctx, c.pool, f)
 	if err != nil {
 		return KeyInfo{}, err
@@ -123,7 +124,7 @@ func (c *Client) Key(ctx context.Context, queue, group, key string) (KeyInfo, er
 	if ki.DedupWindow, err = store.DedupWindow(ctx, c.pool, queue); err != nil {
 		return KeyInfo{}, err
 	}
-	hits, total, err := store.DedupHits(ctx, c.pool, queue, key, KeyEventsLimit)
+	hits, total, err := store.DedupHits(ctx, c.pool, queue, key, keyEventsLimit)
 	if err != nil {
 		return KeyInfo{}, err
 	}

@@ -31,13 +31,8 @@ const (
 	metricLongestBlocked = "partitionq_slot_longest_blocked_seconds"
 	metricBusiestKey     = "partitionq_slot_busiest_key_pending_events"
 	// metricMoves counts the times a slot came to the worker from another,
-	// with a label reason (MoveJoin, MoveLeave, MoveCrash, MoveResize).
+	// with a label reason (lease.Reasons: join, leave, crash, resize).
 	metricMoves = "partitionq_slot_moves_total"
-
-	// metricParked is the old name of metricSetAside, exported beside it
-	// with the same value for one minor release (metric names are frozen:
-	// docs/glossary.md), then removed.
-	metricParked = "partitionq_parked_events"
 )
 
 // metricDuplicates is the client's counter (Config.Registerer), labelled
@@ -100,7 +95,6 @@ type slotDescs struct {
 	owned, pending, lag, blocked, setAside, longest *prometheus.Desc
 	busiest                                         *prometheus.Desc
 	moves                                           *prometheus.Desc // with the label reason
-	parked                                          *prometheus.Desc // deprecated: setAside's old name
 	duration                                        prometheus.Histogram
 }
 
@@ -152,10 +146,8 @@ func newWorkerMetrics(w *Worker, gr *genRun) *workerMetrics {
 			lag:      desc(metricLag, "Age of the last tick the slot finished: how far behind its reading is."),
 			blocked:  desc(metricBlocked, "Keys of the slot blocked behind a failed event (pause policy)."),
 			setAside: desc(metricSetAside, "Events of the slot set aside in the engine's retry queue: blocked heads, the events waiting behind them, and timed retries."),
-			parked: desc(metricParked, "Deprecated: use "+metricSetAside+", the same value under its new name; this name goes in the next minor release. "+
-				"Events of the slot set aside in the engine's retry queue."),
-			busiest: desc(metricBusiestKey, "Pending events of the slot's busiest key (the key with the most; its name is not a label): exact, or a sampled estimate above 200,000 pending events in the group."),
-			longest: desc(metricLongestBlocked, "How long the slot's longest-blocked key has been blocked (since its head first failed); 0 when none is."),
+			busiest:  desc(metricBusiestKey, "Pending events of the slot's busiest key (the key with the most; its name is not a label): exact, or a sampled estimate above 200,000 pending events in the group."),
+			longest:  desc(metricLongestBlocked, "How long the slot's longest-blocked key has been blocked (since its head first failed); 0 when none is."),
 			duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: metricDuration, ConstLabels: labels, Buckets: durationBuckets,
 				Help: "Time of one handler call (with a TxHandler, its transaction included)."}),
 		}
@@ -201,7 +193,7 @@ func (m *workerMetrics) observe(slot int, d time.Duration) {
 // Describe implements prometheus.Collector.
 func (m *workerMetrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range m.slots {
-		for _, desc := range []*prometheus.Desc{d.handled, d.failed, d.dead, d.moves, d.owned, d.pending, d.lag, d.blocked, d.setAside, d.parked, d.longest, d.busiest} {
+		for _, desc := range []*prometheus.Desc{d.handled, d.failed, d.dead, d.moves, d.owned, d.pending, d.lag, d.blocked, d.setAside, d.longest, d.busiest} {
 			ch <- desc
 		}
 		d.duration.Describe(ch)
@@ -250,7 +242,6 @@ func (m *workerMetrics) Collect(ch chan<- prometheus.Metric) {
 		gauge(d.lag, ss.Lag.Seconds())
 		gauge(d.blocked, float64(ss.BlockedKeys))
 		gauge(d.setAside, float64(ss.SetAside))
-		gauge(d.parked, float64(ss.SetAside))
 		gauge(d.longest, ss.LongestBlocked.Seconds())
 	}
 	if m.gr.n != gs.Slots { // the busiest keys are the current generation's

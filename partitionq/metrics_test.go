@@ -167,14 +167,13 @@ func TestMetricsScrapedAgreeWithStatsAndStatus(t *testing.T) {
 		series(t, fams, "partitionq_slot_lag_seconds")
 	blocked, setAside, longest := series(t, fams, "partitionq_blocked_keys"), series(t, fams, "partitionq_set_aside_events"),
 		series(t, fams, "partitionq_slot_longest_blocked_seconds")
-	parked := series(t, fams, "partitionq_parked_events") // the deprecated name of set_aside_events
 	for _, s := range st.SlotStatus {
 		if owned[s.Slot] != 1 {
 			t.Errorf("slot %d: partitionq_slot_owned %v, want 1 (owner %+v)", s.Slot, owned[s.Slot], s.Owner)
 		}
-		if blocked[s.Slot] != float64(s.BlockedKeys) || setAside[s.Slot] != float64(s.SetAside) || parked[s.Slot] != setAside[s.Slot] {
-			t.Errorf("slot %d: scraped blocked keys %v, set aside %v (deprecated parked %v); Status says %d, %d",
-				s.Slot, blocked[s.Slot], setAside[s.Slot], parked[s.Slot], s.BlockedKeys, s.SetAside)
+		if blocked[s.Slot] != float64(s.BlockedKeys) || setAside[s.Slot] != float64(s.SetAside) {
+			t.Errorf("slot %d: scraped blocked keys %v, set aside %v; Status says %d, %d",
+				s.Slot, blocked[s.Slot], setAside[s.Slot], s.BlockedKeys, s.SetAside)
 		}
 		if pending[s.Slot] != float64(s.Pending) {
 			t.Errorf("slot %d: scraped pending %v, Status says %d", s.Slot, pending[s.Slot], s.Pending)

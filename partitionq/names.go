@@ -37,13 +37,18 @@ func validateName(field, v string) error {
 	return nil
 }
 
-// ValidateQueueName checks a queue name.
+// ValidateQueueName checks a queue name: 1 to MaxNameLen bytes of letters,
+// digits, '_', '.' and '-', starting with a letter or a digit. Every call
+// that takes a queue checks it so, with this *ValidationError; a program
+// checks its input with it before it calls (the CLI checks --queue).
 func ValidateQueueName(q string) error { return validateName("queue name", q) }
 
-// ValidateGroupName checks a consumer group name.
+// ValidateGroupName checks a consumer group name, by the rule of queue
+// names (see ValidateQueueName).
 func ValidateGroupName(g string) error { return validateName("group name", g) }
 
-// ValidateSlots checks a number of slots.
+// ValidateSlots checks a number of slots: 1 to MaxSlots, as Setup and
+// Resize do (see ValidateQueueName).
 func ValidateSlots(n int) error {
 	if n < 1 || n > MaxSlots {
 		return &ValidationError{Field: "number of slots", Value: strconv.Itoa(n), Problem: fmt.Sprintf("it must be between 1 and %d", MaxSlots), Fix: "pick a small N such as 4 or 8 (docs/tuning.md)"}
@@ -52,7 +57,8 @@ func ValidateSlots(n int) error {
 }
 
 // ValidateKey checks a partition key: 1 to MaxKeyLen bytes of text (see
-// Message for the rule).
+// Message for the rule), as Send and every call that takes a key do (see
+// ValidateQueueName).
 func ValidateKey(k string) error {
 	if k == "" {
 		return &ValidationError{Field: "key", Value: `""`, Problem: "it is empty", Fix: "give every event a partition key (for example the tenant id)"}

@@ -86,11 +86,10 @@ func TestActorAndReasonFollowTheTextRule(t *testing.T) {
 		{"alice", "a\xed\xa0\x80b", "reason"},
 		{"al\x00ice", "", "actor"},
 	} {
-		a := partitionq.Action{Queue: "q", Group: "g", Key: "k", Actor: bad.actor, Reason: bad.reason}
 		calls := map[string]error{}
-		_, calls["Skip"] = b.client.Skip(b.ctx, a)
-		_, calls["RetryNow"] = b.client.RetryNow(b.ctx, a)
-		_, calls["Quarantine"] = b.client.Quarantine(b.ctx, a)
+		for _, action := range []partitionq.AuditAction{partitionq.AuditSkip, partitionq.AuditRetry, partitionq.AuditQuarantine} {
+			_, calls["Act "+string(action)] = b.client.Act(b.ctx, partitionq.ActionRequest{Action: action, Queue: "q", Group: "g", Key: "k", Actor: bad.actor, Reason: bad.reason})
+		}
 		_, calls["Replay"] = b.client.Replay(b.ctx, partitionq.ReplayRequest{Queue: "q", Group: "g", ID: 1, Reason: bad.reason, Actor: bad.actor})
 		_, calls["PurgeMatching"] = b.client.PurgeMatching(b.ctx, partitionq.BulkRequest{Match: partitionq.DeadLetterQuery{Queue: "q", Group: "g"}, All: true, Actor: bad.actor, Reason: bad.reason})
 		calls["DropGroup"] = b.client.DropGroup(b.ctx, partitionq.DropGroupRequest{Queue: "q", Group: "g", Force: true, Actor: bad.actor, Reason: bad.reason})

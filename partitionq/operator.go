@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,9 +16,10 @@ import (
 	"github.com/partitionq/partitionq/partitionq/internal/store"
 )
 
-// OperatorLockTimeout bounds how long an operator action waits for a worker
-// that is handling the same head right now; then it fails with ErrHeadBusy.
-const OperatorLockTimeout = 5 * time.Second
+// operatorLockTimeout bounds how long an operator action waits for a worker
+// that is handling the same head right now; then it fails with ErrHeadBusy
+// (whose doc, and docs/guarantees.md, say 5 s).
+const operatorLockTimeout = 5 * time.Second
 
 // HeadEvent is the event a blocked key waits on.
 type HeadEvent struct {
@@ -48,7 +50,7 @@ const (
 	// next, in order, as soon as a worker gets to them; the head shown has
 	// never failed (no failure recorded, ev_retry 0). Nothing needs doing:
 	// a running worker drains the key within its HeadScanInterval. Operator
-	// actions refuse to act on it unless they name it (Action.HeadID).
+	// actions refuse to act on it unless they name it (ActionRequest.HeadID).
 	KeyDraining KeyState = "draining"
 )
 
@@ -72,7 +74,7 @@ type BlockedKey struct {
 
 // BlockedKeys lists the keys of a group with events set aside, blocked and
 // draining (see BlockedKey.State), oldest block first. The list is derived
-// from the engine's retry queue (the slot consumers' parked events);
+// from the engine's retry queue (the slot consumers' events set aside);
 // partitionq keeps no table of blocked keys. It costs two queries whatever
 // the number of slots. ctx governs the queries.
 func (c *Client) BlockedKeys(ctx context.Context, queue, group string) ([]BlockedKey, error) {
@@ -113,7 +115,7 @@ func blockedKey(h parked.Head) BlockedKey {
 	bk := BlockedKey{Key: h.Key, Slot: h.Slot, State: KeyBlocked, Waiting: h.Waiting, BlockedSince: h.Time,
 		Head: HeadEvent{ID: h.ID, Type: h.Type, Payload: []byte(h.Data), Time: h.Time, Attempts: int(h.Retry)}}
 	if !h.Parked() {
-		bk.Head.NextAttempt = h.After // a timed engine retry (skip policy)
+		bk.Head.NextAttempt = h.After // a timed engine retry (retry-later policy)
 	}
 	if f := h.Failure; f != nil {
 		bk.Head.Attempts, bk.Head.LastError, bk.Head.NextAttempt, bk.BlockedSince = f.Attempts, f.LastError, f.NextAttemptAt, f.FirstFailedAt
@@ -178,16 +180,17 @@ type PreviewEvent struct {
 }
 
 // Preview returns the head of a blocked (or draining) key and up to limit
-// events waiting behind it, in the order they will run: after a skip of
-// the head, the waiting events run in this order, then the key's events
-// still in the stream. ErrNotBlocked when the key has no events set aside.
+// events waiting behind it (limit 1 or more), in the order they will run:
+// after a skip of the head, the waiting events run in this order, then the
+// key's events still in the stream. ErrNotBlocked when the key has no
+// events set aside. ctx governs the queries.
 func (c *Client) Preview(ctx context.Context, queue, group, key string, limit int) ([]PreviewEvent, error) {
+	if limit < 1 {
+		return nil, &ValidationError{Field: "limit", Value: strconv.Itoa(limit), Problem: "it must be 1 or more", Fix: "ask for the next 10 events, say"}
+	}
 	_, s, err := c.keyHome(ctx, queue, group, key)
 	if err != nil {
 		return nil, err
-	}
-	if limit < 1 {
-		limit = 10
 	}
 	evs, err := parked.Events(ctx, c.pool, c.eng, s, key, limit+1)
 	if err != nil {
@@ -214,7 +217,7 @@ const (
 	// OutcomeSkipped: the head was moved to the dead letters; the key's
 	// waiting events run next, in order.
 	OutcomeSkipped Outcome = "skipped"
-	// OutcomeAlreadyResolved: the head named (Action.HeadID) was resolved
+	// OutcomeAlreadyResolved: the head named (ActionRequest.HeadID) was resolved
 	// before this call: handled, skipped, quarantined or dead-lettered, as
 	// ActionResult.Resolved says; nothing changed. An event that was never
 	// resolved (it waits behind the head, has not run yet, is of another
@@ -245,9 +248,13 @@ const (
 	OutcomeDropped Outcome = "dropped"
 )
 
-// Action identifies a key and says who acts and why. Actor defaults to
+// ActionRequest asks Client.Act for an operator action on the head of a
+// key: which action, on which key, who acts and why. Actor defaults to
 // Config.Actor; the database role is recorded too.
-type Action struct {
+type ActionRequest struct {
+	// Action is the action: AuditSkip, AuditRetry, AuditQuarantine (a row
+	// of AuditActions whose On is TargetKeyHead).
+	Action            AuditAction
 	Queue, Group, Key string
 	// HeadID, when not zero, is the head event the operator saw: the action
 	// applies only if it is still the key's head (else the outcome is
@@ -256,6 +263,8 @@ type Action struct {
 	// never failed) fails with a *DrainingError and changes nothing, so that
 	// repeating "skip the head" never dead-letters a healthy event.
 	HeadID int64
+	// Reason says why, in the audit trail (and in the dead letters of a
+	// skip or quarantine, which require it).
 	Reason string
 	Actor  string
 }
@@ -295,10 +304,10 @@ type Resolution struct {
 	DeadLetterID  int64     // its dead letter; 0 for a handled event
 }
 
-// NotHeadError refuses an operator action whose Action.HeadID is not the
+// NotHeadError refuses an operator action whose ActionRequest.HeadID is not the
 // key's head and was never resolved: it waits behind the head, has not been
 // handled yet, is an event of another key, or the queue never had it.
-// Nothing changed and nothing was recorded. It matches ErrNotHead.
+// Nothing changed and nothing was recorded. Test for it with errors.As.
 type NotHeadError struct {
 	Action  AuditAction // AuditSkip, AuditRetry or AuditQuarantine
 	Key     string
@@ -320,89 +329,67 @@ func (e *NotHeadError) Error() string {
 		e.EventID, shorten(e.Key), e.Why, head, e.Action)
 }
 
-// Is makes errors.Is(err, ErrNotHead) true.
-func (e *NotHeadError) Is(target error) bool { return target == ErrNotHead }
-
-// Skip moves the blocked head of a key to the dead letters and unblocks the
-// key, whose waiting events then run in order. It is safe while a worker
-// runs the slot: if the worker is handling the head right now, Skip waits
-// for the outcome (up to OperatorLockTimeout, then ErrHeadBusy); an event is
-// never both handled successfully and skipped. Calling it again for the same
-// HeadID returns OutcomeAlreadyResolved. ErrNotBlocked when HeadID is zero
-// and the key is not blocked; a *DrainingError (ErrDraining) when HeadID is
-// zero and the key's head has never failed; a *ValidationError for
-// "reason" when Action.Reason is empty (it goes to the dead letter).
-func (c *Client) Skip(ctx context.Context, a Action) (ActionResult, error) {
-	return c.Act(ctx, AuditSkip, a)
-}
-
-// RetryNow brings the next attempt of a blocked key's head forward to now;
-// a running worker tries it within its HeadScanInterval. Like Skip, it
-// refuses a draining key unless HeadID names its head (which is due now
-// anyway: nothing changes but the audit trail).
-func (c *Client) RetryNow(ctx context.Context, a Action) (ActionResult, error) {
-	return c.Act(ctx, AuditRetry, a)
-}
-
-// Quarantine moves the blocked head of a key and every event waiting behind
-// it to the dead letters in one transaction (for a tenant being deleted, or
-// a key known to be broken). Events of the key still in the stream are
-// handled as usual when they arrive. ErrNotBlocked when the key has no
-// events set aside; a draining key's events are quarantined only when
-// HeadID names its head (else a *DrainingError). Like Skip, it needs
-// Action.Reason.
-func (c *Client) Quarantine(ctx context.Context, a Action) (ActionResult, error) {
-	return c.Act(ctx, AuditQuarantine, a)
-}
-
-// Act runs the operator action named by action on the head of a key, with
-// its audit entry in the same transaction: any row of AuditActions whose
-// On is TargetKeyHead (Skip, RetryNow and Quarantine are Act with their
-// action, and say what each does). It is how a program that reads the
-// table (the CLI, the console) runs a key's actions without naming each.
-// An action the table does not list as an action on a key fails and
-// changes nothing. ctx governs the queries (see OperatorLockTimeout).
-func (c *Client) Act(ctx context.Context, action AuditAction, a Action) (ActionResult, error) {
+// Act runs an operator action on the head of a key (r.Action: AuditSkip,
+// AuditRetry, AuditQuarantine, or any other row of AuditActions whose On
+// is TargetKeyHead; each constant says what its action does), with its
+// audit entry in the same transaction. A program that reads the table
+// (the CLI, the console) runs every action on a key through it without
+// naming each.
+//
+// It is safe while a worker runs the slot: if the worker is handling the
+// head right now, Act waits for the outcome (up to 5 s, then ErrHeadBusy);
+// an event is never both handled successfully and skipped. Calling it
+// again for the same r.HeadID returns OutcomeAlreadyResolved. It fails,
+// changing nothing, with ErrNotBlocked when r.HeadID is zero and the key
+// has no events set aside; with a *DrainingError when r.HeadID is zero and the key's head
+// has never failed; with a *NotHeadError when r.HeadID names an event that
+// is not the head and was never resolved; with a *ValidationError for
+// "reason" when the action needs a reason (AuditActionInfo.ReasonRequired:
+// skip and quarantine, whose reason goes to the dead letters) and
+// r.Reason is empty; and with an error for an action the table does not
+// list as an action on a key's head. ctx governs the queries.
+func (c *Client) Act(ctx context.Context, r ActionRequest) (ActionResult, error) {
+	action := r.Action
 	info, ok := action.Info()
 	if !ok || info.On != TargetKeyHead {
 		return ActionResult{}, fmt.Errorf("partitionq: %q is not an action on a key's head (see AuditActions)", action)
 	}
 	kind := info.kind
-	if err := validateActorReason(a.Actor, a.Reason); err != nil {
+	if err := validateActorReason(r.Actor, r.Reason); err != nil {
 		return ActionResult{}, err
 	}
-	if info.ReasonRequired && strings.TrimSpace(a.Reason) == "" {
-		return ActionResult{}, &ValidationError{Field: "reason", Value: shorten(a.Reason),
+	if info.ReasonRequired && strings.TrimSpace(r.Reason) == "" {
+		return ActionResult{}, &ValidationError{Field: "reason", Value: shorten(r.Reason),
 			Problem: fmt.Sprintf("%s moves events to the dead letters, so it needs a reason", info.Name),
-			Fix:     "say why in Action.Reason (the CLI's --reason), e.g. \"corrupt file, INC-42\": it is kept in the audit trail and the dead letters"}
+			Fix:     "say why in ActionRequest.Reason (the CLI's --reason), e.g. \"corrupt file, INC-42\": it is kept in the audit trail and the dead letters"}
 	}
-	_, s, err := c.keyHome(ctx, a.Queue, a.Group, a.Key)
+	_, s, err := c.keyHome(ctx, r.Queue, r.Group, r.Key)
 	if err != nil {
 		return ActionResult{}, err
 	}
 	if err := c.migrate(ctx); err != nil {
 		return ActionResult{}, err
 	}
-	actor := c.actor(a.Actor)
+	actor := c.actor(r.Actor)
 	pr, err := parked.Act(ctx, c.pool, c.eng, s,
-		parked.Action{Kind: kind, Key: a.Key, HeadID: a.HeadID, Reason: a.Reason, Actor: actor, LockTimeout: OperatorLockTimeout},
+		parked.Action{Kind: kind, Key: r.Key, HeadID: r.HeadID, Reason: r.Reason, Actor: actor, LockTimeout: operatorLockTimeout},
 		func(ctx context.Context, tx pgx.Tx, pr parked.ActionResult) error {
-			return c.audit(ctx, tx, a, action, pr.EventID, Outcome(pr.Outcome))
+			return c.audit(ctx, tx, r, action, pr.EventID, Outcome(pr.Outcome))
 		})
 	var nf *parked.NeverFailedError
 	if errors.As(err, &nf) {
-		return ActionResult{}, &DrainingError{Action: action, Key: a.Key, EventID: nf.EventID}
+		return ActionResult{}, &DrainingError{Action: action, Key: r.Key, EventID: nf.EventID}
 	}
 	var nh *parked.NotHeadError
 	if errors.As(err, &nh) {
-		return c.notHead(ctx, s, a, action, nh)
+		return c.notHead(ctx, s, r, action, nh)
 	}
 	if err != nil {
 		return ActionResult{}, err
 	}
-	res := ActionResult{Outcome: Outcome(pr.Outcome), Key: a.Key, Slot: s.Slot, EventID: pr.EventID, Count: pr.Count, NextIDs: pr.NextIDs}
-	c.log.InfoContext(ctx, "partitionq: operator action", "action", string(action), "queue", a.Queue, "group", a.Group,
-		"key", a.Key, "event_id", res.EventID, "outcome", string(res.Outcome), "actor", actor)
+	res := ActionResult{Outcome: Outcome(pr.Outcome), Key: r.Key, Slot: s.Slot, EventID: pr.EventID, Count: pr.Count, NextIDs: pr.NextIDs}
+	c.log.InfoContext(ctx, "partitionq: operator action", "action", string(action), "queue", r.Queue, "group", r.Group,
+		"key", r.Key, "event_id", res.EventID, "outcome", string(res.Outcome), "actor", actor)
 	return res, nil
 }
 
@@ -413,7 +400,7 @@ func (c *Client) actor(a string) string {
 	return c.cfg.Actor
 }
 
-func (c *Client) audit(ctx context.Context, tx pgx.Tx, a Action, action AuditAction, evID int64, outcome Outcome) error {
+func (c *Client) audit(ctx context.Context, tx pgx.Tx, a ActionRequest, action AuditAction, evID int64, outcome Outcome) error {
 	key := a.Key
 	var ev *int64
 	if evID != 0 {
@@ -426,7 +413,7 @@ func (c *Client) audit(ctx context.Context, tx pgx.Tx, a Action, action AuditAct
 // notHead answers an action whose event is not the key's head: resolved
 // before (OutcomeAlreadyResolved, with how and by whom, recorded in the
 // audit trail), or never (a *NotHeadError, nothing recorded).
-func (c *Client) notHead(ctx context.Context, slot parked.Slot, a Action, action AuditAction, nh *parked.NotHeadError) (ActionResult, error) {
+func (c *Client) notHead(ctx context.Context, slot parked.Slot, a ActionRequest, action AuditAction, nh *parked.NotHeadError) (ActionResult, error) {
 	refuse := func(why string) (ActionResult, error) {
 		e := &NotHeadError{Action: action, Key: a.Key, EventID: nh.EventID, Why: why, HeadState: KeyFlowing}
 		if h := nh.Head; h != nil {

@@ -41,7 +41,7 @@ func (b *bundle) blockedWithoutWorker(t *testing.T) (*handlingLog, partitionq.Bl
 	return l, bk
 }
 
-// Finding 1 of issue 13: after a skip, the key drains its waiting events;
+// After a skip, the key drains its waiting events;
 // until a worker runs them its head is an event that never failed. Such a
 // key is draining, not blocked, and an action that names no event refuses
 // it: a second "skip the head" must never dead-letter a healthy event.
@@ -52,8 +52,8 @@ func TestDrainingKeyIsNotSkippedByAccident(t *testing.T) {
 	if bk.State != partitionq.KeyBlocked || bk.Head.Attempts != 1 || bk.Head.LastError != "boom" {
 		t.Fatalf("blocked key = %+v, want blocked on a head that failed once", bk)
 	}
-	act := partitionq.Action{Queue: "q", Group: "g", Key: "k", Reason: "corrupt", Actor: "alice"}
-	res, err := b.client.Skip(b.ctx, act)
+	act := partitionq.ActionRequest{Action: partitionq.AuditSkip, Queue: "q", Group: "g", Key: "k", Reason: "corrupt", Actor: "alice"}
+	res, err := b.client.Act(b.ctx, act)
 	if err != nil || res.Outcome != partitionq.OutcomeSkipped || res.EventID != bk.Head.ID {
 		t.Fatalf("first skip = %+v, %v", res, err)
 	}
@@ -79,12 +79,12 @@ func TestDrainingKeyIsNotSkippedByAccident(t *testing.T) {
 	}
 
 	// Every action that names no event refuses it, and changes nothing.
-	for name, do := range map[partitionq.AuditAction]func(context.Context, partitionq.Action) (partitionq.ActionResult, error){
-		partitionq.AuditSkip: b.client.Skip, partitionq.AuditRetry: b.client.RetryNow, partitionq.AuditQuarantine: b.client.Quarantine,
-	} {
-		res, err := do(b.ctx, act)
+	for _, name := range []partitionq.AuditAction{partitionq.AuditSkip, partitionq.AuditRetry, partitionq.AuditQuarantine} {
+		a := act
+		a.Action = name
+		res, err := b.client.Act(b.ctx, a)
 		var de *partitionq.DrainingError
-		if !errors.Is(err, partitionq.ErrDraining) || !errors.As(err, &de) || de.EventID != next.Head.ID || de.Action != name {
+		if !errors.As(err, &de) || de.EventID != next.Head.ID || de.Action != name {
 			t.Fatalf("%s of a draining key without naming its head: %+v, %v; want a DrainingError for event %d", name, res, err, next.Head.ID)
 		}
 		if msg := err.Error(); !strings.Contains(msg, "has never failed") || !strings.Contains(msg, "HeadID") {
@@ -102,7 +102,7 @@ func TestDrainingKeyIsNotSkippedByAccident(t *testing.T) {
 
 	// Naming the event is the operator's explicit choice: it goes through.
 	act.HeadID = next.Head.ID
-	if res, err := b.client.Skip(b.ctx, act); err != nil || res.Outcome != partitionq.OutcomeSkipped {
+	if res, err := b.client.Act(b.ctx, act); err != nil || res.Outcome != partitionq.OutcomeSkipped {
 		t.Fatalf("skip naming the draining head = %+v, %v", res, err)
 	}
 
@@ -151,7 +151,7 @@ func TestKeyDrainingAfterDeadLetterNow(t *testing.T) {
 	b.waitUnblocked(t)
 }
 
-// Finding 6 of issue 13: a dropped group's dead letters and audit trail
+// A dropped group's dead letters and audit trail
 // stay within reach (list, show, replay, purge, audit) without setting the
 // group up again, which would register consumers that hold back the
 // queue's table rotation.
@@ -159,7 +159,7 @@ func TestDroppedGroupRecordsStayReachable(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	_, bk := b.blockedWithoutWorker(t)
-	if _, err := b.client.Skip(b.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k", HeadID: bk.Head.ID, Reason: "corrupt"}); err != nil {
+	if _, err := b.client.Act(b.ctx, partitionq.ActionRequest{Action: partitionq.AuditSkip, Queue: "q", Group: "g", Key: "k", HeadID: bk.Head.ID, Reason: "corrupt"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.client.DropGroup(b.ctx, partitionq.DropGroupRequest{Queue: "q", Group: "g", Force: true, Reason: "moving to 8 slots"}); err != nil {
@@ -200,7 +200,7 @@ func TestDroppedGroupRecordsStayReachable(t *testing.T) {
 	}
 }
 
-// An action that cannot get a lock it needs within OperatorLockTimeout (here
+// An action that cannot get a lock it needs within its lock timeout (here
 // the engine mover's table lock, held by another session as the ticker's
 // retry mover holds it) fails with ErrHeadBusy and changes nothing; once the
 // lock is free the same action goes through.
@@ -216,8 +216,8 @@ func TestActionOnALockedRetryQueueIsBusy(t *testing.T) {
 	if _, err := holder.Exec(b.ctx, b.db.SQL(`lock table pgq.retry_queue in share update exclusive mode`)); err != nil {
 		t.Fatal(err)
 	}
-	a := partitionq.Action{Queue: "q", Group: "g", Key: bk.Key, Reason: "busy test", Actor: "tester"}
-	if _, err := b.client.Skip(b.ctx, a); !errors.Is(err, partitionq.ErrHeadBusy) {
+	a := partitionq.ActionRequest{Action: partitionq.AuditSkip, Queue: "q", Group: "g", Key: bk.Key, Reason: "busy test", Actor: "tester"}
+	if _, err := b.client.Act(b.ctx, a); !errors.Is(err, partitionq.ErrHeadBusy) {
 		t.Fatalf("skip while the retry queue is locked: %v, want ErrHeadBusy", err)
 	}
 	if dls, err := b.client.DeadLetters(b.ctx, partitionq.DeadLetterQuery{Queue: "q", Group: "g"}); err != nil || len(dls) != 0 {
@@ -226,7 +226,7 @@ func TestActionOnALockedRetryQueueIsBusy(t *testing.T) {
 	if err := holder.Rollback(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	res, err := b.client.Skip(b.ctx, a)
+	res, err := b.client.Act(b.ctx, a)
 	if err != nil || res.Outcome != partitionq.OutcomeSkipped {
 		t.Fatalf("skip once the lock is free: %+v, %v", res, err)
 	}
@@ -255,7 +255,7 @@ func TestQuarantineAndReplay(t *testing.T) {
 		}
 		return err == nil && bk.Waiting == 2, err
 	})
-	res, err := b.client.Quarantine(b.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k", Reason: "tenant deleted"})
+	res, err := b.client.Act(b.ctx, partitionq.ActionRequest{Action: partitionq.AuditQuarantine, Queue: "q", Group: "g", Key: "k", Reason: "tenant deleted"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +324,7 @@ func TestRetryNowBringsAttemptForward(t *testing.T) {
 		}
 		return err == nil, err
 	})
-	res, err := b.client.RetryNow(b.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k"})
+	res, err := b.client.Act(b.ctx, partitionq.ActionRequest{Action: partitionq.AuditRetry, Queue: "q", Group: "g", Key: "k"})
 	if err != nil || res.Outcome != partitionq.OutcomeRetryScheduled {
 		t.Fatalf("retry now = %+v, %v", res, err)
 	}

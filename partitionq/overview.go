@@ -29,10 +29,11 @@ type GroupOverview struct {
 	// Lag is the largest slot lag: the age of the oldest last finished tick.
 	Lag time.Duration
 	// SetAside counts the group's events in the engine's retry queue
-	// (parked heads, the events waiting behind them, timed retries).
+	// (blocked heads, the events waiting behind them, timed retries).
 	SetAside int64
-	// BlockedKeys counts keys whose parked head failed; DrainingKeys those
-	// whose failed head was resolved and whose parked events now run.
+	// BlockedKeys counts keys whose head, set aside, failed; DrainingKeys
+	// those whose failed head was resolved and whose events set aside now
+	// run.
 	BlockedKeys, DrainingKeys int
 	// DeadLetters counts the group's dead letters not yet replayed.
 	DeadLetters int64
@@ -66,9 +67,9 @@ type GroupsQuery struct {
 // the queue does not exist: that is checked first, with a read of the
 // engine's catalog that every role may make, so even a role that may not
 // read the groups (a producer) learns whether its queue exists. It reads
-// the groups all at once: at most seven queries (ten when some key is
-// parked), one more with q.Queue, whatever the number of queues, groups and
-// slots. ctx governs the queries. Group reads one group with its consumers.
+// the groups all at once: at most seven queries (ten when some key has
+// events set aside), one more with q.Queue, whatever the number of queues,
+// groups and slots. ctx governs the queries. Group reads one group with its consumers.
 func (c *Client) Groups(ctx context.Context, q GroupsQuery) ([]GroupOverview, error) {
 	if q.Queue != "" {
 		if err := ValidateQueueName(q.Queue); err != nil {

@@ -90,7 +90,7 @@ func TestGroupsAndKey(t *testing.T) {
 		t.Fatalf("Key(k) = %+v", ki)
 	}
 	// Skip its head: it drains, with one dead letter.
-	if _, err := b.client.Skip(b.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k", HeadID: bk.Head.ID, Reason: "corrupt"}); err != nil {
+	if _, err := b.client.Act(b.ctx, partitionq.ActionRequest{Action: partitionq.AuditSkip, Queue: "q", Group: "g", Key: "k", HeadID: bk.Head.ID, Reason: "corrupt"}); err != nil {
 		t.Fatal(err)
 	}
 	ki, err = b.client.Key(b.ctx, "q", "g", "k")

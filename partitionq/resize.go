@@ -130,11 +130,12 @@ func (c *Client) AbortResize(ctx context.Context, r AbortResizeRequest) error {
 	return nil
 }
 
-// WaitResize waits until the group has no resize in flight (polling every
-// poll, 200ms when 0), then returns the group. ctx bounds the wait.
+// WaitResize waits until the group has no resize in flight, reading the
+// group every poll (more than 0; a resize takes seconds at least: 200ms is
+// a fair choice), then returns the group. ctx bounds the wait.
 func (c *Client) WaitResize(ctx context.Context, queue, group string, poll time.Duration) (Group, error) {
 	if poll <= 0 {
-		poll = 200 * time.Millisecond
+		return Group{}, &ValidationError{Field: "poll", Value: poll.String(), Problem: "it must be more than 0", Fix: "poll every 200ms, say"}
 	}
 	t := time.NewTicker(poll)
 	defer t.Stop()

@@ -235,7 +235,7 @@ func testResize(t *testing.T, from, to int) {
 		after.Waiting != 2 || after.State != partitionq.KeyBlocked || after.Slot != wantSlot {
 		t.Errorf("the stuck key across the cutover: before %+v, after %+v (slot %d of %d wanted)", before, after, wantSlot, to)
 	}
-	if _, err := b.client.Skip(b.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "stuck", HeadID: after.Head.ID, Reason: "gone", Actor: "tester"}); err != nil {
+	if _, err := b.client.Act(b.ctx, partitionq.ActionRequest{Action: partitionq.AuditSkip, Queue: "q", Group: "g", Key: "stuck", HeadID: after.Head.ID, Reason: "gone", Actor: "tester"}); err != nil {
 		t.Fatalf("skip the stuck key after the resize: %v", err)
 	}
 	sent["stuck"] = 3

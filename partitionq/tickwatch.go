@@ -19,26 +19,32 @@ type TickStatus struct {
 	// count too): no slot can read them before the next tick.
 	Unticked int64
 	// Stalled is set when events wait (Unticked > 0) and no tick has come
-	// for TickStallAfter: nothing makes ticks. Run a ticker: partitionq tick
+	// for StallAfter: nothing makes ticks. Run a ticker: partitionq tick
 	// (Client.RunTicker) as the owner, workers with a Ticker (--ticker),
-	// or pgqd.
+	// or pgqd; Fix says so in a line.
 	Stalled bool
-	// StallAfter is the bound Stalled uses for this queue: TickStallAfter
-	// of its ticker_max_lag.
+	// StallAfter is the bound Stalled uses for this queue: three times its
+	// ticker_max_lag (the longest a running ticker lets a waiting event go
+	// without a tick), and at least 2 seconds.
 	StallAfter time.Duration
 }
 
-// TickerHint is what to do about a Stalled queue, in the command line's words.
-const TickerHint = "run a ticker: partitionq tick (as the owner), the workers with --ticker, or pgqd"
+// Fix says what to do about a queue that gets no ticks, in a line for a
+// person (a status, a console, a log), as ValidationError.Fix says what to
+// do instead: "run a ticker: ...", with the partitionq command's words. It
+// is the advice for a Stalled queue, and for one a caller finds idle
+// without ticks by its own signs (slots whose lag only grows); whether to
+// give it is the caller's call.
+func (t TickStatus) Fix() string {
+	return "run a ticker: partitionq tick (as the owner), the workers with --ticker, or pgqd"
+}
 
-// TickStallAfter is how long a queue may go without a tick while events
-// wait before it counts as getting none: three times its ticker_max_lag
-// (the longest a running ticker lets a waiting event go without a tick),
-// and at least 2 seconds.
-func TickStallAfter(maxLag time.Duration) time.Duration { return max(2*time.Second, 3*maxLag) }
+// tickStallAfter is how long a queue may go without a tick while events
+// wait before it counts as getting none (TickStatus.StallAfter).
+func tickStallAfter(maxLag time.Duration) time.Duration { return max(2*time.Second, 3*maxLag) }
 
 func tickStatus(ts engine.TickState) TickStatus {
-	st := TickStatus{Age: ts.Age, Unticked: ts.Unticked, StallAfter: TickStallAfter(ts.MaxLag)}
+	st := TickStatus{Age: ts.Age, Unticked: ts.Unticked, StallAfter: tickStallAfter(ts.MaxLag)}
 	if !ts.HasTick {
 		st.Age = -1
 	}
@@ -47,7 +53,7 @@ func tickStatus(ts engine.TickState) TickStatus {
 }
 
 // watchTicks warns in the worker's log, once each time it happens, when
-// events wait in the queue and no tick has come for TickStallAfter: a
+// events wait in the queue and no tick has come for tickStallAfter: a
 // worker with nothing making ticks handles nothing, and would say nothing.
 // One cheap query (the queue's newest tick) every few seconds.
 func (w *Worker) watchTicks(ctx context.Context, pool *pgxpool.Pool) {
@@ -74,7 +80,7 @@ func (w *Worker) watchTicks(ctx context.Context, pool *pgxpool.Pool) {
 			if st.Age >= 0 {
 				age = st.Age.Round(time.Second).String()
 			}
-			w.log.Warn("partitionq: no tick for "+age+" while events wait in the queue: no slot can read them; "+TickerHint,
+			w.log.Warn("partitionq: no tick for "+age+" while events wait in the queue: no slot can read them; "+st.Fix(),
 				slog.Int64("events_waiting", st.Unticked), slog.Duration("stall_after", st.StallAfter))
 		case !st.Stalled && stalled:
 			w.log.Info("partitionq: ticks arrive again")

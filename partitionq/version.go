@@ -3,7 +3,7 @@ package partitionq
 import "github.com/partitionq/partitionq/partitionq/internal/store"
 
 // Version is the version of this library and of the partitionq command.
-const Version = "0.3.0-dev"
+const Version = "0.4.0-dev"
 
 // SchemaVersion is the version of partitionq's schema (the tables and
 // functions in the database's schema "partitionq") that this library

@@ -36,21 +36,15 @@ const (
 	// retry queue and lets the key go on: later events of the key may be
 	// handled before the retry.
 	PolicyRetryLater Policy = "retry-later"
-
-	// PolicySkip is the old name of PolicyRetryLater ("skip" is the
-	// operator's action); a Policy of "skip" is read as "retry-later".
-	//
-	// Deprecated: use PolicyRetryLater.
-	PolicySkip = PolicyRetryLater
 )
 
 // Defaults of WorkerConfig.
 const (
-	ConcurrencyDefault     = 16
-	BackoffMinDefault      = time.Second
-	BackoffMaxDefault      = 5 * time.Minute
-	MaxAttemptsSkipDefault = 10
-	HandlerTimeoutDefault  = time.Minute
+	ConcurrencyDefault           = 16
+	BackoffMinDefault            = time.Second
+	BackoffMaxDefault            = 5 * time.Minute
+	MaxAttemptsRetryLaterDefault = 10
+	HandlerTimeoutDefault        = time.Minute
 	// ShutdownTimeoutDefault leaves a stop room to record progress and
 	// release the slots within a platform's grace period of 30s
 	// (Kubernetes' terminationGracePeriodSeconds) after the handlers' time.
@@ -175,7 +169,7 @@ type RetryConfig struct {
 
 	// MaxAttempts is how many times an event is tried before it becomes a
 	// dead letter; 0 means the default: unlimited (retry until an operator
-	// acts) under PolicyPause, MaxAttemptsSkipDefault (10) under
+	// acts) under PolicyPause, MaxAttemptsRetryLaterDefault (10) under
 	// PolicyRetryLater. Use -1 for unlimited under PolicyRetryLater.
 	MaxAttempts int
 
@@ -328,7 +322,7 @@ func (cfg RetryConfig) withDefaults() RetryConfig {
 		cfg.Policy = PolicyRetryLater
 	}
 	if cfg.MaxAttempts == 0 && cfg.Policy == PolicyRetryLater {
-		cfg.MaxAttempts = MaxAttemptsSkipDefault
+		cfg.MaxAttempts = MaxAttemptsRetryLaterDefault
 	}
 	orDefault(&cfg.BackoffMin, BackoffMinDefault)
 	orDefault(&cfg.BackoffMax, max(BackoffMaxDefault, cfg.BackoffMin))

@@ -162,7 +162,7 @@ func drainRun(b *testing.B, noProgress bool) time.Duration {
 	failing.Store(false)
 	b.StartTimer()
 	start := time.Now()
-	if _, err := c.RetryNow(ctx, partitionq.Action{Queue: "q", Group: "g", Key: "hot", Reason: "benchmark"}); err != nil {
+	if _, err := c.Act(ctx, partitionq.ActionRequest{Action: partitionq.AuditRetry, Queue: "q", Group: "g", Key: "hot", Reason: "benchmark"}); err != nil {
 		b.Fatal(err)
 	}
 	pgtest.WaitFor(b, 5*time.Minute, "the key drained", func() (bool, error) { return drained.Load() == drainBacklog, nil })

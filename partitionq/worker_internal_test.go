@@ -82,8 +82,8 @@ func TestWorkerConfigValidationIsDeterministic(t *testing.T) {
 func TestPolicyNamedSkipIsReadAsRetryLater(t *testing.T) {
 	h := HandlerFunc(func(context.Context, *Event) error { return nil })
 	cfg := WorkerConfig{Queue: "q", Group: "g", Handler: h, Retry: RetryConfig{Policy: "skip"}}.withDefaults()
-	if cfg.Retry.Policy != PolicyRetryLater || cfg.Retry.MaxAttempts != MaxAttemptsSkipDefault {
-		t.Fatalf("Policy %q, MaxAttempts %d: want %q, %d", cfg.Retry.Policy, cfg.Retry.MaxAttempts, PolicyRetryLater, MaxAttemptsSkipDefault)
+	if cfg.Retry.Policy != PolicyRetryLater || cfg.Retry.MaxAttempts != MaxAttemptsRetryLaterDefault {
+		t.Fatalf("Policy %q, MaxAttempts %d: want %q, %d", cfg.Retry.Policy, cfg.Retry.MaxAttempts, PolicyRetryLater, MaxAttemptsRetryLaterDefault)
 	}
 	if err := cfg.validate(); err != nil {
 		t.Fatalf("validate: %v", err)

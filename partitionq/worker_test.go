@@ -277,7 +277,7 @@ func TestSkipUnblocksInOrder(t *testing.T) {
 	if len(prev) != 3 || !prev[0].Head || string(prev[1].Payload) != "3" || string(prev[2].Payload) != "4" {
 		t.Fatalf("preview = %+v", prev)
 	}
-	res, err := b.client.Skip(b.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k", HeadID: bk.Head.ID, Reason: "bad file", Actor: "alice"})
+	res, err := b.client.Act(b.ctx, partitionq.ActionRequest{Action: partitionq.AuditSkip, Queue: "q", Group: "g", Key: "k", HeadID: bk.Head.ID, Reason: "bad file", Actor: "alice"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +289,7 @@ func TestSkipUnblocksInOrder(t *testing.T) {
 		t.Fatalf("k handled %v, want 1 3 4", got)
 	}
 	// Idempotent: the same skip again reports the head as resolved.
-	res, err = b.client.Skip(b.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k", HeadID: bk.Head.ID, Actor: "alice", Reason: "again"})
+	res, err = b.client.Act(b.ctx, partitionq.ActionRequest{Action: partitionq.AuditSkip, Queue: "q", Group: "g", Key: "k", HeadID: bk.Head.ID, Actor: "alice", Reason: "again"})
 	if err != nil || res.Outcome != partitionq.OutcomeAlreadyResolved {
 		t.Fatalf("second skip = %+v, %v; want already resolved", res, err)
 	}
@@ -390,7 +390,7 @@ func TestSkipDuringHandlerNeverBoth(t *testing.T) {
 			}
 			done := make(chan skipRes, 1)
 			go func() {
-				res, err := b.client.Skip(b.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k", HeadID: bk.Head.ID, Actor: "test", Reason: "test"})
+				res, err := b.client.Act(b.ctx, partitionq.ActionRequest{Action: partitionq.AuditSkip, Queue: "q", Group: "g", Key: "k", HeadID: bk.Head.ID, Actor: "test", Reason: "test"})
 				done <- skipRes{res, err}
 			}()
 			// The skip must wait for the handler: prove it is waiting on

@@ -14,7 +14,7 @@ type Client interface {
 	BlockedKeys(ctx context.Context, queue, group string) ([]partitionq.BlockedKey, error)
 	Preview(ctx context.Context, queue, group, key string, limit int) ([]partitionq.PreviewEvent, error)
 	// Act runs skip, retry now, quarantine: the table's actions on a key's head.
-	Act(ctx context.Context, action partitionq.AuditAction, a partitionq.Action) (partitionq.ActionResult, error)
+	Act(ctx context.Context, r partitionq.ActionRequest) (partitionq.ActionResult, error)
 	DeadLetters(ctx context.Context, q partitionq.DeadLetterQuery) ([]partitionq.DeadLetter, error)
 	Replay(ctx context.Context, r partitionq.ReplayRequest) (partitionq.ReplayResult, error)
 	Audit(ctx context.Context, queue, group string, limit int) ([]partitionq.AuditEntry, error)

@@ -36,8 +36,8 @@ const (
 	// by then counts as failed (DB DOWN) at once, and the next goes ahead.
 	RefreshTimeoutDefault = 2 * time.Second
 	// CallTimeout bounds each operator action. An action on a head a
-	// worker is handling waits up to partitionq.OperatorLockTimeout, which
-	// is shorter.
+	// worker is handling waits up to 5 s for it (then partitionq.ErrHeadBusy),
+	// which is shorter.
 	CallTimeout = 10 * time.Second
 )
 

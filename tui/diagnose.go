@@ -153,7 +153,7 @@ func diagnose(in slotInput) diagnosis {
 		d.add(sevWarn, "behind", "It is %s events behind the fastest slot of the group.", count(lead))
 	}
 	if ticksMissing {
-		d.add(sevWarn, "no ticks", "No tick for %s on the whole queue: nothing reads its events until one comes; %s.", age(max(s.Lag, st.Ticks.Age)), partitionq.TickerHint)
+		d.add(sevWarn, "no ticks", "No tick for %s on the whole queue: nothing reads its events until one comes; %s.", age(max(s.Lag, st.Ticks.Age)), st.Ticks.Fix())
 	}
 	if s.BlockedKeys > 0 || len(blocked) > 0 {
 		addBlocked(&d, s, blocked, at)

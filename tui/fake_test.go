@@ -60,10 +60,10 @@ func (f *fakeClient) Preview(ctx context.Context, queue, group, key string, limi
 	return nil, partitionq.ErrNotBlocked
 }
 
-func (f *fakeClient) act(verb string, a partitionq.Action) (partitionq.ActionResult, error) {
+func (f *fakeClient) act(a partitionq.ActionRequest) (partitionq.ActionResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.actions = append(f.actions, fmt.Sprintf("%s %s #%d %s", verb, a.Key, a.HeadID, a.Reason))
+	f.actions = append(f.actions, fmt.Sprintf("%s %s #%d %s", a.Action, a.Key, a.HeadID, a.Reason))
 	r := f.result
 	r.Key = a.Key
 	return r, f.actErr
@@ -76,8 +76,8 @@ func (f *fakeClient) done() []string {
 }
 
 // Act records the action by its audit name ("skip", "retry", "quarantine").
-func (f *fakeClient) Act(ctx context.Context, action partitionq.AuditAction, a partitionq.Action) (partitionq.ActionResult, error) {
-	return f.act(string(action), a)
+func (f *fakeClient) Act(ctx context.Context, r partitionq.ActionRequest) (partitionq.ActionResult, error) {
+	return f.act(r)
 }
 
 func (f *fakeClient) DeadLetters(ctx context.Context, q partitionq.DeadLetterQuery) ([]partitionq.DeadLetter, error) {

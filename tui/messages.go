@@ -272,13 +272,13 @@ type actionMsg struct {
 func act(sh *shared, req actionRequest) tea.Cmd {
 	return func() tea.Msg {
 		msg := actionMsg{req: req}
-		a := partitionq.Action{Queue: sh.queue, Group: sh.group, Key: req.key.Key, HeadID: req.key.Head.ID,
+		a := partitionq.ActionRequest{Action: req.row.Action, Queue: sh.queue, Group: sh.group, Key: req.key.Key, HeadID: req.key.Head.ID,
 			Reason: req.reason, Actor: sh.actor}
 		msg.err = sh.call(func(ctx context.Context) error {
 			var err error
 			switch req.kind {
 			case actKeyHead:
-				msg.result, err = sh.client.Act(ctx, req.row.Action, a)
+				msg.result, err = sh.client.Act(ctx, a)
 			case actReplay:
 				msg.replay, err = sh.client.Replay(ctx, partitionq.ReplayRequest{Queue: sh.queue, Group: sh.group, ID: req.dead.ID, Reason: req.reason, Actor: sh.actor})
 			case actReplayMany:

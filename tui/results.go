@@ -121,7 +121,10 @@ func resolvedText(r *partitionq.Resolution) string {
 }
 
 func actionErrText(err error) string {
-	var nh *partitionq.NotHeadError
+	var (
+		nh *partitionq.NotHeadError
+		de *partitionq.DrainingError
+	)
 	switch {
 	case errors.As(err, &nh):
 		now := fmt.Sprintf("its head is #%d now (%s)", nh.Head, nh.HeadState)
@@ -133,7 +136,7 @@ func actionErrText(err error) string {
 		return "a worker is handling the head right now; try again in a moment"
 	case errors.Is(err, partitionq.ErrNotBlocked):
 		return "the key is not blocked (any more): nothing of it is set aside and its events run as they arrive; nothing changed (the list drops it at the next refresh)"
-	case errors.Is(err, partitionq.ErrDraining):
+	case errors.As(err, &de):
 		return "the key is draining: its head never failed; nothing changed"
 	}
 	return line(err.Error())

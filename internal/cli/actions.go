@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -103,9 +102,6 @@ func (a *app) keyActionCmd(row partitionq.AuditActionInfo) *cobra.Command {
 			help.reasonUsage = "why (required), recorded in the audit trail"
 		}
 	}
-	do := func(ctx context.Context, c *partitionq.Client, act partitionq.Action) (partitionq.ActionResult, error) {
-		return c.Act(ctx, row.Action, act)
-	}
 	var (
 		t      target
 		key    string
@@ -137,17 +133,17 @@ func (a *app) keyActionCmd(row partitionq.AuditActionInfo) *cobra.Command {
 				return err
 			}
 			defer s.close()
-			act := partitionq.Action{Queue: t.queue, Group: t.group, Key: key, HeadID: headID, Reason: who.reason, Actor: a.actorOr(who.actor)}
-			res, err := do(cmd.Context(), s.client, act)
+			act := partitionq.ActionRequest{Action: row.Action, Queue: t.queue, Group: t.group, Key: key, HeadID: headID, Reason: who.reason, Actor: a.actorOr(who.actor)}
+			res, err := s.client.Act(cmd.Context(), act)
 			// A worker handling the head right now (each try waits for it
-			// up to partitionq.OperatorLockTimeout): try again, a few times.
+			// up to 5 s): try again, a few times.
 			for try := 1; errors.Is(err, partitionq.ErrHeadBusy) && try < actionTries; try++ {
 				select {
 				case <-cmd.Context().Done():
 					return cmd.Context().Err()
 				case <-time.After(200 * time.Millisecond):
 				}
-				res, err = do(cmd.Context(), s.client, act)
+				res, err = s.client.Act(cmd.Context(), act)
 			}
 			var de *partitionq.DrainingError
 			if errors.As(err, &de) {

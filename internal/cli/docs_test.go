@@ -50,6 +50,33 @@ func TestDocsCoverEveryCommandAndFlag(t *testing.T) {
 	}
 }
 
+// keys --help and key --help give the bounds of the library's reads as
+// docs/cli.md gives them (the library's TestDocsStateTheBounds checks that
+// docs/cli.md gives the code's).
+func TestHelpGivesTheDocsBounds(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "cli.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := strings.Join(strings.Fields(string(b)), " ")
+	root := newRoot(Env{}.withDefaults())
+	for name, phrases := range map[string][]string{
+		"keys": {"up to 200,000 pending events", "about 30,000"},
+		"key":  {"Up to 20 of each are listed"},
+	} {
+		cmd, _, err := root.Find([]string{name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		help := strings.Join(strings.Fields(cmd.Long), " ")
+		for _, p := range phrases {
+			if !strings.Contains(help, p) || !strings.Contains(doc, p) {
+				t.Errorf("%s --help and docs/cli.md do not both say %q", name, p)
+			}
+		}
+	}
+}
+
 // The worker's connections are counted the same in docs/cli.md,
 // docs/tuning.md and docs/architecture.md as in the code: the fixed ones
 // (a lease session, two readers, two to open and finish batches, one for

@@ -9,9 +9,9 @@ import (
 )
 
 // goName matches a Go type and field or method (Config.EngineSchema,
-// Client.Setup, WorkerConfig.Retry.MaxAttempts, Action.HeadID): the library's
-// words, which the command's errors never use.
-var goName = regexp.MustCompile(`\b(Config|Client|WorkerConfig|GroupSpec|Action|Options|TickerConfig)\.[A-Z]\w*`)
+// Client.Setup, WorkerConfig.Retry.MaxAttempts, ActionRequest.HeadID): the
+// library's words, which the command's errors never use.
+var goName = regexp.MustCompile(`\b(Config|Client|WorkerConfig|GroupSpec|ActionRequest|Options|TickerConfig)\.[A-Z]\w*`)
 
 // The command's errors name its flags and commands, never the library's
 // Go fields: an engine that is not installed, a database without

@@ -82,7 +82,7 @@ later events wait) or draining (its failed head was resolved, its waiting
 events run next); its events set aside in the slot, in the order they will
 run (the head first); its newest dead letters; and its recent dedup hits:
 the dedup ids of its events that refused duplicates (send --dedup-id), with
-how many each refused. Up to ` + strconv.Itoa(partitionq.KeyEventsLimit) + ` of each are listed, with the totals.`,
+how many each refused. Up to 20 of each are listed, with the totals.`,
 		Example: "  partitionq key --queue files --group indexer --key tenant-42",
 		Args:    noWords,
 		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {

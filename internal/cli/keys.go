@@ -59,13 +59,13 @@ func (a *app) keysCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "keys",
 		Short: "List the keys with the most pending events (hot keys), each slot's busiest key, and the oldest",
-		Long: fmt.Sprintf(`List the keys of a group with the most pending events (events of their
+		Long: `List the keys of a group with the most pending events (events of their
 slot's share not yet finished), the busiest key of each slot, and the key
 of each slot's oldest pending event. In bounded time at any backlog: up to
-%d pending events every one is counted (exact); above, about %d are
-sampled and each key's count is an estimate with its 95%% error (± N).
+200,000 pending events every one is counted (exact); above, about 30,000 are
+sampled and each key's count is an estimate with its 95% error (± N).
 Keyless events count under the key "". Read-only. See docs/operations.md,
-a hot tenant.`, partitionq.HotKeysExactMax, partitionq.HotKeysSample),
+a hot tenant.`,
 		Example: "  partitionq keys --queue files --group indexer --top 10",
 		Args:    noWords,
 		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {

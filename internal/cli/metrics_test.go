@@ -160,11 +160,10 @@ func TestWorkMetricsAddr(t *testing.T) {
 			}
 			if got["partitionq_slot_pending_events"][s.Slot] != float64(s.Pending) ||
 				got["partitionq_blocked_keys"][s.Slot] != float64(s.BlockedKeys) ||
-				got["partitionq_set_aside_events"][s.Slot] != float64(s.SetAside) ||
-				got["partitionq_parked_events"][s.Slot] != float64(s.SetAside) { // the deprecated name, for one release
-				mismatch = append(mismatch, fmt.Sprintf("slot %d: pending %v blocked %v set aside %v (deprecated parked %v) scraped; status says %d %d %d", s.Slot,
+				got["partitionq_set_aside_events"][s.Slot] != float64(s.SetAside) {
+				mismatch = append(mismatch, fmt.Sprintf("slot %d: pending %v blocked %v set aside %v scraped; status says %d %d %d", s.Slot,
 					got["partitionq_slot_pending_events"][s.Slot], got["partitionq_blocked_keys"][s.Slot],
-					got["partitionq_set_aside_events"][s.Slot], got["partitionq_parked_events"][s.Slot],
+					got["partitionq_set_aside_events"][s.Slot],
 					s.Pending, s.BlockedKeys, s.SetAside))
 			}
 			if lag, ok := got["partitionq_slot_lag_seconds"][s.Slot]; !ok || math.Abs(lag-s.LagSeconds) > 2 {

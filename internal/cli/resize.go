@@ -111,7 +111,7 @@ schema's owner; docs/security.md). Recorded in the audit trail.`,
 					wctx, cancel = context.WithTimeout(ctx, timeout)
 					defer cancel()
 				}
-				if _, err := s.client.WaitResize(wctx, t.queue, t.group, 0); err != nil {
+				if _, err := s.client.WaitResize(wctx, t.queue, t.group, 200*time.Millisecond); err != nil {
 					return err
 				}
 				j.Done = true

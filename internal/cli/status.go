@@ -314,7 +314,7 @@ func tickWarning(gs partitionq.GroupStatus) string {
 		since = "no tick for " + fmtDur(t.Age)
 	}
 	return fmt.Sprintf("%s on queue %q while %s wait after it: no slot reads them until the next tick; %s",
-		since, gs.Queue, plural(t.Unticked, "event"), partitionq.TickerHint)
+		since, gs.Queue, plural(t.Unticked, "event"), t.Fix())
 }
 
 // fmtRate writes events per second with one decimal below 100, none above.

@@ -148,7 +148,7 @@ database does not answer or refuses it, and once it is stopping).`,
 	f.DurationVar(&w.deadHost, "dead-host-timeout", 0, "how long the server keeps the sessions of a worker whose host vanished (the worker sets its sessions' TCP keepalives); 0: the lease duration + 10s; negative (-1s): the server's settings")
 	f.BoolVar(&w.noProgress, "no-progress", false, "do not record progress inside open batches (after a fault the whole open batch runs again)")
 	f.StringVar(&w.policy, "policy", string(partitionq.PolicyPause), `on failure: "pause" blocks the key until resolved, "retry-later" retries later and lets the key go on`)
-	f.IntVar(&w.maxAttempts, "max-attempts", 0, fmt.Sprintf("tries before an event becomes a dead letter; 0: unlimited under pause, %d under retry-later; -1: unlimited", partitionq.MaxAttemptsSkipDefault))
+	f.IntVar(&w.maxAttempts, "max-attempts", 0, fmt.Sprintf("tries before an event becomes a dead letter; 0: unlimited under pause, %d under retry-later; -1: unlimited", partitionq.MaxAttemptsRetryLaterDefault))
 	f.DurationVar(&w.backoffMin, "backoff-min", partitionq.BackoffMinDefault, "delay before the first retry; doubled on each retry")
 	f.DurationVar(&w.backoffMax, "backoff-max", partitionq.BackoffMaxDefault, "longest delay between retries")
 	f.DurationVar(&w.handlerTimeout, "handler-timeout", partitionq.HandlerTimeoutDefault, "stop a handler running longer (a failure); 0: no timeout")

@@ -151,7 +151,7 @@ func TestRunWithSkip(t *testing.T) {
 			if bk.Head.Attempts < 4 {
 				continue
 			}
-			res, err := c.Skip(t.Context(), partitionq.Action{Queue: "files", Group: "storage", Key: bk.Key, HeadID: bk.Head.ID, Reason: "test"})
+			res, err := c.Act(t.Context(), partitionq.ActionRequest{Action: partitionq.AuditSkip, Queue: "files", Group: "storage", Key: bk.Key, HeadID: bk.Head.ID, Reason: "test"})
 			if errors.Is(err, partitionq.ErrHeadBusy) {
 				continue
 			}
@@ -176,7 +176,7 @@ func TestRunWithSkip(t *testing.T) {
 			bks, _ := c.BlockedKeys(waitCtx, "files", "storage")
 			for _, bk := range bks {
 				if bk.Head.Attempts >= 4 {
-					c.Skip(waitCtx, partitionq.Action{Queue: "files", Group: "storage", Key: bk.Key, HeadID: bk.Head.ID, Reason: "test"}) // retried
+					c.Act(waitCtx, partitionq.ActionRequest{Action: partitionq.AuditSkip, Queue: "files", Group: "storage", Key: bk.Key, HeadID: bk.Head.ID, Reason: "test"}) // retried
 				}
 			}
 			time.Sleep(100 * time.Millisecond)
@@ -271,7 +271,7 @@ func TestRunWithReplay(t *testing.T) {
 			if _, poison := fate(d.run, e.key, e.seq, d.cfg.FailRate); poison {
 				continue
 			}
-			res, err := c.Skip(t.Context(), partitionq.Action{Queue: "files", Group: "storage", Key: bk.Key, HeadID: bk.Head.ID, Reason: "test"})
+			res, err := c.Act(t.Context(), partitionq.ActionRequest{Action: partitionq.AuditSkip, Queue: "files", Group: "storage", Key: bk.Key, HeadID: bk.Head.ID, Reason: "test"})
 			if errors.Is(err, partitionq.ErrHeadBusy) {
 				continue
 			}

@@ -516,7 +516,7 @@ func (r *faultRun) skipPoison(ctx context.Context, count bool) error {
 		if !poison {
 			continue
 		}
-		res, err := r.client.Skip(ctx, partitionq.Action{Queue: queueName, Group: groupName, Key: bk.Key, HeadID: bk.Head.ID,
+		res, err := r.client.Act(ctx, partitionq.ActionRequest{Action: partitionq.AuditSkip, Queue: queueName, Group: groupName, Key: bk.Key, HeadID: bk.Head.ID,
 			Reason: "poison event", Actor: "faults"})
 		if err != nil {
 			continue // busy, or the fault cut the session: the next look tries again

@@ -671,7 +671,7 @@ func (r *run) finish(ctx context.Context, p plan, heads map[string]int64) error 
 			r.rep.Problems = append(r.rep.Problems, fmt.Sprintf("stuck key %s: %d events handled past its blocked head", k, past))
 		}
 		if err := poll(ctx, time.Minute, "skip of "+k, func(ctx context.Context) (bool, error) {
-			_, err := r.client.Skip(ctx, partitionq.Action{Queue: queueName, Group: groupName, Key: k, HeadID: heads[k], Reason: "chaos: end of run"})
+			_, err := r.client.Act(ctx, partitionq.ActionRequest{Action: partitionq.AuditSkip, Queue: queueName, Group: groupName, Key: k, HeadID: heads[k], Reason: "chaos: end of run"})
 			return err == nil, err
 		}); err != nil {
 			return err

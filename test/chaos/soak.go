@@ -436,7 +436,7 @@ func operate(ctx context.Context, c *partitionq.Client, cfg SoakConfig, skips, r
 			if !strings.HasPrefix(bk.Key, "poison-") {
 				continue
 			}
-			if _, err := c.Skip(ctx, partitionq.Action{Queue: queueName, Group: groupName, Key: bk.Key, HeadID: bk.Head.ID,
+			if _, err := c.Act(ctx, partitionq.ActionRequest{Action: partitionq.AuditSkip, Queue: queueName, Group: groupName, Key: bk.Key, HeadID: bk.Head.ID,
 				Reason: "poison", Actor: "soak"}); err == nil {
 				skips.Add(1)
 			}

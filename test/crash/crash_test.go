@@ -181,7 +181,7 @@ func TestBlockedKeySurvivesKill(t *testing.T) {
 	if laterHandled != 0 {
 		t.Fatalf("%d later events of k were handled while it was blocked", laterHandled)
 	}
-	if _, err := e.client.Skip(e.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k", HeadID: before.Head.ID, Reason: "test"}); err != nil {
+	if _, err := e.client.Act(e.ctx, partitionq.ActionRequest{Action: partitionq.AuditSkip, Queue: "q", Group: "g", Key: "k", HeadID: before.Head.ID, Reason: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	pgtest.WaitFor(t, 30*time.Second, "k's waiting events handled", func() (bool, error) { return e.resolved(t) == 4, nil })

@@ -109,7 +109,7 @@ func TestHostileNamesAreRefused(t *testing.T) {
 		_, checks["Send"] = e.ac.Send(e.ctx, n, partitionq.Message{Key: "k"})
 		_, checks["BlockedKeys"] = e.ac.BlockedKeys(e.ctx, "q", n)
 		_, checks["Status"] = e.ac.Status(e.ctx, n, "g")
-		_, checks["Skip"] = e.ac.Skip(e.ctx, partitionq.Action{Queue: "q", Group: n, Key: "k", Reason: "test"})
+		_, checks["Act skip"] = e.ac.Act(e.ctx, partitionq.ActionRequest{Action: partitionq.AuditSkip, Queue: "q", Group: n, Key: "k", Reason: "test"})
 		_, checks["DeadLetters"] = e.ac.DeadLetters(e.ctx, partitionq.DeadLetterQuery{Queue: n, Group: "g"})
 		_, checks["Replay"] = e.ac.Replay(e.ctx, partitionq.ReplayRequest{Queue: "q", Group: n, ID: 1})
 		_, checks["NewWorker"] = e.ac.NewWorker(e.ctx, partitionq.WorkerConfig{Queue: n, Group: "g", Handler: e.h})
@@ -257,7 +257,7 @@ func TestHostileStringsAreStoredAndShownLiterally(t *testing.T) {
 	for i, k := range keys {
 		if i%2 == 0 {
 			pgtest.WaitFor(t, 30*time.Second, fmt.Sprintf("skip of %q", k), func() (bool, error) {
-				res, err := e.ac.Skip(e.ctx, partitionq.Action{Queue: "q", Group: "g", Key: k, HeadID: heads[k], Reason: k, Actor: k})
+				res, err := e.ac.Act(e.ctx, partitionq.ActionRequest{Action: partitionq.AuditSkip, Queue: "q", Group: "g", Key: k, HeadID: heads[k], Reason: k, Actor: k})
 				if errors.Is(err, partitionq.ErrHeadBusy) {
 					return false, nil
 				}

@@ -107,8 +107,8 @@ func TestProducerOnlySends(t *testing.T) {
 		denied(t, "DeadLetters", err)
 		_, err = pc.Groups(e.ctx, partitionq.GroupsQuery{Queue: "q"})
 		denied(t, "Groups", err)
-		_, err = pc.Skip(e.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "a", Reason: "test"})
-		denied(t, "Skip", err)
+		_, err = pc.Act(e.ctx, partitionq.ActionRequest{Action: partitionq.AuditSkip, Queue: "q", Group: "g", Key: "a", Reason: "test"})
+		denied(t, "Act skip", err)
 	})
 
 	t.Run("a worker with its role handles nothing", func(t *testing.T) {
@@ -154,8 +154,8 @@ func TestWorkerConsumesOnly(t *testing.T) {
 	before := e.state()
 	_, err := wc.Send(e.ctx, "q", partitionq.Message{Key: "x"})
 	denied(t, "Send", err)
-	_, err = wc.Skip(e.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k", Reason: "test"})
-	denied(t, "Skip", err)
+	_, err = wc.Act(e.ctx, partitionq.ActionRequest{Action: partitionq.AuditSkip, Queue: "q", Group: "g", Key: "k", Reason: "test"})
+	denied(t, "Act skip", err)
 	_, err = wc.Replay(e.ctx, partitionq.ReplayRequest{Queue: "q", Group: "g", ID: sc.deadP})
 	denied(t, "Replay", err)
 	_, err = wc.PurgeMatching(e.ctx, partitionq.BulkRequest{Match: partitionq.DeadLetterQuery{Queue: "q", Group: "g"}, All: true})
@@ -204,7 +204,7 @@ func TestOperatorActs(t *testing.T) {
 		}
 	})
 	t.Run("retry now", func(t *testing.T) {
-		res, err := oc.RetryNow(e.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k", HeadID: sc.headK})
+		res, err := oc.Act(e.ctx, partitionq.ActionRequest{Action: partitionq.AuditRetry, Queue: "q", Group: "g", Key: "k", HeadID: sc.headK})
 		if err != nil || res.Outcome != partitionq.OutcomeRetryScheduled {
 			t.Fatalf("RetryNow: %+v, %v", res, err)
 		}
@@ -213,7 +213,7 @@ func TestOperatorActs(t *testing.T) {
 		var res partitionq.ActionResult
 		pgtest.WaitFor(t, 30*time.Second, "skip of k", func() (bool, error) {
 			var err error
-			res, err = oc.Skip(e.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k", HeadID: sc.headK, Reason: "test"})
+			res, err = oc.Act(e.ctx, partitionq.ActionRequest{Action: partitionq.AuditSkip, Queue: "q", Group: "g", Key: "k", HeadID: sc.headK, Reason: "test"})
 			if errors.Is(err, partitionq.ErrHeadBusy) {
 				return false, nil
 			}
@@ -227,11 +227,11 @@ func TestOperatorActs(t *testing.T) {
 		})
 		// Named again: resolved, by whom (the dead letter); an id the queue
 		// never had is refused. Both read through event_fate.
-		res, err := oc.Skip(e.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k", HeadID: sc.headK, Reason: "again"})
+		res, err := oc.Act(e.ctx, partitionq.ActionRequest{Action: partitionq.AuditSkip, Queue: "q", Group: "g", Key: "k", HeadID: sc.headK, Reason: "again"})
 		if err != nil || res.Outcome != partitionq.OutcomeAlreadyResolved || res.Resolved == nil || res.Resolved.How != partitionq.ResolvedSkipped {
 			t.Fatalf("Skip of the skipped head: %+v, %v", res, err)
 		}
-		_, err = oc.Skip(e.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k", HeadID: 1 << 40, Reason: "wrong"})
+		_, err = oc.Act(e.ctx, partitionq.ActionRequest{Action: partitionq.AuditSkip, Queue: "q", Group: "g", Key: "k", HeadID: 1 << 40, Reason: "wrong"})
 		var nh *partitionq.NotHeadError
 		if !errors.As(err, &nh) || nh.Why != fmt.Sprintf("the queue has no event %d", int64(1)<<40) {
 			t.Fatalf("Skip of an event the queue never had: %v", err)
@@ -241,7 +241,7 @@ func TestOperatorActs(t *testing.T) {
 		var res partitionq.ActionResult
 		pgtest.WaitFor(t, 30*time.Second, "quarantine of k2", func() (bool, error) {
 			var err error
-			res, err = oc.Quarantine(e.ctx, partitionq.Action{Queue: "q", Group: "g", Key: "k2", HeadID: sc.headK2, Reason: "test"})
+			res, err = oc.Act(e.ctx, partitionq.ActionRequest{Action: partitionq.AuditQuarantine, Queue: "q", Group: "g", Key: "k2", HeadID: sc.headK2, Reason: "test"})
 			if errors.Is(err, partitionq.ErrHeadBusy) {
 				return false, nil
 			}
@@ -357,14 +357,15 @@ func TestViewerOnlyLooks(t *testing.T) {
 	})
 	t.Run("changes nothing", func(t *testing.T) {
 		before := e.state()
-		a := partitionq.Action{Queue: "q", Group: "g", Key: "k", HeadID: sc.headK, Reason: "viewer tries"}
-		_, err := vc.Skip(e.ctx, a)
-		denied(t, "Skip", err)
-		_, err = vc.RetryNow(e.ctx, a)
-		denied(t, "RetryNow", err)
-		a.Key, a.HeadID = "k2", sc.headK2
-		_, err = vc.Quarantine(e.ctx, a)
-		denied(t, "Quarantine", err)
+		a := partitionq.ActionRequest{Action: partitionq.AuditSkip, Queue: "q", Group: "g", Key: "k", HeadID: sc.headK, Reason: "viewer tries"}
+		_, err := vc.Act(e.ctx, a)
+		denied(t, "skip", err)
+		a.Action = partitionq.AuditRetry
+		_, err = vc.Act(e.ctx, a)
+		denied(t, "retry now", err)
+		a.Action, a.Key, a.HeadID = partitionq.AuditQuarantine, "k2", sc.headK2
+		_, err = vc.Act(e.ctx, a)
+		denied(t, "quarantine", err)
 		_, err = vc.Replay(e.ctx, partitionq.ReplayRequest{Queue: "q", Group: "g", ID: sc.deadP, Reason: "viewer tries"})
 		denied(t, "Replay", err)
 		bulk := partitionq.BulkRequest{Match: partitionq.DeadLetterQuery{Queue: "q", Group: "g"}, All: true, Reason: "viewer tries"}

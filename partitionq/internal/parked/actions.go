@@ -83,7 +83,7 @@ type Action struct {
 	Actor  string
 	// LockTimeout is how long to wait for a worker handling the head; 0
 	// waits without limit (PostgreSQL's lock_timeout 0), so callers pass
-	// a bound (partitionq passes OperatorLockTimeout).
+	// a bound (partitionq passes 5 s).
 	LockTimeout time.Duration
 }
 
