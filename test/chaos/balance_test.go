@@ -15,7 +15,8 @@ import (
 // all of them with a resize from 8 to 16 slots in its midst, and a steady
 // membership, while a producer sends and 2% of the events fail. After each
 // step every worker owns the floor or the ceil of N over their number
-// within the step's bound; the handler runs show 0 lost, 0 order
+// within the step's bound (stretched by half for a loaded machine: the
+// long form holds the stated bounds); the handler runs show 0 lost, 0 order
 // violations and 0 overlaps, graceful moves repeat nothing, the kill at
 // most what was in flight, and nothing moves while the membership is
 // steady. The long form is `make chaos CHAOS='balance -long'`.
@@ -30,7 +31,7 @@ func TestBalanceMatrix(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			rep, err := chaos.RunBalance(ctx, cl, chaos.BalanceConfig{Exec: execMode, WorkerBin: workerBin, ExecBin: cliBin, RunWatchBin: watchBin,
-				Engine: pgtest.Engine(t), Dir: runDir(t), WorkerLog: workerLog(t), Logf: t.Logf, Seed: seed(t)})
+				Engine: pgtest.Engine(t), Dir: runDir(t), WorkerLog: workerLog(t), Logf: t.Logf, Seed: seed(t), Slack: 1.5})
 			t.Logf("%s", rep)
 			if err != nil {
 				t.Fatalf("balance run: %v", err)
