@@ -51,7 +51,7 @@ help: ## List the targets
 # that run worker processes, crash and CLI, each open some 60 connections
 # at their peak, and two at once go past a default server's max_connections
 # of 100), then test/chaos, which has a throwaway cluster of its own.
-test: ## Run all tests with the race detector, on PgQ and then on PgQue (ENGINES=...)
+test: ## Run all tests on PgQ (with the race detector) and on PgQue, the halves beside each other (ENGINES=...)
 	@$(WITH_DB) $(PER_ENGINE) scripts/gotest.sh -race -count=1 -timeout 20m $(TESTFLAGS)
 
 test-short: ## Same as test, with -short

@@ -16,6 +16,21 @@ set -uo pipefail
 
 cd "$(dirname -- "${BASH_SOURCE[0]}")/.."
 
+# The race detector checks partitionq's Go code, which is the same on both
+# engines: the PgQ half runs it, the PgQue half (PARTITIONQ_ENGINE=pgque)
+# leaves -race out, which spares the two cores it shares with the PgQ half.
+# PQ_RACE_ALL=1 keeps -race on every half.
+if [[ ${PARTITIONQ_ENGINE:-} == pgque && ${PQ_RACE_ALL:-} != 1 ]]; then
+	args=()
+	for a in "$@"; do
+		[[ $a == -race ]] || args+=("$a")
+	done
+	if ((${#args[@]} != $#)); then
+		echo "gotest: the PgQue half runs without -race (the PgQ half runs it; PQ_RACE_ALL=1 keeps it here)"
+	fi
+	set -- "${args[@]}"
+fi
+
 chaos=./test/chaos
 others=$(go list ./... | grep -vx "github.com/partitionq/partitionq/test/chaos") || {
 	echo "gotest: go list failed" >&2
