@@ -346,7 +346,7 @@ func runFaults(ctx context.Context, args []string) int {
 	var cfg chaos.FaultConfig
 	only := fs.String("fault", "", "only this fault: kill, terminate-owner, terminate-all, restart, partition or stop (default: all)")
 	mode := fs.String("mode", "both", "workers: library, exec or both")
-	fs.IntVar(&cfg.Rounds, "rounds", 0, "faults of each kind (default 3; long 10)")
+	fs.IntVar(&cfg.Rounds, "rounds", 0, "faults of each kind (default 2; long 10)")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "random seed (default: the clock)")
 	resizes := fs.String("resizes", "", "resize the group before each fault, to these slot counts in turn (e.g. 8,3,6; one fault each, sent as it starts so the faults hit the drain; the make test form of this is TestFaultsDuringResize: 8,3)")
 	if err := fs.Parse(args); err != nil {
