@@ -52,6 +52,7 @@ func pages(t *testing.T, root string) []string {
 // same page or another markdown file) is the slug of one of that page's
 // headings, as GitHub makes them. Links to the web are not followed.
 func TestDocsLinksResolve(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join("..", "..")
 	for _, p := range pages(t, root) {
 		for _, e := range checkLinks(root, p) {
@@ -63,6 +64,7 @@ func TestDocsLinksResolve(t *testing.T) {
 // The check itself finds what it should: a missing file, a missing
 // anchor, on this page and another, and passes the good links.
 func TestLinkCheckFindsBrokenLinks(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	write := func(name, text string) {
 		p := filepath.Join(root, name)
@@ -96,6 +98,7 @@ func TestLinkCheckFindsBrokenLinks(t *testing.T) {
 }
 
 func TestSlug(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		"Scaling out and rolling restarts (2026-12-07, the 2-core machine)": "scaling-out-and-rolling-restarts-2026-12-07-the-2-core-machine",
 		"Latency (send to handler, 1000 events/s for 10s)":                  "latency-send-to-handler-1000-eventss-for-10s",
@@ -263,19 +266,26 @@ func checkLinks(root, path string) []string {
 }
 
 // nearest names the anchor of the page most like the one asked for, as a
-// hint: the one sharing the longest prefix with it.
+// hint: the one sharing the most words with it, if it shares at least half.
 func nearest(as map[string]bool, anchor string) string {
-	best, bestLen := "", 0
+	want := strings.Split(anchor, "-")
+	best, bestN := "", 0
 	for a := range as {
 		n := 0
-		for n < len(a) && n < len(anchor) && a[n] == anchor[n] {
-			n++
+		words := map[string]bool{}
+		for _, w := range strings.Split(a, "-") {
+			words[w] = true
 		}
-		if n > bestLen || (n == bestLen && n > 0 && a < best) {
-			best, bestLen = a, n
+		for _, w := range want {
+			if words[w] {
+				n++
+			}
+		}
+		if n > bestN || (n == bestN && n > 0 && a < best) {
+			best, bestN = a, n
 		}
 	}
-	if bestLen < 3 {
+	if bestN == 0 || 2*bestN < len(want) {
 		return ""
 	}
 	return fmt.Sprintf(" (perhaps #%s)", best)
