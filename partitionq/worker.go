@@ -640,7 +640,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.stoppedEarly {
 		return errors.New("partitionq: worker was stopped before it started: make a new one")
 	}
-	if w.cfg.Ticker != nil { // refuse at once rather than fail every tick (issue 28)
+	if w.cfg.Ticker != nil { // refuse at once: a ticker without the rights would fail every tick
 		if err := ticker.CheckRights(ctx, w.c.eng, w.c.pool); err != nil {
 			return err
 		}

@@ -37,7 +37,7 @@ func TestViews(t *testing.T) {
 		{name: "dead_letters_all", keys: step{keyMsg("3"), keyMsg("a")}},
 		{name: "database_away", away: true},
 		// Untrusted text that would break rows and the frame, and a key
-		// that drains (issue 13: findings 1 and 3).
+		// that drains.
 		{name: "hostile_blocked", keys: step{keyMsg("2")}, blocked: hostileBlocked()},
 		{name: "hostile_key_detail", keys: step{keyMsg("2"), keyMsg("enter")}, blocked: hostileBlocked()},
 		{name: "hostile_confirm_skip", keys: step{keyMsg("2"), keyMsg("s")}, blocked: hostileBlocked()},

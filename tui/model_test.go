@@ -653,7 +653,7 @@ func TestKeysAnswerWhileARefreshIsInFlight(t *testing.T) {
 	<-done
 }
 
-// The console under real use (issue 13): what an operator on a laggy link,
+// The console under real use: what an operator on a laggy link,
 // with hostile keys and a fresh worker, sees and does.
 
 // Finding 4: several characters that arrive in one read come as one key

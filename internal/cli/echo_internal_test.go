@@ -10,7 +10,7 @@ import (
 )
 
 // The audit table clips the free-text ACTOR as it clips REASON: a
-// 100,000-character actor printed a 100,147-character line (issue 18).
+// 100,000-character actor printed a 100,147-character line.
 func TestAuditTableClipsTheActor(t *testing.T) {
 	var out bytes.Buffer
 	es := []partitionq.AuditEntry{{ID: 1, At: time.Now(), DBRole: "ops", Actor: strings.Repeat("a", 100_000) + "\x1b[2J",

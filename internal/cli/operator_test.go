@@ -253,7 +253,7 @@ case "$payload" in *'"n":1'*) echo "cannot parse: corrupt file" >&2; exit 3;; es
 	return ids
 }
 
-// Finding 1 of issue 13: a second `skip --key K` moved a healthy event to
+// A second `skip --key K` moved a healthy event to
 // the dead letters. After a skip the key is draining: blocked, its JSON
 // and preview say so, and every action without --event refuses it, saying
 // how to act anyway.
@@ -308,7 +308,7 @@ func TestSkipTwiceNeverDeadLettersAHealthyEvent(t *testing.T) {
 	}
 }
 
-// Finding 6 of issue 13: after drop-group --force, the group's dead
+// After drop-group --force, the group's dead
 // letters and audit trail are still listed, shown and replayed, without
 // setup (which would register consumers that hold back table rotation).
 func TestDroppedGroupDeadLettersStayReachable(t *testing.T) {
@@ -360,7 +360,7 @@ func TestDroppedGroupDeadLettersStayReachable(t *testing.T) {
 	h.fails(cli.ExitFailed, []string{`no such consumer group "g"`}, with(qg, "status")...)
 }
 
-// Finding 3 of issue 13, and the one escaping rule: a key with a newline
+// The one escaping rule: a key with a newline
 // (and a bidi override) is shown the same way in every table and
 // sentence, on one line (multi\nline\u{202e}key), exactly in JSON, and
 // never raw; a 100,000-character actor is clipped in the audit table.

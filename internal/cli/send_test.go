@@ -130,7 +130,7 @@ func TestSendMalformedSendsNothing(t *testing.T) {
 	}
 }
 
-// Finding 5 of issue 18: `{"key":"\xff"}`, `{"key":"\xfe"}` and
+// `{"key":"\xff"}`, `{"key":"\xfe"}` and
 // `{"key":"\ud800"}` were all stored as the one key U+FFFD, three tenants
 // merged into one, because encoding/json replaces invalid UTF-8 and
 // unpaired surrogate escapes. Each is refused now, by line and field, in

@@ -198,7 +198,7 @@ func TestRunWithSkip(t *testing.T) {
 	}
 }
 
-// Finding 2 of issue 13: dead letters replayed in the middle of a real run
+// Dead letters replayed in the middle of a real run
 // (as dlq replay, or r in the console, does), some replays failing and
 // dying again, one replayed again, and a skip: the wait ends, nothing is
 // counted twice, and the check knows replays (it said "99 order

@@ -17,8 +17,8 @@ import (
 // The dead letters and the audit trail are append-only for every role of
 // sql/roles.sql and attributable: written only through partitionq's record
 // functions, which take the role from session_user and refuse what is not
-// true (docs/security.md, "Records nobody can forge"). Each test below is a
-// finding of issue 18, tried as the role with real SQL.
+// true (docs/security.md, "Records nobody can forge"). Each test below is an
+// attack a review found, tried as the role with real SQL.
 
 // refused checks that err is PostgreSQL's error with SQLSTATE code.
 func refused(t *testing.T, what string, err error, code string) {

@@ -11,7 +11,7 @@ import (
 	"github.com/partitionq/partitionq/test/pgtest"
 )
 
-// Finding 4 of issue 18: a role with CONNECT alone took a slot from its
+// A role with CONNECT alone took a slot from its
 // workers with pg_advisory_lock(28753, <sub_id>) and stopped every ticker
 // with pg_advisory_lock(28753, -2). Slot ownership and the ticker's turns
 // are rows of partitionq's own tables now, which such a role cannot read or

@@ -23,8 +23,8 @@ import (
 
 // ---------------------------------------------------------------- one database
 
-// The tests share one database with the engine and partitionq's schema
-// (issue 27): making a database and installing the engine costs more than
+// The tests share one database with the engine and partitionq's schema,
+// made once: making a database and installing the engine costs more than
 // any test here. The first test that needs it makes it and TestMain drops
 // it. Each test works on a queue of its own and keeps everything it checks
 // in a transaction it rolls back, so the tests do not see each other.

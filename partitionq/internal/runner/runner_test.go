@@ -26,7 +26,7 @@ import (
 // ---------------------------------------------------------------- one database
 
 // The runner's tests share one database with the engine and partitionq's
-// schema (issue 27), as parked's and store's do: the first test that needs
+// schema, as parked's and store's do: the first test that needs
 // it makes it and TestMain drops it. Each test works on a queue of its own.
 // A runner commits its own transactions (it opens, reads and finishes
 // batches on its pool), so unlike parked's tests these cannot roll back

@@ -72,7 +72,7 @@ func TestParentsAreTheOldSlotsANewSlotTakesKeysFrom(t *testing.T) {
 // ---------------------------------------------------------------- one database
 
 // The resize tests share one database with the engine and partitionq's
-// schema (issue 27): making a database and installing the engine costs
+// schema, made once: making a database and installing the engine costs
 // more than any test here. The first test that needs it makes it and
 // TestMain drops it. Each test works on a queue of its own, and keeps what
 // it checks in a transaction it rolls back where the engine allows.
