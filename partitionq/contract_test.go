@@ -198,7 +198,7 @@ func TestBadInput(t *testing.T) {
 		"no handler":   {Queue: "q", Group: "g"},
 		"concurrency":  {Queue: "q", Group: "g", Handler: newRecorder(t), Limits: partitionq.LimitsConfig{Concurrency: -1}},
 		"policy":       {Queue: "q", Group: "g", Handler: newRecorder(t), Retry: partitionq.RetryConfig{Policy: "drop"}},
-		"slots":        {Queue: "q", Group: "g", Handler: newRecorder(t), Slots: []int{2}},
+		"slots":        {Queue: "q", Group: "g", Handler: newRecorder(t), Pins: []int{2}},
 		"backoff":      {Queue: "q", Group: "g", Handler: newRecorder(t), Retry: partitionq.RetryConfig{BackoffMin: time.Minute, BackoffMax: time.Second}},
 		"max attempts": {Queue: "q", Group: "g", Handler: newRecorder(t), Retry: partitionq.RetryConfig{MaxAttempts: -2}},
 	} {

@@ -56,7 +56,7 @@ func TestWorkerLiveAndReady(t *testing.T) {
 
 	// Both pinned to both slots: the first owns them, the second stands by
 	// (identical workers without pins would share them).
-	owner = b.worker(t, partitionq.WorkerConfig{Handler: h, Identity: "owner", Slots: []int{0, 1},
+	owner = b.worker(t, partitionq.WorkerConfig{Handler: h, Identity: "owner", Pins: []int{0, 1},
 		Limits: partitionq.LimitsConfig{ShutdownTimeout: time.Minute}})
 	pgtest.WaitFor(t, 30*time.Second, "the owner ready with both slots", func() (bool, error) {
 		return owner.Ready() == nil && owned(owner) == 2, nil
@@ -65,7 +65,7 @@ func TestWorkerLiveAndReady(t *testing.T) {
 		t.Fatalf("a ready worker is not live: %v", err)
 	}
 
-	standby := b.worker(t, partitionq.WorkerConfig{Handler: h, Identity: "standby", Slots: []int{0, 1}})
+	standby := b.worker(t, partitionq.WorkerConfig{Handler: h, Identity: "standby", Pins: []int{0, 1}})
 	pgtest.WaitFor(t, 30*time.Second, "the standby ready", func() (bool, error) { return standby.Ready() == nil, nil })
 	if n := owned(standby); n != 0 {
 		t.Fatalf("the standby owns %d slots while the owner runs both", n)

@@ -44,7 +44,7 @@ type WorkerStatus struct {
 	// so that replicas started with one configuration (one Identity, even)
 	// tell each other apart.
 	Member string
-	// Pinned lists the slots of a worker started with WorkerConfig.Slots
+	// Pinned lists the slots of a worker started with WorkerConfig.Pins
 	// (it runs only these); nil for a worker that shares the group's slots
 	// with the others.
 	Pinned []int

@@ -212,8 +212,8 @@ func TestMetricsTwoWorkersOneRegisterer(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	url := serveRegistry(t, reg)
 	h := partitionq.HandlerFunc(func(context.Context, *partitionq.Event) error { return nil })
-	a := b.worker(t, partitionq.WorkerConfig{Handler: h, Registerer: reg, Slots: []int{0, 1}, Identity: "a"})
-	b.worker(t, partitionq.WorkerConfig{Handler: h, Registerer: reg, Slots: []int{2, 3}, Identity: "b"})
+	a := b.worker(t, partitionq.WorkerConfig{Handler: h, Registerer: reg, Pins: []int{0, 1}, Identity: "a"})
+	b.worker(t, partitionq.WorkerConfig{Handler: h, Registerer: reg, Pins: []int{2, 3}, Identity: "b"})
 	b.sendRounds(t, 8, 2)
 	pgtest.WaitFor(t, 60*time.Second, "16 events handled", func() (bool, error) {
 		return sum(series(t, scrape(t, url), "partitionq_events_handled_total")) == 16, nil
@@ -223,7 +223,7 @@ func TestMetricsTwoWorkersOneRegisterer(t *testing.T) {
 		t.Errorf("partitionq_slot_owned for slots %v, want 0 to 3 (two workers)", owned)
 	}
 
-	c, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: h, Registerer: reg, Slots: []int{1, 2}})
+	c, err := b.client.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g", Handler: h, Registerer: reg, Pins: []int{1, 2}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,12 +239,12 @@ func TestMetricsTwoWorkersOneRegisterer(t *testing.T) {
 	}
 
 	// A Registerer of its own takes the same slots.
-	b.worker(t, partitionq.WorkerConfig{Handler: h, Registerer: prometheus.NewRegistry(), Slots: []int{1, 2}, Identity: "c"})
+	b.worker(t, partitionq.WorkerConfig{Handler: h, Registerer: prometheus.NewRegistry(), Pins: []int{1, 2}, Identity: "c"})
 
 	if err := a.Stop(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	b.worker(t, partitionq.WorkerConfig{Handler: h, Registerer: reg, Slots: []int{0, 1}, Identity: "a2"})
+	b.worker(t, partitionq.WorkerConfig{Handler: h, Registerer: reg, Pins: []int{0, 1}, Identity: "a2"})
 }
 
 // TestMetricsScrapeBoundedWhenTheDatabaseHangs: with every connection of

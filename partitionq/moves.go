@@ -6,7 +6,7 @@ import (
 )
 
 // Slots move between the workers of a group by themselves: identical
-// workers (no WorkerConfig.Slots) share the slots of every generation,
+// workers (no WorkerConfig.Pins) share the slots of every generation,
 // each holding its share (docs/architecture.md, "Sharing the slots").
 // Why a slot moved to a worker is the label reason of
 // partitionq_slot_moves_total and of the worker's log (lease.Reasons:

@@ -87,16 +87,19 @@ type WorkerConfig struct {
 	// SlotCount, when not zero, is the number of slots (N) the caller
 	// expects the group to have; NewWorker fails with a
 	// *SlotCountMismatchError otherwise. It pins the worker to that
-	// generation, as Slots does: when a resize ends it, the worker stops
+	// generation, as Pins does: when a resize ends it, the worker stops
 	// (Err returns a *ResizedError). Defaults to 0: the group's number of
-	// slots, following every resize. Not to be confused with Slots, the
-	// list of slots to run.
+	// slots, following every resize.
 	SlotCount int
 
-	// Slots lists the slots to run. Defaults to all slots of the group.
-	// Each slot is run by one worker at a time: a worker asking for a slot
-	// that another live worker runs waits as its standby.
-	Slots []int
+	// Pins, when set, lists the only slots this worker runs (a pinned
+	// worker): it takes each when it is free, and waits as its standby
+	// while another live worker runs it; it stays out of the sharing of
+	// the other slots, and stops when a resize ends its generation.
+	// Defaults to none: the worker shares the group's slots with the other
+	// workers that run it, and follows every resize (docs/architecture.md,
+	// "Sharing the slots"). Rarely needed.
+	Pins []int
 
 	// Handler handles the events. Required.
 	Handler Handler
@@ -178,21 +181,28 @@ type RetryConfig struct {
 	// (BackoffMax at least BackoffMin).
 	BackoffMin, BackoffMax time.Duration
 
-	// MaxBlocked bounds the pause (PolicyPause only): a key whose head first
-	// failed longer ago than this is flagged (a warning in the log, and
-	// BlockedKey.Flagged), or, with MaxBlockedDeadLetter, its head is
-	// dead-lettered (reason "max_blocked") and the key goes on. Defaults to
-	// 0: no bound, the key waits for an operator.
-	MaxBlocked time.Duration
-
-	// MaxBlockedDeadLetter makes MaxBlocked dead-letter the head rather
-	// than only flag it. Defaults to false.
-	MaxBlockedDeadLetter bool
+	// MaxBlocked bounds the pause (PolicyPause only): how long a key's
+	// head may stay failed, and what happens past that. Defaults to no
+	// bound: the key waits for an operator.
+	MaxBlocked BlockedLimit
 
 	// HeadScanInterval (pause policy) is the longest wait between two looks
 	// at a slot's blocked keys, which is how soon an operator's "retry now"
 	// takes effect. Defaults to 1s.
 	HeadScanInterval time.Duration
+}
+
+// BlockedLimit bounds how long a key stays blocked under the pause policy
+// (RetryConfig.MaxBlocked). The zero value means no bound.
+type BlockedLimit struct {
+	// After is how long ago a key's head may have first failed: past it,
+	// the key is flagged (a warning in the log, and BlockedKey.Flagged),
+	// or its head dead-lettered with DeadLetter. 0 means no bound.
+	After time.Duration
+
+	// DeadLetter dead-letters the head (reason "max_blocked") past After,
+	// and the key goes on, rather than only flag it. Defaults to false.
+	DeadLetter bool
 }
 
 // LimitsConfig bounds how much a worker does at once and how long it
@@ -315,12 +325,7 @@ func orDefault[T comparable](v *T, def T) {
 }
 
 func (cfg RetryConfig) withDefaults() RetryConfig {
-	switch cfg.Policy {
-	case "":
-		cfg.Policy = PolicyPause
-	case "skip": // the old name of retry-later, accepted for one release
-		cfg.Policy = PolicyRetryLater
-	}
+	orDefault(&cfg.Policy, PolicyPause)
 	if cfg.MaxAttempts == 0 && cfg.Policy == PolicyRetryLater {
 		cfg.MaxAttempts = MaxAttemptsRetryLaterDefault
 	}
@@ -393,6 +398,8 @@ func (cfg WorkerConfig) validate() error {
 // its fields after prefix ("WorkerConfig.Retry.").
 func (cfg RetryConfig) validate(prefix string) error {
 	switch {
+	case cfg.Policy == "skip":
+		return fieldError(prefix+"Policy", `"skip"`, "it is the retry-later policy's old name", `use PolicyRetryLater ("retry-later")`)
 	case cfg.Policy != PolicyPause && cfg.Policy != PolicyRetryLater:
 		return fieldError(prefix+"Policy", strconv.Quote(string(cfg.Policy)), "unknown policy", `use "pause" or "retry-later"`)
 	case cfg.MaxAttempts < -1:
@@ -402,8 +409,8 @@ func (cfg RetryConfig) validate(prefix string) error {
 	case cfg.BackoffMax < cfg.BackoffMin:
 		return fieldError(prefix+"BackoffMax", cfg.BackoffMax.String(), "it is less than the minimum ("+cfg.BackoffMin.String()+")",
 			"give at least BackoffMin, or 0 for the default (5m, at least BackoffMin)")
-	case cfg.MaxBlocked < 0:
-		return fieldError(prefix+"MaxBlocked", cfg.MaxBlocked.String(), "it is negative", "use 0 for no bound")
+	case cfg.MaxBlocked.After < 0:
+		return fieldError(prefix+"MaxBlocked.After", cfg.MaxBlocked.After.String(), "it is negative", "use 0 for no bound")
 	case cfg.HeadScanInterval < 0:
 		return fieldError(prefix+"HeadScanInterval", cfg.HeadScanInterval.String(), "it is negative", "use 0 for the default (1s)")
 	}
@@ -463,7 +470,7 @@ func backoff(minD, maxD time.Duration, n int) time.Duration {
 // A worker follows the group through resizes (Client.Resize): it runs the
 // slots of every live generation, the old one's until they are handed off
 // and the new one's from the cutover on, without a restart. A worker
-// started with WorkerConfig.Slots or WorkerConfig.SlotCount runs the slots of one
+// started with WorkerConfig.Pins or WorkerConfig.SlotCount runs the slots of one
 // generation only: when a resize ends that generation (its slots drained
 // to the cutover and handed off), the worker stops, and Err returns a
 // *ResizedError naming the new number of slots.
@@ -520,7 +527,7 @@ type genRun struct {
 }
 
 // ResizedError reports that a worker pinned to one generation's slots
-// (WorkerConfig.Slots or SlotCount, partitionq work --slots) stopped because a
+// (WorkerConfig.Pins or SlotCount, partitionq work --slots) stopped because a
 // resize ended that generation: its slots were drained to the cutover and
 // handed off to the new ones.
 type ResizedError struct {
@@ -529,7 +536,7 @@ type ResizedError struct {
 }
 
 func (e *ResizedError) Error() string {
-	return fmt.Sprintf("group %q on queue %q was resized from %d to %d slots: this worker ran slots of the %d-slot generation (WorkerConfig.Slots or SlotCount, or --slots), which are drained and handed off; start it again with slots of %d, or without --slots to follow every resize",
+	return fmt.Sprintf("group %q on queue %q was resized from %d to %d slots: this worker ran slots of the %d-slot generation (WorkerConfig.Pins or SlotCount, or --slots), which are drained and handed off; start it again with slots of %d, or without --slots to follow every resize",
 		e.Group, e.Queue, e.From, e.To, e.From, e.To)
 }
 
@@ -553,14 +560,14 @@ func (c *Client) NewWorker(ctx context.Context, cfg WorkerConfig) (*Worker, erro
 			return nil, &SlotCountMismatchError{Queue: cfg.Queue, Group: cfg.Group, Existing: g.Slots, Requested: cfg.SlotCount}
 		}
 		w.pinned = cfg.SlotCount
-	case len(cfg.Slots) > 0:
+	case len(cfg.Pins) > 0:
 		w.pinned = g.Slots
 		if g.Resize != nil && g.Resize.Cutover == 0 {
 			w.pinned = g.Resize.From // the new generation has no consumers yet
 		}
 	}
 	if w.pinned != 0 {
-		if _, err := pickSlots(cfg.Slots, w.pinned); err != nil {
+		if _, err := pickSlots(cfg.Pins, w.pinned); err != nil {
 			return nil, err
 		}
 	}
@@ -611,7 +618,7 @@ func pickSlots(want []int, n int) ([]int, error) {
 	var out []int
 	for _, s := range want {
 		if s < 0 || s >= n {
-			return nil, &ValidationError{Field: "WorkerConfig.Slots", Value: strconv.Itoa(s),
+			return nil, &ValidationError{Field: "WorkerConfig.Pins", Value: strconv.Itoa(s),
 				Problem: fmt.Sprintf("the group has slots 0 to %d", n-1), Fix: "list slots of the group, or none for all"}
 		}
 		if !seen[s] {
@@ -745,7 +752,7 @@ func (w *Worker) wanted(g Group) []generation {
 // startGen starts the run of generation x's slots; ready receives the
 // runner's registration result.
 func (w *Worker) startGen(x generation) (chan error, error) {
-	slots, err := pickSlots(w.cfg.Slots, x.n)
+	slots, err := pickSlots(w.cfg.Pins, x.n)
 	if err != nil {
 		return nil, err
 	}
@@ -927,12 +934,12 @@ func (w *Worker) newRunner(x generation, gr *genRun) *runner.Runner {
 		Eng: w.c.eng, Pool: w.pool, Log: w.log.With(slog.Int("slots", x.n)), Queue: w.cfg.Queue, Group: w.cfg.Group, N: x.n,
 		Generation: x.recorded, Slots: gr.slots, Consumers: x.consumers, SubIDs: x.subIDs, Stats: gr.stats, Identity: w.cfg.Identity,
 		Parent: x.parent, ParentSubs: x.parentSubs, SchemaVersion: store.Latest(), OnRenew: w.onRenew,
-		Member: w.member, Balance: len(w.cfg.Slots) == 0, LeaveTimeout: w.cfg.Limits.ShutdownTimeout,
+		Member: w.member, Balance: len(w.cfg.Pins) == 0, LeaveTimeout: w.cfg.Limits.ShutdownTimeout,
 		Concurrency: w.cfg.Limits.Concurrency, DrainConcurrency: w.cfg.Limits.DrainConcurrency, Policy: policy, MaxAttempts: maxAttempts,
 		Backoff:        func(n int) time.Duration { return backoff(w.cfg.Retry.BackoffMin, w.cfg.Retry.BackoffMax, n) },
 		HandlerTimeout: hto, Handle: w.handleFunc(gr), Keys: &w.keys, Calls: &w.calls,
 		PollInterval: w.cfg.Limits.PollInterval, StandbyPoll: w.cfg.Ownership.StandbyPoll, HeadScanInterval: w.cfg.Retry.HeadScanInterval,
-		MaxBlocked: w.cfg.Retry.MaxBlocked, MaxBlockedDeadLetter: w.cfg.Retry.MaxBlockedDeadLetter,
+		MaxBlocked: w.cfg.Retry.MaxBlocked.After, MaxBlockedDeadLetter: w.cfg.Retry.MaxBlocked.DeadLetter,
 		ChunkSize: chunkSize, BatchMaxEvents: maxEvents, MaxReaders: workerReaders,
 		Progress: !w.cfg.DisableProgress, ProgressMax: progressMax, FlushInterval: flushInterval,
 		LeaseTTL: lease, LeaseRenew: lease / 5, LeaseMargin: lease / 5,

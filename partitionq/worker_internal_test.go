@@ -30,7 +30,7 @@ func TestWorkerConfigValidationIsDeterministic(t *testing.T) {
 	h := HandlerFunc(func(context.Context, *Event) error { return nil })
 	cfg := WorkerConfig{Queue: "q", Group: "g", SlotCount: -1, Handler: h, TxHandler: TxHandlerFunc(func(context.Context, pgx.Tx, *Event) error { return nil }),
 		Retry: RetryConfig{Policy: "later", MaxAttempts: -2, BackoffMin: -time.Second, BackoffMax: -2 * time.Second,
-			MaxBlocked: -time.Second, HeadScanInterval: -time.Second},
+			MaxBlocked: BlockedLimit{After: -time.Second}, HeadScanInterval: -time.Second},
 		Limits: LimitsConfig{Concurrency: -1, DrainConcurrency: -1, BatchMinEvents: -2, HandlerTimeout: -time.Second,
 			ShutdownTimeout: -time.Second, PollInterval: -time.Second},
 		Ownership: OwnershipConfig{LeaseDuration: time.Millisecond, StandbyPoll: -time.Second, DeadHostTimeout: time.Second},
@@ -47,7 +47,7 @@ func TestWorkerConfigValidationIsDeterministic(t *testing.T) {
 		{"WorkerConfig.Retry.MaxAttempts", func(c *WorkerConfig) { c.Retry.MaxAttempts = 0 }},
 		{"WorkerConfig.Retry.BackoffMin", func(c *WorkerConfig) { c.Retry.BackoffMin = 0 }},
 		{"WorkerConfig.Retry.BackoffMax", func(c *WorkerConfig) { c.Retry.BackoffMax = 0 }},
-		{"WorkerConfig.Retry.MaxBlocked", func(c *WorkerConfig) { c.Retry.MaxBlocked = 0 }},
+		{"WorkerConfig.Retry.MaxBlocked.After", func(c *WorkerConfig) { c.Retry.MaxBlocked.After = 0 }},
 		{"WorkerConfig.Retry.HeadScanInterval", func(c *WorkerConfig) { c.Retry.HeadScanInterval = 0 }},
 		{"WorkerConfig.Limits.Concurrency", func(c *WorkerConfig) { c.Limits.Concurrency = 0 }},
 		{"WorkerConfig.Limits.DrainConcurrency", func(c *WorkerConfig) { c.Limits.DrainConcurrency = 0 }},
@@ -76,20 +76,16 @@ func TestWorkerConfigValidationIsDeterministic(t *testing.T) {
 	}
 }
 
-// A Policy of "skip", the retry-later policy's old name, is read as
-// retry-later (with its MaxAttempts default); an unknown one names both
-// policies.
-func TestPolicyNamedSkipIsReadAsRetryLater(t *testing.T) {
+// A Policy of "skip", the retry-later policy's old name, is refused
+// naming the new one; an unknown one names both policies.
+func TestPolicyNamedSkipIsRefused(t *testing.T) {
 	h := HandlerFunc(func(context.Context, *Event) error { return nil })
-	cfg := WorkerConfig{Queue: "q", Group: "g", Handler: h, Retry: RetryConfig{Policy: "skip"}}.withDefaults()
-	if cfg.Retry.Policy != PolicyRetryLater || cfg.Retry.MaxAttempts != MaxAttemptsRetryLaterDefault {
-		t.Fatalf("Policy %q, MaxAttempts %d: want %q, %d", cfg.Retry.Policy, cfg.Retry.MaxAttempts, PolicyRetryLater, MaxAttemptsRetryLaterDefault)
-	}
-	if err := cfg.validate(); err != nil {
-		t.Fatalf("validate: %v", err)
-	}
 	var ve *ValidationError
-	err := WorkerConfig{Queue: "q", Group: "g", Handler: h, Retry: RetryConfig{Policy: "later"}}.withDefaults().validate()
+	err := WorkerConfig{Queue: "q", Group: "g", Handler: h, Retry: RetryConfig{Policy: "skip"}}.withDefaults().validate()
+	if !errors.As(err, &ve) || ve.Field != "WorkerConfig.Retry.Policy" || !strings.Contains(err.Error(), "PolicyRetryLater") {
+		t.Fatalf("validate: %v, want WorkerConfig.Retry.Policy refused, naming PolicyRetryLater", err)
+	}
+	err = WorkerConfig{Queue: "q", Group: "g", Handler: h, Retry: RetryConfig{Policy: "later"}}.withDefaults().validate()
 	if !errors.As(err, &ve) || ve.Field != "WorkerConfig.Retry.Policy" || !strings.Contains(err.Error(), `"pause" or "retry-later"`) {
 		t.Fatalf("validate: %v, want WorkerConfig.Retry.Policy refused, naming pause and retry-later", err)
 	}

@@ -651,7 +651,7 @@ func TestSkipPolicyDoesNotBlock(t *testing.T) {
 }
 
 // Bounded pause: a key blocked longer than MaxBlocked is dead-lettered
-// (MaxBlockedDeadLetter) and goes on, or is only flagged.
+// (MaxBlocked.DeadLetter) and goes on, or is only flagged.
 func TestBoundedPause(t *testing.T) {
 	t.Parallel()
 	for _, deadLetter := range []bool{true, false} {
@@ -667,7 +667,7 @@ func TestBoundedPause(t *testing.T) {
 			}}
 			b.worker(t, partitionq.WorkerConfig{
 				Handler: l,
-				Retry:   partitionq.RetryConfig{BackoffMin: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond, MaxBlocked: 300 * time.Millisecond, MaxBlockedDeadLetter: deadLetter},
+				Retry:   partitionq.RetryConfig{BackoffMin: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond, MaxBlocked: partitionq.BlockedLimit{After: 300 * time.Millisecond, DeadLetter: deadLetter}},
 			})
 			b.send(t, "k", 1, 2)
 			if deadLetter {

@@ -282,7 +282,7 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 		}
 	}()
 	cfg := partitionq.WorkerConfig{
-		Queue: t.queue, Group: t.group, Slots: slots,
+		Queue: t.queue, Group: t.group, Pins: slots,
 		Handler: handler,
 		Retry:   partitionq.RetryConfig{Policy: partitionq.Policy(w.policy), MaxAttempts: w.maxAttempts, BackoffMin: w.backoffMin},
 		Limits: partitionq.LimitsConfig{Concurrency: w.concurrency, DrainConcurrency: w.drains,

@@ -209,7 +209,7 @@ func run(ctx context.Context, log *slog.Logger, o opts) error {
 		return nil
 	}
 	wc := partitionq.WorkerConfig{
-		Queue: o.queue, Group: o.group, Slots: slots,
+		Queue: o.queue, Group: o.group, Pins: slots,
 		Identity:  fmt.Sprintf("testworker:%d", pid),
 		Retry:     partitionq.RetryConfig{MaxAttempts: o.maxAttempts, BackoffMin: 5 * time.Millisecond, BackoffMax: o.backoffMax, HeadScanInterval: 50 * time.Millisecond},
 		Limits:    partitionq.LimitsConfig{Concurrency: o.conc, DrainConcurrency: o.drains, PollInterval: 10 * time.Millisecond},

@@ -310,7 +310,7 @@ func (b *bench) runPartitionq(ctx context.Context, wl *Workload, queue string, i
 			}
 			if p.workers() > 1 && !p.Identical {
 				for s := i * per; s < (i+1)*per || (i == p.workers()-1 && s < n); s++ {
-					wc.Slots = append(wc.Slots, s)
+					wc.Pins = append(wc.Pins, s)
 				}
 			}
 			if p.Variant == VariantTxHandler {
