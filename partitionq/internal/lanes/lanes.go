@@ -20,7 +20,7 @@ type lane[T any] struct {
 type Dispatcher[T any] struct {
 	limit int
 	work  func(key string, item T)
-	run   int                        // the most items of a run (NewRuns); 0: one item per call (New)
+	run   int                         // the most items of a run (NewRuns); 0: one item per call (New)
 	runs  func(key string, items []T) // NewRuns's work
 
 	mu      sync.Mutex
