@@ -42,6 +42,8 @@ type workFlags struct {
 	noProgress      bool
 	metricsAddr     string
 	webConfig       string
+	runs            bool
+	maxRun          int
 }
 
 func (a *app) workCmd() *cobra.Command {
@@ -109,6 +111,9 @@ database does not answer or refuses it, and once it is stopping).`,
 			if err := w.validateHandler(cmd.Flags().Changed("pipe-cancel-grace")); err != nil {
 				return err
 			}
+			if err := w.validateRuns(cmd.Flags().Changed("max-run")); err != nil {
+				return err
+			}
 			switch w.policy {
 			case string(partitionq.PolicyPause), string(partitionq.PolicyRetryLater):
 			case "skip": // the policy's old name, kept working for one release
@@ -141,6 +146,8 @@ database does not answer or refuses it, and once it is stopping).`,
 	f.StringVar(&w.httpConfig, "http-config", "", "file of --http's TLS settings and credentials (docs/handlers.md)")
 	f.StringVar(&w.pipe, "pipe", "", "shell command started once, which takes the events as JSON lines (one of --exec, --http, --pipe)")
 	f.DurationVar(&w.cancelGrace, "pipe-cancel-grace", pipeCancelGraceDefault, "how long a --pipe process has to answer a cancelled event before its process group is killed; less than --lease-duration/5")
+	f.BoolVar(&w.runs, "runs", false, "--http and --pipe: hand runs of consecutive events of one key (up to --max-run) in one request, a JSON array (docs/handlers.md)")
+	f.IntVar(&w.maxRun, "max-run", partitionq.MaxRunDefault, "with --runs: the most events of one key in one request")
 	f.StringVar(&w.slots, "slots", "all", `slots to run: "all" (share the group's slots with the other workers), or a list such as 0,2,5-7 (run only these: a pin)`)
 	f.IntVar(&w.concurrency, "concurrency", partitionq.ConcurrencyDefault, "events of different keys handled at once per slot")
 	f.IntVar(&w.drains, "drain-concurrency", 0, fmt.Sprintf("pause policy: blocked keys retried and drained at once, across all the worker's slots, each on a connection of its own (default %d)", partitionq.DrainConcurrencyDefault))
@@ -195,6 +202,19 @@ func (w *workFlags) validateHandler(graceGiven bool) error {
 			return usagef("invalid --pipe-cancel-grace %s: give a positive duration less than --lease-duration/5 (%s), so that a lost slot's events are stopped before a standby may take the slot (default %s)",
 				w.cancelGrace, margin, pipeCancelGraceDefault)
 		}
+	}
+	return nil
+}
+
+// validateRuns checks --runs and --max-run.
+func (w workFlags) validateRuns(maxRunGiven bool) error {
+	switch {
+	case w.runs && w.exec != "":
+		return usagef("--runs needs --http or --pipe: --exec runs a command per event")
+	case maxRunGiven && !w.runs:
+		return usagef("--max-run needs --runs: give --runs to hand runs of a key's events in one request")
+	case w.maxRun < 1:
+		return usagef("invalid --max-run %d: give 1 or more events of a key per request (default %d)", w.maxRun, partitionq.MaxRunDefault)
 	}
 	return nil
 }
@@ -283,13 +303,17 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 	}()
 	cfg := partitionq.WorkerConfig{
 		Queue: t.queue, Group: t.group, Slots: slots,
-		Handler: handler,
-		Retry:   partitionq.RetryConfig{Policy: partitionq.Policy(w.policy), MaxAttempts: w.maxAttempts, BackoffMin: w.backoffMin},
-		Limits: partitionq.LimitsConfig{Concurrency: w.concurrency, DrainConcurrency: w.drains,
+		Retry: partitionq.RetryConfig{Policy: partitionq.Policy(w.policy), MaxAttempts: w.maxAttempts, BackoffMin: w.backoffMin},
+		Limits: partitionq.LimitsConfig{Concurrency: w.concurrency, DrainConcurrency: w.drains, MaxRun: w.maxRun,
 			HandlerTimeout: w.handlerTimeout, ShutdownTimeout: w.shutdownTimeout, PollInterval: w.pollInterval,
 			LivenessTimeout: w.liveness},
 		Ownership:       partitionq.OwnershipConfig{LeaseDuration: w.lease, DeadHostTimeout: w.deadHost},
 		DisableProgress: w.noProgress, Identity: w.identity,
+	}
+	if run, ok := handler.(partitionq.RunHandler); ok && w.runs {
+		cfg.RunHandler = run
+	} else {
+		cfg.Handler = handler
 	}
 	if w.ticker { // --tick-interval alone changes nothing: no ticker runs
 		cfg.Ticker = &partitionq.TickerConfig{Interval: w.tickInterval}
