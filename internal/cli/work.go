@@ -81,6 +81,12 @@ the messages, docs/handlers.md examples in Node.js and Python):
              line; unanswered after --pipe-cancel-grace, the process group is
              killed.
 
+--runs       with --http or --pipe: hands a key's consecutive events (up
+             to --max-run, 64) in one request, a JSON array (a CloudEvents
+             batch; the pipe's "events"); a failure names its first event
+             not done by its index (the header Partitionq-Failed-Index; the
+             reply's "index"): the events before it are done.
+
 A handler still running after --handler-timeout (or whose slot the worker
 lost) is stopped: an --exec command is killed with its whole process group,
 an --http request cancelled, a --pipe event cancelled. That counts as a
@@ -102,7 +108,8 @@ database does not answer or refuses it, and once it is stopping).`,
 		Example: `  partitionq work --queue files --group indexer --exec ./index-file.sh
   partitionq work --queue files --group indexer --slots 0-3 --policy retry-later --exec 'python3 handle.py'
   partitionq work --queue files --group indexer --http http://127.0.0.1:8080/events
-  partitionq work --queue files --group indexer --pipe 'python3 pipe_handler.py'`,
+  partitionq work --queue files --group indexer --pipe 'python3 pipe_handler.py'
+  partitionq work --queue files --group indexer --runs --max-run 32 --pipe 'python3 pipe_handler.py'`,
 		Args: noWords,
 		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
