@@ -165,16 +165,16 @@ func (w *Worker) txRunHandleFunc() runner.RunHandler {
 	}
 }
 
-// recordRunDone records every event of a run as done, in the handler's
-// transaction, in one round trip.
+// recordRunDone records every event of a run (of one slot, epoch and
+// batch) as done, in the handler's transaction, in one statement.
 func recordRunDone(ctx context.Context, tx pgx.Tx, evs []*Event) error {
-	var b pgx.Batch
-	for _, ev := range evs {
-		slotstats.QueueRecordDone(&b, ev.Queue, ev.Group, ev.Slots, ev.Slot, ev.Epoch, ev.batch, ev.ID)
+	ids := make([]int64, len(evs))
+	for i, ev := range evs {
+		ids[i] = ev.ID
 	}
-	err := tx.SendBatch(ctx, &b).Close()
+	ev := evs[0]
+	err := slotstats.RecordDoneAll(ctx, tx, ev.Queue, ev.Group, ev.Slots, ev.Slot, ev.Epoch, ev.batch, ids)
 	if db.Code(err) == codeNotOwner {
-		ev := evs[0]
 		return fmt.Errorf("%w (slot %d, epoch %d)", ErrNotOwner, ev.Slot, ev.Epoch)
 	}
 	return err

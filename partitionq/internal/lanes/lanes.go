@@ -63,6 +63,21 @@ func NewRuns[T any](limit, maxRun int, work func(key string, items []T)) *Dispat
 func (d *Dispatcher[T]) Add(key string, item T) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.addLocked(key, item)
+}
+
+// AddAll queues items[i] behind the earlier items of keys[i], in order,
+// at once: a key's items added together are there together when a run
+// of it starts (NewRuns), and the lock is taken once.
+func (d *Dispatcher[T]) AddAll(keys []string, items []T) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, key := range keys {
+		d.addLocked(key, items[i])
+	}
+}
+
+func (d *Dispatcher[T]) addLocked(key string, item T) {
 	if d.closed {
 		panic("lanes: Add after Close")
 	}

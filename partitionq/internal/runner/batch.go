@@ -25,6 +25,10 @@ type batchRun struct {
 	out   *parked.Outcome
 	lanes *lanes.Dispatcher[item]
 	keys  map[string]*keyState // only the reader touches it
+	// The events of the chunk being read, handed to the lanes together at
+	// its end (flushAdds): only the reader touches them.
+	addKeys  []string
+	addItems []item
 
 	lastID     atomic.Int64 // the last event handed to the lanes (or skipped)
 	events     atomic.Int64 // events of the slot's own in the batch (read so far)
@@ -304,6 +308,11 @@ func (r *Runner) readOnce(id int64, group []*batchRun, cands []*slotRun, seen ma
 				seen[ev.Slot] = true
 			}
 		}
+		for _, b := range group {
+			if b.reader.Load() == id {
+				b.flushAdds()
+			}
+		}
 		if r.stop.Err() != nil {
 			return false, nil
 		}
@@ -384,7 +393,19 @@ func (b *batchRun) add(ev *engine.SlotEvent) {
 		b.keys[ev.Key] = ks
 	}
 	b.pending.Add(1)
-	b.lanes.Add(ev.Key, item{ev: ev, ks: ks})
+	b.addKeys = append(b.addKeys, ev.Key)
+	b.addItems = append(b.addItems, item{ev: ev, ks: ks})
+}
+
+// flushAdds hands the events add took from the chunk read to the lanes,
+// all at once: a run takes what the chunk holds of its key.
+func (b *batchRun) flushAdds() {
+	if len(b.addKeys) == 0 {
+		return
+	}
+	b.lanes.AddAll(b.addKeys, b.addItems)
+	clear(b.addItems) // the lanes hold them now
+	b.addKeys, b.addItems = b.addKeys[:0], b.addItems[:0]
 }
 
 // handleInBatch handles one event of a batch, or parks it behind its key's

@@ -165,14 +165,14 @@ func ForgetDrained(ctx context.Context, tx db.DB, queue, group string, n, slot i
 // the event id of batch is done (partitionq.record_done, which checks
 // that the slot is still owned at epoch: SQLSTATE PQ001 if not).
 func RecordDone(ctx context.Context, tx db.DB, queue, group string, n, slot int, epoch, batch, id int64) error {
-	_, err := tx.Exec(ctx, recordDoneSQL, queue, group, n, slot, epoch, batch, id)
+	_, err := tx.Exec(ctx, `select partitionq.record_done($1, $2, $3, $4, $5, $6, $7)`, queue, group, n, slot, epoch, batch, id)
 	return err
 }
 
-const recordDoneSQL = `select partitionq.record_done($1, $2, $3, $4, $5, $6, $7)`
-
-// QueueRecordDone queues RecordDone's statement on b: a run's events are
-// recorded in one round trip.
-func QueueRecordDone(b *pgx.Batch, queue, group string, n, slot int, epoch, batch, id int64) {
-	b.Queue(recordDoneSQL, queue, group, n, slot, epoch, batch, id)
+// RecordDoneAll is RecordDone for the events ids of one batch (a run),
+// in one statement.
+func RecordDoneAll(ctx context.Context, tx db.DB, queue, group string, n, slot int, epoch, batch int64, ids []int64) error {
+	_, err := tx.Exec(ctx, `select partitionq.record_done($1, $2, $3, $4, $5, $6, id) from unnest($7::bigint[]) as id`,
+		queue, group, n, slot, epoch, batch, ids)
+	return err
 }

@@ -135,7 +135,7 @@ func Full() Config {
 		LatRate:    1000, LatDuration: 10 * time.Second, LatN: 64, LatC: 16, LatFastTick: 10 * time.Millisecond, LatFastNs: []int{4, 64, 256}, LatTrials: 3, ResizeFrom: 4,
 		ScaleN: 16, ScaleLimit: 16, ScaleWorkers: []int{1, 2, 4}, ScaleRestart: 4,
 		PeerWorkers: []int{16, 64}, PeerW1Events: 20_000, PeerRuns: []string{"W1", "W2", "W2bulk", "W3", "latency"},
-		RunsEvents: 20_000,
+		RunsEvents: 100_000,
 		RunTimeout: 2 * time.Minute,
 	}
 }
