@@ -115,9 +115,15 @@ func (b *bench) runWriting(ctx context.Context, wl *Workload, queue string, ids 
 			}
 			return nil
 		}
-		onPool := func(ctx context.Context, sql string, args ...any) error { _, err := pool.Exec(ctx, sql, args...); return err }
+		onPool := func(ctx context.Context, sql string, args ...any) error {
+			_, err := pool.Exec(ctx, sql, args...)
+			return err
+		}
 		inTx := func(tx pgx.Tx) func(ctx context.Context, sql string, args ...any) error {
-			return func(ctx context.Context, sql string, args ...any) error { _, err := tx.Exec(ctx, sql, args...); return err }
+			return func(ctx context.Context, sql string, args ...any) error {
+				_, err := tx.Exec(ctx, sql, args...)
+				return err
+			}
 		}
 		client, err := partitionq.NewClient(ctx, pool, partitionq.Config{EngineSchema: b.on.engine})
 		if err != nil {
