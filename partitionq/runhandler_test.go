@@ -10,6 +10,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/partitionq/partitionq/partitionq"
 	"github.com/partitionq/partitionq/test/pgtest"
@@ -397,5 +401,69 @@ func TestWorkerConfigOneHandler(t *testing.T) {
 		if !errors.As(err, &ve) || ve.Field != tc.field {
 			t.Fatalf("NewWorker: %v, want a *ValidationError for %s", err, tc.field)
 		}
+	}
+}
+
+// A run handler's call is one span, with the run's number of events as an
+// attribute, and one observation of partitionq_handler_run_events.
+func TestRunHandlerSpansAndMetrics(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.group(t, 1)
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	reg := prometheus.NewRegistry()
+	var mu sync.Mutex
+	calls, events := 0, 0
+	h := partitionq.RunHandlerFunc(func(ctx context.Context, evs []*partitionq.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		events += len(evs)
+		return nil
+	})
+	b.worker(t, partitionq.WorkerConfig{RunHandler: h, TracerProvider: tp, Registerer: reg})
+	const n = 30
+	b.sendBurst(t, "k", 0, n)
+	pgtest.WaitFor(t, 30*time.Second, "every event handled", func() (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return events >= n, nil
+	})
+	mu.Lock()
+	wantCalls := calls
+	mu.Unlock()
+	pgtest.WaitFor(t, 10*time.Second, "a span per call", func() (bool, error) { return len(exp.GetSpans()) >= wantCalls, nil })
+	spanEvents := 0
+	for _, s := range exp.GetSpans() {
+		attrs := attribute.NewSet(s.Attributes...)
+		v, ok := attrs.Value("partitionq.run.events")
+		if !ok {
+			t.Fatalf("span %s without partitionq.run.events: %v", s.Name, s.Attributes)
+		}
+		spanEvents += int(v.AsInt64())
+	}
+	if got := len(exp.GetSpans()); got != wantCalls || spanEvents != n {
+		t.Fatalf("%d spans holding %d events, want %d spans (one per call) holding %d", got, spanEvents, wantCalls, n)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, mf := range mfs {
+		if mf.GetName() != "partitionq_handler_run_events" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			found = true
+			if h := m.GetHistogram(); h.GetSampleCount() != uint64(wantCalls) || h.GetSampleSum() != n {
+				t.Fatalf("partitionq_handler_run_events: %d calls, %v events; want %d and %d", h.GetSampleCount(), h.GetSampleSum(), wantCalls, n)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no partitionq_handler_run_events")
 	}
 }
