@@ -31,6 +31,8 @@ const (
 	attrType        = attribute.Key("partitionq.event.type")
 	attrAttempt     = attribute.Key("partitionq.attempt")
 	attrDeadLetter  = attribute.Key("partitionq.dead_letter")
+	attrRunEvents   = attribute.Key("partitionq.run.events")
+	attrRunFailed   = attribute.Key("partitionq.run.failed_index")
 	spanNamePrefix  = "process "
 	messagingSystem = "partitionq"
 )
@@ -100,5 +102,61 @@ func (w *Worker) spanAttributes(c runner.Call) []attribute.KeyValue {
 		attrSlot.Int(c.Slot),
 		attrType.String(c.Event.Type),
 		attrAttempt.Int(c.Attempt),
+	}
+}
+
+// instrumentRun is instrument for a run handler: one duration observation
+// and one observation of the run's events per call, and one span per run,
+// with the run's first event's attributes (its id, key, slot, type and
+// attempt) and its number of events (partitionq.run.events); a run that
+// fails records the index of its failed event (partitionq.run.failed_index).
+func (w *Worker) instrumentRun(m *workerMetrics, h runner.RunHandler) runner.RunHandler {
+	var tr trace.Tracer
+	if w.cfg.TracerProvider != nil {
+		tr = w.cfg.TracerProvider.Tracer(TracerName, trace.WithInstrumentationVersion(Version))
+	}
+	switch {
+	case m == nil && tr == nil:
+		return h
+	case tr == nil:
+		return func(ctx context.Context, c runner.RunCall) runner.RunResult {
+			start := time.Now()
+			defer func() { m.observeRun(c.Slot, time.Since(start), len(c.Events)) }() // a panic is a call too
+			return h(ctx, c)
+		}
+	}
+	name := spanNamePrefix + w.cfg.Queue
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+	return func(ctx context.Context, c runner.RunCall) (res runner.RunResult) {
+		ctx, span := tr.Start(ctx, name, opts...)
+		if span.IsRecording() {
+			first := runner.Call{Event: c.Events[0], N: c.N, Slot: c.Slot, Epoch: c.Epoch, Batch: c.Batch, Attempt: c.Attempts[0]}
+			span.SetAttributes(append(w.spanAttributes(first), attrRunEvents.Int(len(c.Events)))...)
+		}
+		var start time.Time
+		if m != nil {
+			start = time.Now()
+		}
+		panicked := true
+		defer func() {
+			if m != nil {
+				m.observeRun(c.Slot, time.Since(start), len(c.Events))
+			}
+			switch {
+			case panicked:
+				span.SetStatus(codes.Error, "handler panicked")
+			case res.Done < len(c.Events):
+				span.RecordError(res.Failed.Err)
+				span.SetStatus(codes.Error, errString(res.Failed.Err))
+				span.SetAttributes(attrRunFailed.Int(res.Done))
+				if res.Failed.DeadLetter {
+					span.SetAttributes(attrDeadLetter.Bool(true))
+				}
+			}
+			span.End()
+		}()
+		res = h(ctx, c)
+		panicked = false
+		return res
 	}
 }

@@ -23,6 +23,7 @@ const (
 	metricFailed         = "partitionq_events_failed_total"
 	metricDeadLetters    = "partitionq_dead_letters_total"
 	metricDuration       = "partitionq_handler_duration_seconds"
+	metricRunEvents      = "partitionq_handler_run_events"
 	metricOwned          = "partitionq_slot_owned"
 	metricPending        = "partitionq_slot_pending_events"
 	metricLag            = "partitionq_slot_lag_seconds"
@@ -83,6 +84,10 @@ const hotKeysMaxAge = 15 * time.Second
 // in seconds: 1ms to a minute (HandlerTimeoutDefault).
 var durationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
 
+// runEventsBuckets are the upper bounds of the histogram of a run
+// handler's events per call: 1 to Limits.MaxRun's bound.
+var runEventsBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
+
 // slotPendingEvents is the value of partitionq_slot_pending_events: the
 // events of the slot's own share not yet finished (Status's exact count).
 func slotPendingEvents(s SlotStatus) int64 { return s.Pending }
@@ -96,6 +101,7 @@ type slotDescs struct {
 	busiest                                         *prometheus.Desc
 	moves                                           *prometheus.Desc // with the label reason
 	duration                                        prometheus.Histogram
+	runEvents                                       prometheus.Histogram // nil without a run handler
 }
 
 // workerMetrics is a worker's prometheus.Collector: the counters come from
@@ -108,6 +114,7 @@ type workerMetrics struct {
 	gr        *genRun
 	slots     []slotDescs            // by position in gr.slots
 	durations []prometheus.Histogram // by slot number (nil for slots the worker does not run)
+	runEvents []prometheus.Histogram // by slot number (nil without a run handler)
 }
 
 // statusCache is the one Client.Status read of a worker's metrics: shared
@@ -132,6 +139,9 @@ type statusCache struct {
 // newWorkerMetrics makes the collector of the slots of one generation run.
 func newWorkerMetrics(w *Worker, gr *genRun) *workerMetrics {
 	m := &workerMetrics{w: w, gr: gr, durations: make([]prometheus.Histogram, gr.n)}
+	if w.takesRuns() {
+		m.runEvents = make([]prometheus.Histogram, gr.n)
+	}
 	for _, s := range gr.slots {
 		labels := prometheus.Labels{"queue": w.cfg.Queue, "group": w.cfg.Group, "slots": strconv.Itoa(gr.n), "slot": strconv.Itoa(s)}
 		desc := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, labels) }
@@ -150,6 +160,11 @@ func newWorkerMetrics(w *Worker, gr *genRun) *workerMetrics {
 			longest:  desc(metricLongestBlocked, "How long the slot's longest-blocked key has been blocked (since its head first failed); 0 when none is."),
 			duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: metricDuration, ConstLabels: labels, Buckets: durationBuckets,
 				Help: "Time of one handler call (with a TxHandler, its transaction included)."}),
+		}
+		if m.runEvents != nil {
+			d.runEvents = prometheus.NewHistogram(prometheus.HistogramOpts{Name: metricRunEvents, ConstLabels: labels, Buckets: runEventsBuckets,
+				Help: "Events of one run handler call (RunHandler, TxRunHandler)."})
+			m.runEvents[s] = d.runEvents
 		}
 		m.slots = append(m.slots, d)
 		m.durations[s] = d.duration
@@ -190,6 +205,17 @@ func (m *workerMetrics) observe(slot int, d time.Duration) {
 	}
 }
 
+// observeRun records one run handler call of slot that took d and had n
+// events. No allocation.
+func (m *workerMetrics) observeRun(slot int, d time.Duration, n int) {
+	m.observe(slot, d)
+	if slot >= 0 && slot < len(m.runEvents) {
+		if h := m.runEvents[slot]; h != nil {
+			h.Observe(float64(n))
+		}
+	}
+}
+
 // Describe implements prometheus.Collector.
 func (m *workerMetrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range m.slots {
@@ -197,6 +223,9 @@ func (m *workerMetrics) Describe(ch chan<- *prometheus.Desc) {
 			ch <- desc
 		}
 		d.duration.Describe(ch)
+		if d.runEvents != nil {
+			d.runEvents.Describe(ch)
+		}
 	}
 }
 
@@ -215,6 +244,9 @@ func (m *workerMetrics) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(d.moves, prometheus.CounterValue, float64(st.Moves[k].Load()), reason)
 		}
 		d.duration.Collect(ch)
+		if d.runEvents != nil {
+			d.runEvents.Collect(ch)
+		}
 	}
 	gs, err := m.w.status.get(m.w.log)
 	if err != nil {

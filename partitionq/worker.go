@@ -64,7 +64,14 @@ const (
 	BatchMinEventsDefault   = 5000
 	HeadScanIntervalDefault = time.Second
 	TickIntervalDefault     = 100 * time.Millisecond
+	// MaxRunDefault is Limits.MaxRun's default: past a few dozen events
+	// a run's round trip and commit are a small part of its cost.
+	MaxRunDefault = 64
 )
+
+// maxRunMax bounds Limits.MaxRun: a run is a part of what a slot reads
+// ahead (twice chunkSize).
+const maxRunMax = chunkSize
 
 // chunkSize is how many events a slot reads from a batch's cursor at a
 // time.
@@ -101,7 +108,8 @@ type WorkerConfig struct {
 	// "Sharing the slots"). Rarely needed.
 	Pins []int
 
-	// Handler handles the events. Required.
+	// Handler handles the events. Exactly one of Handler, TxHandler,
+	// RunHandler and TxRunHandler is required.
 	Handler Handler
 
 	// TxHandler, when set in place of Handler, handles each event inside a
@@ -111,6 +119,18 @@ type WorkerConfig struct {
 	// at all, so a crash at any point neither loses nor repeats them
 	// (exactly-once effects in the same database; see docs/guarantees.md).
 	TxHandler TxHandler
+
+	// RunHandler, when set in place of Handler, handles runs of
+	// consecutive events of one key, up to Limits.MaxRun at a time: one
+	// call, and for a handler that writes to a database one round trip and
+	// one commit, for a burst of a key's events (see RunHandler).
+	RunHandler RunHandler
+
+	// TxRunHandler, when set in place of Handler, handles runs as
+	// RunHandler does, each inside a transaction the worker opens on the
+	// client's pool, which commits the handler's writes with the run's
+	// completion, as TxHandler does for one event (see TxRunHandler).
+	TxRunHandler TxRunHandler
 
 	// Retry says what a handler failure does: the policy, the attempts,
 	// the backoff, and the bound on a blocked key.
@@ -214,9 +234,16 @@ type BlockedLimit struct {
 // slot.
 type LimitsConfig struct {
 	// Concurrency is how many events of different keys of one slot may be
-	// in the handler at once. Events of one key are always handled one at a
-	// time. Defaults to ConcurrencyDefault (16).
+	// in the handler at once (with a run handler, how many runs). Events of
+	// one key are always handled one at a time. Defaults to
+	// ConcurrencyDefault (16).
 	Concurrency int
+
+	// MaxRun is the most events of one key a RunHandler or TxRunHandler
+	// gets in one call: a run takes up to this many of the key's events
+	// that the worker holds when it starts, never waiting for more.
+	// Ignored with Handler and TxHandler. Defaults to MaxRunDefault (64).
+	MaxRun int
 
 	// DrainConcurrency (PolicyPause) is how many blocked keys the worker
 	// retries and drains at once, across all its slots; each holds one of
@@ -337,6 +364,7 @@ func (cfg RetryConfig) withDefaults() RetryConfig {
 
 func (cfg LimitsConfig) withDefaults() LimitsConfig {
 	orDefault(&cfg.Concurrency, ConcurrencyDefault)
+	orDefault(&cfg.MaxRun, MaxRunDefault)
 	orDefault(&cfg.DrainConcurrency, DrainConcurrencyDefault)
 	orDefault(&cfg.BatchMinEvents, BatchMinEventsDefault)
 	orDefault(&cfg.HandlerTimeout, HandlerTimeoutDefault)
@@ -372,10 +400,9 @@ func (cfg WorkerConfig) validate() error {
 	case cfg.SlotCount < 0 || cfg.SlotCount > MaxSlots:
 		return fieldError(p+"SlotCount", strconv.Itoa(cfg.SlotCount), fmt.Sprintf("it must be between 1 and %d", MaxSlots),
 			"give the group's number of slots (partitionq status shows it), or 0 to take the group's and follow its resizes")
-	case cfg.Handler == nil && cfg.TxHandler == nil:
-		return fieldError(p+"Handler", "nil", "it is required", "pass a Handler or HandlerFunc (or a TxHandler)")
-	case cfg.Handler != nil && cfg.TxHandler != nil:
-		return fieldError(p+"TxHandler", "set", "Handler is set too", "pass one of Handler and TxHandler")
+	}
+	if err := cfg.validateHandlers(p); err != nil {
+		return err
 	}
 	if err := cfg.Retry.validate(p + "Retry."); err != nil {
 		return err
@@ -392,6 +419,30 @@ func (cfg WorkerConfig) validate() error {
 		}
 	}
 	return validateText(p+"Identity", cfg.Identity, maxText)
+}
+
+// validateHandlers checks that exactly one of the handler fields is set,
+// naming the second one set (in declaration order) when there are two.
+func (cfg WorkerConfig) validateHandlers(p string) error {
+	set := []struct {
+		name string
+		ok   bool
+	}{{"Handler", cfg.Handler != nil}, {"TxHandler", cfg.TxHandler != nil}, {"RunHandler", cfg.RunHandler != nil},
+		{"TxRunHandler", cfg.TxRunHandler != nil}}
+	first := ""
+	for _, h := range set {
+		switch {
+		case !h.ok:
+		case first == "":
+			first = h.name
+		default:
+			return fieldError(p+h.name, "set", first+" is set too", "pass one of Handler, TxHandler, RunHandler and TxRunHandler")
+		}
+	}
+	if first == "" {
+		return fieldError(p+"Handler", "nil", "it is required", "pass a Handler or HandlerFunc (or a TxHandler, RunHandler or TxRunHandler)")
+	}
+	return nil
 }
 
 // validate checks cfg (with its defaults) in declaration order, naming
@@ -424,6 +475,8 @@ func (cfg LimitsConfig) validate(prefix string, lease time.Duration) error {
 	switch {
 	case cfg.Concurrency < 1 || cfg.Concurrency > 4096:
 		return fieldError(prefix+"Concurrency", strconv.Itoa(cfg.Concurrency), "it must be between 1 and 4096", "use 0 for the default (16)")
+	case cfg.MaxRun < 1 || cfg.MaxRun > maxRunMax:
+		return fieldError(prefix+"MaxRun", strconv.Itoa(cfg.MaxRun), fmt.Sprintf("it must be between 1 and %d", maxRunMax), "use 0 for the default (64)")
 	case cfg.DrainConcurrency < 1 || cfg.DrainConcurrency > 256:
 		return fieldError(prefix+"DrainConcurrency", strconv.Itoa(cfg.DrainConcurrency), "it must be between 1 and 256", "use 0 for the default (8)")
 	case cfg.BatchMinEvents < -1:
@@ -937,7 +990,7 @@ func (w *Worker) newRunner(x generation, gr *genRun) *runner.Runner {
 		Member: w.member, Balance: len(w.cfg.Pins) == 0, LeaveTimeout: w.cfg.Limits.ShutdownTimeout,
 		Concurrency: w.cfg.Limits.Concurrency, DrainConcurrency: w.cfg.Limits.DrainConcurrency, Policy: policy, MaxAttempts: maxAttempts,
 		Backoff:        func(n int) time.Duration { return backoff(w.cfg.Retry.BackoffMin, w.cfg.Retry.BackoffMax, n) },
-		HandlerTimeout: hto, Handle: w.handleFunc(gr), Keys: &w.keys, Calls: &w.calls,
+		HandlerTimeout: hto, Handle: w.handleFunc(gr), HandleRun: w.handleRunFunc(gr), MaxRun: w.cfg.Limits.MaxRun, Keys: &w.keys, Calls: &w.calls,
 		PollInterval: w.cfg.Limits.PollInterval, StandbyPoll: w.cfg.Ownership.StandbyPoll, HeadScanInterval: w.cfg.Retry.HeadScanInterval,
 		MaxBlocked: w.cfg.Retry.MaxBlocked.After, MaxBlockedDeadLetter: w.cfg.Retry.MaxBlocked.DeadLetter,
 		ChunkSize: chunkSize, BatchMaxEvents: maxEvents, MaxReaders: workerReaders,
@@ -955,12 +1008,28 @@ const (
 )
 
 func (w *Worker) handleFunc(gr *genRun) runner.Handler {
+	if w.takesRuns() {
+		return nil
+	}
 	if w.cfg.TxHandler != nil {
 		return w.instrument(gr.metrics, w.txHandleFunc())
 	}
 	return w.instrument(gr.metrics, func(ctx context.Context, c runner.Call) runner.Result {
 		return result(w.cfg.Handler.Handle(ctx, w.event(c)))
 	})
+}
+
+// takesRuns reports whether the worker's handler takes runs.
+func (w *Worker) takesRuns() bool { return w.cfg.RunHandler != nil || w.cfg.TxRunHandler != nil }
+
+func (w *Worker) handleRunFunc(gr *genRun) runner.RunHandler {
+	switch {
+	case w.cfg.RunHandler != nil:
+		return w.instrumentRun(gr.metrics, w.runHandleFunc())
+	case w.cfg.TxRunHandler != nil:
+		return w.instrumentRun(gr.metrics, w.txRunHandleFunc())
+	}
+	return nil
 }
 
 func (w *Worker) event(c runner.Call) *Event {

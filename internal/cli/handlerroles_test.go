@@ -270,44 +270,58 @@ func pipeRole() int {
 			mu.Unlock()
 			continue
 		}
-		if req.Op != "handle" || len(req.Events) != 1 {
+		if req.Op != "handle" || len(req.Events) == 0 {
 			fmt.Fprintf(os.Stderr, "unexpected request: %s\n", in.Bytes())
 			return 1
 		}
-		ev := req.Events[0]
-		var p testPayload
-		json.Unmarshal([]byte(ev.Payload), &p)
 		cancelled := make(chan struct{})
 		mu.Lock()
 		cancels[req.Req] = cancelled
 		mu.Unlock()
 		go func() {
-			runLogLine("S %s %d %s", strconv.Quote(req.Key), p.Seq, worker)
+			// A run (work --runs) is its events one after another, each
+			// logged as a run of its own; the first that is not done ends
+			// it, and the reply names it by its index.
 			var o outcome
-			switch {
-			case p.Do == "die1" && ev.Attempt == 1:
-				fmt.Fprintln(os.Stderr, "scripted death")
-				os.Exit(3)
-			case p.Do == "hard1":
-				o = act(p, ev.Attempt, nil, os.Getenv("PQTEST_HANG")) // ignores the cancel
-			default:
-				o = act(p, ev.Attempt, cancelled, os.Getenv("PQTEST_HANG"))
+			var p testPayload
+			var ev = req.Events[0]
+			index := 0
+			runLogLine("R %s %d %s", strconv.Quote(req.Key), len(req.Events), worker)
+			for i, e := range req.Events {
+				ev, index, p = e, i, testPayload{}
+				json.Unmarshal([]byte(ev.Payload), &p)
+				runLogLine("S %s %d %s", strconv.Quote(req.Key), p.Seq, worker)
+				switch {
+				case p.Do == "die1" && ev.Attempt == 1:
+					fmt.Fprintln(os.Stderr, "scripted death")
+					os.Exit(3)
+				case p.Do == "hard1":
+					o = act(p, ev.Attempt, nil, os.Getenv("PQTEST_HANG")) // ignores the cancel
+				default:
+					o = act(p, ev.Attempt, cancelled, os.Getenv("PQTEST_HANG"))
+				}
+				ok := "ok"
+				if o.kind != "done" {
+					ok = "fail"
+				}
+				runLogLine("H %s %d %s %s", strconv.Quote(req.Key), p.Seq, ok, worker)
+				runLogLine("E %s %d %s", strconv.Quote(req.Key), p.Seq, worker)
+				if o.kind != "done" {
+					break
+				}
 			}
 			mu.Lock()
 			delete(cancels, req.Req)
 			mu.Unlock()
-			ok := "ok"
-			if o.kind != "done" {
-				ok = "fail"
-			}
-			runLogLine("H %s %d %s %s", strconv.Quote(req.Key), p.Seq, ok, worker)
-			runLogLine("E %s %d %s", strconv.Quote(req.Key), p.Seq, worker)
 			r := map[string]any{"req": req.Req, "outcome": o.kind}
 			if o.text != "" {
 				r["error"] = o.text
 			}
 			if o.retryAfter > 0 {
 				r["retry_after"] = o.retryAfter
+			}
+			if o.kind != "done" && index > 0 {
+				r["index"] = index
 			}
 			line, _ := json.Marshal(r)
 			switch p.Do {

@@ -286,6 +286,10 @@ func (s *testServer) serve(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
+	if r.Header.Get("Content-Type") == "application/cloudevents-batch+json" {
+		s.serveRun(w, r, body)
+		return
+	}
 	key, _ := url.PathUnescape(r.Header.Get("Ce-Subject"))
 	attempt, _ := strconv.Atoi(r.Header.Get("Ce-Partitionqattempt"))
 	var p testPayload
@@ -328,6 +332,53 @@ func (s *testServer) serve(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusInternalServerError)
 		io.WriteString(w, o.text)
 	}
+}
+
+// serveRun is a run handler's request (work --runs): its events one after
+// another, each logged as a run of its own; the first that is not done
+// ends it, named by its index in Partitionq-Failed-Index.
+func (s *testServer) serveRun(w http.ResponseWriter, r *http.Request, body []byte) {
+	var evs []struct {
+		Subject string          `json:"subject"`
+		Attempt string          `json:"partitionqattempt"`
+		Data    json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(body, &evs); err != nil || len(evs) == 0 {
+		http.Error(w, fmt.Sprintf("not a batch of events: %v", err), http.StatusBadRequest)
+		return
+	}
+	appendRunLog(s.runLog, "R %s %d http", strconv.Quote(evs[0].Subject), len(evs))
+	for i, ev := range evs {
+		attempt, _ := strconv.Atoi(ev.Attempt)
+		var p testPayload
+		json.Unmarshal(ev.Data, &p)
+		q := strconv.Quote(ev.Subject)
+		appendRunLog(s.runLog, "S %s %d http", q, p.Seq)
+		o := act(p, attempt, r.Context().Done(), s.hang)
+		res := "ok"
+		if o.kind != "done" {
+			res = "fail"
+		}
+		appendRunLog(s.runLog, "H %s %d %s http", q, p.Seq, res)
+		appendRunLog(s.runLog, "E %s %d http", q, p.Seq)
+		if o.kind == "done" {
+			continue
+		}
+		w.Header().Set("Partitionq-Failed-Index", strconv.Itoa(i))
+		status := http.StatusInternalServerError
+		switch {
+		case o.kind == "dead_letter":
+			w.Header().Set("Partitionq-Outcome", "dead-letter")
+			status = http.StatusUnprocessableEntity
+		case o.retryAfter > 0:
+			w.Header().Set("Retry-After", strconv.FormatFloat(o.retryAfter, 'f', -1, 64))
+			status = http.StatusServiceUnavailable
+		}
+		w.WriteHeader(status)
+		io.WriteString(w, o.text)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // stream writes n bytes of "x" lines, flushed as it goes, and returns how
@@ -382,6 +433,88 @@ func TestHandlerOrderAndPause(t *testing.T) {
 			}
 		})
 	}
+}
+
+// With --runs, the --http and --pipe handlers get runs of a key's events
+// in one request; a failure in the middle of a run (a plain failure, a
+// dead letter now, a retry after) is named by its index: the events
+// before it are done once, the failed one is handled by the policy, the
+// key's later events wait behind it and flow again after its retry.
+func TestHandlerRuns(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"http", "pipe"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, mode, 2)
+			for k := range 4 {
+				dos := []string{"ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok"}
+				switch k {
+				case 0:
+					dos[5] = "fail1"
+				case 1:
+					dos[6] = "dead"
+				case 2:
+					dos[7] = "retry1"
+				}
+				r.send(fmt.Sprintf("k%d", k), dos...)
+			}
+			w := r.work("--runs", "--max-run", "8", "--backoff-min", "1h", "--policy", "pause")
+			// k0's failure waits an hour's backoff: it alone stays blocked,
+			// with its later events waiting; an operator's retry lets it go on.
+			waitFor(t, 30*time.Second, "k0 blocked, the others done", func() bool {
+				rec := r.read()
+				_, blocked := r.h.blockedKey("k0")
+				return blocked && len(rec.okSeen["k0"]) == 5 && len(rec.okSeen["k1"]) == 11 && len(rec.okSeen["k2"]) == 12 && len(rec.okSeen["k3"]) == 12
+			})
+			r.h.ok(with(qg, "retry", "--key", "k0", "--reason", "test")...)
+			r.waitAll(30 * time.Second)
+			rep, rec := r.check()
+			if rep.Handled != 47 || rep.Dead != 1 {
+				t.Errorf("%s: want 47 handled and 1 dead letter", rep)
+			}
+			if n := rec.countFails("k0", 5); n != 1 {
+				t.Errorf("k0's event 5 failed %d times, want once", n)
+			}
+			if n := rec.countFails("k2", 7); n != 1 {
+				t.Errorf("k2's event 7 failed %d times, want once", n)
+			}
+			_, dls := r.deadLetters()
+			if len(dls) != 1 || dls[0].Key != "k1" || dls[0].Reason != "handler" {
+				t.Errorf("dead letters %+v: want k1's event 6, reason handler", dls)
+			}
+			if m := r.longestRun(); m < 2 || m > 8 {
+				t.Errorf("the longest request held %d events, want 2 to 8 (--max-run)", m)
+			}
+			if res := w.stop(t); res.code != cli.ExitOK {
+				t.Fatal(res)
+			}
+		})
+	}
+}
+
+// longestRun is the most events a request of the run log held ("R" lines
+// of --runs handlers).
+func (r *handlerRig) longestRun() int {
+	r.t.Helper()
+	b, err := os.ReadFile(r.runLog)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	m := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(l, "R ") {
+			continue
+		}
+		q, err := strconv.QuotedPrefix(l[2:])
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(l[2+len(q):]); len(f) > 0 {
+			n, _ := strconv.Atoi(f[0])
+			m = max(m, n)
+		}
+	}
+	return m
 }
 
 // A handler says "dead letter now" (the event is given up at once, its

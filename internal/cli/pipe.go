@@ -169,6 +169,17 @@ func (h *pipeHandler) current(ctx context.Context) (*pipeProc, error) {
 
 // Handle hands ev to the process and waits for its reply.
 func (h *pipeHandler) Handle(ctx context.Context, ev *partitionq.Event) error {
+	return h.handle(ctx, []*partitionq.Event{ev})
+}
+
+// HandleRun hands a run of one key's events to the process in one request
+// and waits for its reply (work --runs).
+func (h *pipeHandler) HandleRun(ctx context.Context, evs []*partitionq.Event) error {
+	return h.handle(ctx, evs)
+}
+
+func (h *pipeHandler) handle(ctx context.Context, evs []*partitionq.Event) error {
+	ev := evs[0]
 	p, err := h.current(ctx)
 	if err != nil {
 		return err
@@ -179,7 +190,7 @@ func (h *pipeHandler) Handle(ctx context.Context, ev *partitionq.Event) error {
 		return p.lost(ev)
 	}
 	select {
-	case p.lines <- encodeHandle(req, ev):
+	case p.lines <- encodeHandle(req, evs):
 	case <-p.dead:
 		return p.lost(ev)
 	case <-ctx.Done(): // not sent: nothing to cancel
@@ -188,16 +199,16 @@ func (h *pipeHandler) Handle(ctx context.Context, ev *partitionq.Event) error {
 	}
 	select {
 	case r := <-reply:
-		return r.result()
+		return r.runResult(len(evs))
 	case <-p.dead:
 		select {
 		case r := <-reply: // answered just before it ended
-			return r.result()
+			return r.runResult(len(evs))
 		default:
 			return p.lost(ev)
 		}
 	case <-ctx.Done():
-		return h.cancel(ctx, p, req, reply, ev)
+		return h.cancel(ctx, p, req, reply, evs)
 	}
 }
 
@@ -205,10 +216,11 @@ func (h *pipeHandler) Handle(ctx context.Context, ev *partitionq.Event) error {
 // and waits up to the grace for its answer; past the grace it kills the
 // process group (the process starts again). An answer is the event's
 // outcome (a failure also says it was cancelled).
-func (h *pipeHandler) cancel(ctx context.Context, p *pipeProc, req uint64, reply <-chan pipeReply, ev *partitionq.Event) error {
+func (h *pipeHandler) cancel(ctx context.Context, p *pipeProc, req uint64, reply <-chan pipeReply, evs []*partitionq.Event) error {
+	ev := evs[0]
 	cause := ctx.Err()
 	answered := func(r pipeReply) error {
-		if err := r.result(); err != nil {
+		if err := r.runResult(len(evs)); err != nil {
 			return fmt.Errorf("%w (cancelled: %v)", err, cause)
 		}
 		return nil

@@ -18,8 +18,10 @@ import (
 // per line. The worker writes requests on the process's standard input and
 // the process answers each, once, on its standard output, in any order.
 //
-// A request carries the events of one key in "events", one today; a reply
-// answers a request by its "req".
+// A request carries the events of one key in "events": one, or with
+// work --runs a run of them (up to --max-run); a reply answers a request
+// by its "req", and a failure of a run names its first event not done by
+// its "index" in "events".
 
 // pipeHandle is the request line that hands the process events:
 // {"op":"handle",...}.
@@ -51,12 +53,16 @@ type pipeCancel struct {
 	Req uint64 `json:"req"`
 }
 
-// encodeHandle is the request line that hands ev to the process as
-// request req.
-func encodeHandle(req uint64, ev *partitionq.Event) []byte {
+// encodeHandle is the request line that hands evs (one event, or a run of
+// one key's) to the process as request req.
+func encodeHandle(req uint64, evs []*partitionq.Event) []byte {
+	ev := evs[0]
+	pe := make([]pipeEvent, len(evs))
+	for i, e := range evs {
+		pe[i] = pipeEvent{ID: e.ID, Type: e.Type, Time: e.Time.UTC().Format(time.RFC3339Nano), Attempt: e.Attempt, Payload: string(e.Payload)}
+	}
 	return encodeLine(pipeHandle{Op: "handle", Req: req, Queue: ev.Queue, Group: ev.Group, Slot: ev.Slot, Slots: ev.Slots,
-		Epoch: ev.Epoch, Fence: ev.Fence(), Key: ev.Key, Events: []pipeEvent{{ID: ev.ID, Type: ev.Type,
-			Time: ev.Time.UTC().Format(time.RFC3339Nano), Attempt: ev.Attempt, Payload: string(ev.Payload)}}})
+		Epoch: ev.Epoch, Fence: ev.Fence(), Key: ev.Key, Events: pe})
 }
 
 // encodeCancel is the request line that cancels request req.
@@ -80,7 +86,10 @@ type pipeReply struct {
 	Outcome    string   `json:"outcome"`
 	Error      string   `json:"error"`
 	RetryAfter *float64 `json:"retry_after"`
-	bad        error    // the reply names its request but is not a valid reply
+	// Index is the failed event of a run's request, by its place in the
+	// request's "events" (from 0): the events before it are done.
+	Index int   `json:"index"`
+	bad   error // the reply names its request but is not a valid reply
 }
 
 // The outcomes of a reply.
@@ -113,6 +122,21 @@ func decodeReply(line []byte) (pipeReply, error) {
 		return pipeReply{}, fmt.Errorf("%w: it has no \"req\" (the number of the request it answers)", errNotAReply)
 	}
 	return pipeReply{Req: named.Req, bad: err}, nil
+}
+
+// runResult is the outcome a reply gives to a request of n events: as
+// result, and for a failure that names an event after the first, a
+// partitionq.RunFailed (the events before it are done). An index outside
+// the request fails its first event, saying so.
+func (r pipeReply) runResult(n int) error {
+	err := r.result()
+	switch {
+	case err == nil || r.Index == 0:
+		return err
+	case r.Index < 0 || r.Index >= n:
+		return fmt.Errorf("%w (the reply's index %d is not an event of the request's %d: its first event failed)", err, r.Index, n)
+	}
+	return partitionq.RunFailed(r.Index, err)
 }
 
 // result is the handler's outcome a reply gives: nil when done; a failure,

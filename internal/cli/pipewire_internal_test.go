@@ -18,7 +18,7 @@ import (
 func TestPipeRequestLine(t *testing.T) {
 	ev := &partitionq.Event{ID: 4711, Queue: "files", Group: "indexer", Slot: 1, Slots: 4, Key: "tenant-<42>", Type: "FileCreated",
 		Payload: []byte(`{"path":"/a"}`), Time: time.Date(2024, 5, 1, 9, 57, 59, 123456000, time.UTC), Attempt: 2, Epoch: 17}
-	line := encodeHandle(9, ev)
+	line := encodeHandle(9, []*partitionq.Event{ev})
 	want := `{"op":"handle","req":9,"queue":"files","group":"indexer","slot":1,"slots":4,"epoch":17,"fence":"files/indexer/4/1/17",` +
 		`"key":"tenant-<42>","events":[{"id":4711,"type":"FileCreated","time":"2024-05-01T09:57:59.123456Z","attempt":2,"payload":"{\"path\":\"/a\"}"}]}` + "\n"
 	if string(line) != want {
@@ -124,7 +124,7 @@ func TestPipeFieldsAreDocumented(t *testing.T) {
 	}
 	doc := string(b)
 	var req map[string]any
-	if err := json.Unmarshal(encodeHandle(1, &partitionq.Event{Slots: 1}), &req); err != nil {
+	if err := json.Unmarshal(encodeHandle(1, []*partitionq.Event{{Slots: 1}}), &req); err != nil {
 		t.Fatal(err)
 	}
 	var fields []string

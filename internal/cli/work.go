@@ -42,6 +42,8 @@ type workFlags struct {
 	noProgress      bool
 	metricsAddr     string
 	webConfig       string
+	runs            bool
+	maxRun          int
 }
 
 func (a *app) workCmd() *cobra.Command {
@@ -79,6 +81,12 @@ the messages, docs/handlers.md examples in Node.js and Python):
              line; unanswered after --pipe-cancel-grace, the process group is
              killed.
 
+--runs       with --http or --pipe: hands a key's consecutive events (up
+             to --max-run, 64) in one request, a JSON array (a CloudEvents
+             batch; the pipe's "events"); a failure names its first event
+             not done by its index (the header Partitionq-Failed-Index; the
+             reply's "index"): the events before it are done.
+
 A handler still running after --handler-timeout (or whose slot the worker
 lost) is stopped: an --exec command is killed with its whole process group,
 an --http request cancelled, a --pipe event cancelled. That counts as a
@@ -100,13 +108,17 @@ database does not answer or refuses it, and once it is stopping).`,
 		Example: `  partitionq work --queue files --group indexer --exec ./index-file.sh
   partitionq work --queue files --group indexer --slots 0-3 --policy retry-later --exec 'python3 handle.py'
   partitionq work --queue files --group indexer --http http://127.0.0.1:8080/events
-  partitionq work --queue files --group indexer --pipe 'python3 pipe_handler.py'`,
+  partitionq work --queue files --group indexer --pipe 'python3 pipe_handler.py'
+  partitionq work --queue files --group indexer --runs --max-run 32 --pipe 'python3 pipe_handler.py'`,
 		Args: noWords,
 		RunE: a.runFor(&t, func(cmd *cobra.Command, _ []string) error {
 			if err := t.need(); err != nil {
 				return err
 			}
 			if err := w.validateHandler(cmd.Flags().Changed("pipe-cancel-grace")); err != nil {
+				return err
+			}
+			if err := w.validateRuns(cmd.Flags().Changed("max-run")); err != nil {
 				return err
 			}
 			switch w.policy {
@@ -141,6 +153,8 @@ database does not answer or refuses it, and once it is stopping).`,
 	f.StringVar(&w.httpConfig, "http-config", "", "file of --http's TLS settings and credentials (docs/handlers.md)")
 	f.StringVar(&w.pipe, "pipe", "", "shell command started once, which takes the events as JSON lines (one of --exec, --http, --pipe)")
 	f.DurationVar(&w.cancelGrace, "pipe-cancel-grace", pipeCancelGraceDefault, "how long a --pipe process has to answer a cancelled event before its process group is killed; less than --lease-duration/5")
+	f.BoolVar(&w.runs, "runs", false, "--http and --pipe: hand runs of consecutive events of one key (up to --max-run) in one request, a JSON array (docs/handlers.md)")
+	f.IntVar(&w.maxRun, "max-run", partitionq.MaxRunDefault, "with --runs: the most events of one key in one request")
 	f.StringVar(&w.slots, "slots", "all", `slots to run: "all" (share the group's slots with the other workers), or a list such as 0,2,5-7 (run only these: a pin)`)
 	f.IntVar(&w.concurrency, "concurrency", partitionq.ConcurrencyDefault, "events of different keys handled at once per slot")
 	f.IntVar(&w.drains, "drain-concurrency", 0, fmt.Sprintf("pause policy: blocked keys retried and drained at once, across all the worker's slots, each on a connection of its own (default %d)", partitionq.DrainConcurrencyDefault))
@@ -195,6 +209,19 @@ func (w *workFlags) validateHandler(graceGiven bool) error {
 			return usagef("invalid --pipe-cancel-grace %s: give a positive duration less than --lease-duration/5 (%s), so that a lost slot's events are stopped before a standby may take the slot (default %s)",
 				w.cancelGrace, margin, pipeCancelGraceDefault)
 		}
+	}
+	return nil
+}
+
+// validateRuns checks --runs and --max-run.
+func (w workFlags) validateRuns(maxRunGiven bool) error {
+	switch {
+	case w.runs && w.exec != "":
+		return usagef("--runs needs --http or --pipe: --exec runs a command per event")
+	case maxRunGiven && !w.runs:
+		return usagef("--max-run needs --runs: give --runs to hand runs of a key's events in one request")
+	case w.maxRun < 1:
+		return usagef("invalid --max-run %d: give 1 or more events of a key per request (default %d)", w.maxRun, partitionq.MaxRunDefault)
 	}
 	return nil
 }
@@ -283,13 +310,17 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 	}()
 	cfg := partitionq.WorkerConfig{
 		Queue: t.queue, Group: t.group, Pins: slots,
-		Handler: handler,
-		Retry:   partitionq.RetryConfig{Policy: partitionq.Policy(w.policy), MaxAttempts: w.maxAttempts, BackoffMin: w.backoffMin},
-		Limits: partitionq.LimitsConfig{Concurrency: w.concurrency, DrainConcurrency: w.drains,
+		Retry: partitionq.RetryConfig{Policy: partitionq.Policy(w.policy), MaxAttempts: w.maxAttempts, BackoffMin: w.backoffMin},
+		Limits: partitionq.LimitsConfig{Concurrency: w.concurrency, DrainConcurrency: w.drains, MaxRun: w.maxRun,
 			HandlerTimeout: w.handlerTimeout, ShutdownTimeout: w.shutdownTimeout, PollInterval: w.pollInterval,
 			LivenessTimeout: w.liveness},
 		Ownership:       partitionq.OwnershipConfig{LeaseDuration: w.lease, DeadHostTimeout: w.deadHost},
 		DisableProgress: w.noProgress, Identity: w.identity,
+	}
+	if run, ok := handler.(partitionq.RunHandler); ok && w.runs {
+		cfg.RunHandler = run
+	} else {
+		cfg.Handler = handler
 	}
 	if w.ticker { // --tick-interval alone changes nothing: no ticker runs
 		cfg.Ticker = &partitionq.TickerConfig{Interval: w.tickInterval}

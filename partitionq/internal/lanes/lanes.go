@@ -1,7 +1,10 @@
 // Package lanes runs work grouped by key: the items of one key strictly one
 // at a time in the order they were added, items of different keys
 // concurrently, at most a fixed number at once. After each item its key
-// goes to the back of the ready list, so keys are served round-robin.
+// goes to the back of the ready list, so keys are served round-robin. A
+// dispatcher made with NewRuns hands a key's items in runs instead: up to
+// a bound of the items its key has queued when the run starts, in order
+// (a run never waits for more).
 package lanes
 
 import "sync"
@@ -17,6 +20,8 @@ type lane[T any] struct {
 type Dispatcher[T any] struct {
 	limit int
 	work  func(key string, item T)
+	run   int                         // the most items of a run (NewRuns); 0: one item per call (New)
+	runs  func(key string, items []T) // NewRuns's work
 
 	mu      sync.Mutex
 	wake    *sync.Cond // workers wait here for a ready lane
@@ -43,10 +48,36 @@ func New[T any](limit int, work func(key string, item T)) *Dispatcher[T] {
 	return d
 }
 
+// NewRuns returns a dispatcher that calls work with runs of a key's
+// items: at most maxRun of them (maxRun < 1 counts as 1), those queued
+// when the run starts, in the order they were added; a key's next run
+// starts after its last one returned. At most limit calls run at once.
+// work may keep the slice.
+func NewRuns[T any](limit, maxRun int, work func(key string, items []T)) *Dispatcher[T] {
+	d := New[T](limit, nil)
+	d.run, d.runs = max(maxRun, 1), work
+	return d
+}
+
 // Add queues item behind the earlier items of key.
 func (d *Dispatcher[T]) Add(key string, item T) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.addLocked(key, item)
+}
+
+// AddAll queues items[i] behind the earlier items of keys[i], in order,
+// at once: a key's items added together are there together when a run
+// of it starts (NewRuns), and the lock is taken once.
+func (d *Dispatcher[T]) AddAll(keys []string, items []T) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, key := range keys {
+		d.addLocked(key, items[i])
+	}
+}
+
+func (d *Dispatcher[T]) addLocked(key string, item T) {
 	if d.closed {
 		panic("lanes: Add after Close")
 	}
@@ -121,16 +152,30 @@ func (d *Dispatcher[T]) worker() {
 		l.queued = false
 		l.active = true
 		d.active++
-		item := l.items[0]
+		n := 1
+		var run []T
+		var item T
 		var zero T
-		l.items[0] = zero
-		l.items = l.items[1:]
+		if d.run > 0 {
+			n = min(len(l.items), d.run)
+			run = make([]T, n)
+			copy(run, l.items)
+			clear(l.items[:n])
+		} else {
+			item = l.items[0]
+			l.items[0] = zero
+		}
+		l.items = l.items[n:]
 		d.mu.Unlock()
 
-		d.work(l.key, item)
+		if d.run > 0 {
+			d.runs(l.key, run)
+		} else {
+			d.work(l.key, item)
+		}
 
 		d.mu.Lock()
-		d.pending--
+		d.pending -= n
 		l.active = false
 		d.active--
 		if len(l.items) > 0 {

@@ -101,3 +101,55 @@ func TestWaitBelow(t *testing.T) {
 	}
 	d.Wait()
 }
+
+func TestRunsInOrderBoundedAndOneAtATimePerKey(t *testing.T) {
+	const keys, perKey, limit, maxRun = 20, 100, 4, 7
+	var mu sync.Mutex
+	got := map[string][]int{}
+	inKey := map[string]bool{}
+	sizes := map[int]int{}
+	release := make(chan struct{})
+	d := NewRuns(limit, maxRun, func(key string, items []int) {
+		<-release // the first runs wait, so later items queue behind them
+		mu.Lock()
+		if inKey[key] {
+			t.Errorf("two runs of key %s at once", key)
+		}
+		inKey[key] = true
+		mu.Unlock()
+		if len(items) == 0 || len(items) > maxRun {
+			t.Errorf("key %s: a run of %d items, want 1 to %d", key, len(items), maxRun)
+		}
+		mu.Lock()
+		inKey[key] = false
+		got[key] = append(got[key], items...)
+		sizes[len(items)]++
+		mu.Unlock()
+	})
+	for i := 0; i < perKey; i++ {
+		for k := 0; k < keys; k++ {
+			d.Add(fmt.Sprint("k", k), i)
+		}
+	}
+	if p := d.Pending(); p != keys*perKey {
+		t.Fatalf("pending = %d, want %d", p, keys*perKey)
+	}
+	close(release)
+	d.Wait()
+	if d.Pending() != 0 {
+		t.Fatalf("pending = %d after Wait, want 0", d.Pending())
+	}
+	for k, items := range got {
+		if len(items) != perKey {
+			t.Fatalf("key %s: %d items, want %d", k, len(items), perKey)
+		}
+		for i, v := range items {
+			if v != i {
+				t.Fatalf("key %s: item %d is %d: out of order", k, i, v)
+			}
+		}
+	}
+	if sizes[maxRun] == 0 {
+		t.Fatalf("no run of %d items (run sizes %v): queued items were not taken together", maxRun, sizes)
+	}
+}

@@ -25,6 +25,10 @@ type batchRun struct {
 	out   *parked.Outcome
 	lanes *lanes.Dispatcher[item]
 	keys  map[string]*keyState // only the reader touches it
+	// The events of the chunk being read, handed to the lanes together at
+	// its end (flushAdds): only the reader touches them.
+	addKeys  []string
+	addItems []item
 
 	lastID     atomic.Int64 // the last event handed to the lanes (or skipped)
 	events     atomic.Int64 // events of the slot's own in the batch (read so far)
@@ -106,7 +110,11 @@ func (r *Runner) newTicks() bool {
 
 func (r *Runner) newBatch(s *slotRun, info engine.BatchInfo) *batchRun {
 	b := &batchRun{s: s, info: info, out: parked.NewOutcome(s.info), keys: map[string]*keyState{}, done: make(chan struct{})}
-	b.lanes = lanes.New(r.cfg.Concurrency, func(_ string, it item) { r.handleInBatch(b, it) })
+	if r.cfg.HandleRun != nil {
+		b.lanes = lanes.NewRuns(r.cfg.Concurrency, r.cfg.MaxRun, func(_ string, its []item) { r.handleRunInBatch(b, its) })
+	} else {
+		b.lanes = lanes.New(r.cfg.Concurrency, func(_ string, it item) { r.handleInBatch(b, it) })
+	}
 	return b
 }
 
@@ -300,6 +308,11 @@ func (r *Runner) readOnce(id int64, group []*batchRun, cands []*slotRun, seen ma
 				seen[ev.Slot] = true
 			}
 		}
+		for _, b := range group {
+			if b.reader.Load() == id {
+				b.flushAdds()
+			}
+		}
 		if r.stop.Err() != nil {
 			return false, nil
 		}
@@ -380,7 +393,19 @@ func (b *batchRun) add(ev *engine.SlotEvent) {
 		b.keys[ev.Key] = ks
 	}
 	b.pending.Add(1)
-	b.lanes.Add(ev.Key, item{ev: ev, ks: ks})
+	b.addKeys = append(b.addKeys, ev.Key)
+	b.addItems = append(b.addItems, item{ev: ev, ks: ks})
+}
+
+// flushAdds hands the events add took from the chunk read to the lanes,
+// all at once: a run takes what the chunk holds of its key.
+func (b *batchRun) flushAdds() {
+	if len(b.addKeys) == 0 {
+		return
+	}
+	b.lanes.AddAll(b.addKeys, b.addItems)
+	clear(b.addItems) // the lanes hold them now
+	b.addKeys, b.addItems = b.addKeys[:0], b.addItems[:0]
 }
 
 // handleInBatch handles one event of a batch, or parks it behind its key's
@@ -417,6 +442,63 @@ func (r *Runner) handleInBatch(b *batchRun, it item) {
 		}
 		return
 	}
+	r.failedInBatch(b, it, res, attempt)
+}
+
+// handleRunInBatch hands a run of consecutive events of one key of a batch
+// to the run handler, or parks them behind their key's blocked head. Of a
+// run that fails at event i, the events before it are done, event i's
+// failure is handled as handleInBatch's, and the events after it are
+// parked behind it (pause) or go on in a run of their own (retry-later).
+func (r *Runner) handleRunInBatch(b *batchRun, its []item) {
+	n := int64(len(its))
+	defer func() {
+		if b.pending.Add(-n) == 0 {
+			r.maybeEnd(b)
+		}
+	}()
+	for len(its) > 0 {
+		if its[0].ks.blocked { // one key: one keyState
+			for _, it := range its {
+				b.s.stats.Parked.Add(1)
+				b.out.Wait(it.ev.Event)
+			}
+			r.parkedInBatch(b)
+			return
+		}
+		if r.stop.Err() != nil || !b.s.taking() {
+			b.incomplete.Store(true)
+			return
+		}
+		c := RunCall{Events: make([]engine.Event, len(its)), Attempts: make([]int, len(its)), N: r.cfg.N, Slot: b.s.slot,
+			Epoch: b.s.epoch, Batch: b.info.ID}
+		for i, it := range its {
+			c.Events[i], c.Attempts[i] = it.ev.Event, int(it.ev.Retry)+1
+		}
+		res, aborted := b.s.callRun(c)
+		if aborted {
+			b.incomplete.Store(true)
+			return
+		}
+		b.s.handled.Add(int64(res.Done))
+		if b.track != nil && res.Done > 0 {
+			for _, it := range its[:res.Done] {
+				b.track.Resolve(it.ev.ID)
+			}
+			signal(r.flushWake)
+		}
+		if res.Done == len(its) {
+			return
+		}
+		r.failedInBatch(b, its[res.Done], res.Failed, c.Attempts[res.Done])
+		its = its[res.Done+1:]
+	}
+}
+
+// failedInBatch applies the policy to event it of a batch, whose attempt
+// failed with res.
+func (r *Runner) failedInBatch(b *batchRun, it item, res Result, attempt int) {
+	ev := it.ev
 	b.s.failed.Add(1)
 	defer r.parkedInBatch(b)
 	if dead, reason := r.exhausted(res, attempt); dead {

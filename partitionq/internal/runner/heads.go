@@ -197,8 +197,20 @@ func (r *Runner) startDrain(s *slotRun, key string, headID int64, expire bool) {
 }
 
 // drainCall handles one parked event in a drain.
+// With a run handler, the event is a run of one.
 func (r *Runner) drainCall(s *slotRun, ev engine.Event, attempt int) parked.Handled {
-	res, aborted := s.call(Call{Event: ev, N: s.r.cfg.N, Slot: s.slot, Epoch: s.epoch, Attempt: attempt})
+	var res Result
+	var aborted bool
+	if r.cfg.HandleRun != nil {
+		var rr RunResult
+		rr, aborted = s.callRun(RunCall{Events: []engine.Event{ev}, Attempts: []int{attempt}, N: s.r.cfg.N, Slot: s.slot, Epoch: s.epoch})
+		res = rr.Failed
+		if rr.Done == 1 {
+			res = Result{}
+		}
+	} else {
+		res, aborted = s.call(Call{Event: ev, N: s.r.cfg.N, Slot: s.slot, Epoch: s.epoch, Attempt: attempt})
+	}
 	if aborted {
 		return parked.Handled{Abort: true}
 	}

@@ -68,6 +68,28 @@ type Call struct {
 // Handler handles one event.
 type Handler func(ctx context.Context, c Call) Result
 
+// RunCall is one call of a run handler: consecutive events of one key, in
+// order, each with its attempt, where they belong.
+type RunCall struct {
+	Events   []engine.Event
+	Attempts []int // Attempts[i] is Events[i]'s, from 1
+	N        int
+	Slot     int
+	Epoch    int64
+	Batch    int64 // the engine batch, 0 for events drained from the retry queue
+}
+
+// RunResult is what a run handler call came to: its first Done events are
+// done; when Done < len(Events), event Done failed with Failed (its Err is
+// not nil) and the events after it were not handled.
+type RunResult struct {
+	Done   int
+	Failed Result
+}
+
+// RunHandler handles a run of events of one key.
+type RunHandler func(ctx context.Context, c RunCall) RunResult
+
 // Stats are counters of one slot in this process; safe for concurrent use.
 type Stats struct {
 	Handled      atomic.Int64 // the handler returned nil
@@ -126,6 +148,11 @@ type Config struct {
 	Backoff          func(attempt int) time.Duration
 	HandlerTimeout   time.Duration // <= 0: none
 	Handle           Handler
+	// HandleRun, when set in place of Handle, is called with runs of up
+	// to MaxRun consecutive events of a key: what the batch holds of the
+	// key when the run starts (a drain hands its events one at a time).
+	HandleRun RunHandler
+	MaxRun    int
 	// Keys, shared by every runner of a worker, lets one run of a key at a
 	// time in the process (nil: no such guard beyond the runner's own).
 	Keys *KeyGuard

@@ -107,39 +107,10 @@ func (s *slotRun) waitIdle() {
 // reports a call that did not run or was cut short by the slot's loss or
 // the worker's shutdown: not the event's fault, and nothing of it is kept.
 func (s *slotRun) call(c Call) (res Result, aborted bool) {
-	// The counter first, then the check: a run that waits for this one's
-	// calls to end (waitRuns) either sees this call counted, or this call
-	// sees the slot stopped.
-	s.calls.Add(1)
-	defer s.calls.Add(-1)
-	if !s.active() {
-		return Result{Err: errLost}, true
-	}
-	select {
-	case s.sem <- struct{}{}:
-	case <-s.ctx.Done():
-		return Result{Err: context.Cause(s.ctx)}, true
-	}
-	defer func() { <-s.sem }()
-	if !s.active() { // the lease may have lapsed while we waited for room
-		return Result{Err: errLost}, true
-	}
-	if g := s.r.cfg.Keys; g != nil {
-		key := c.Event.Key
-		here := Where{N: s.r.cfg.N, Slot: s.slot, Epoch: s.epoch, EventID: c.Event.ID}
-		if !g.enter(key, here, s.ctx.Done(), func(w Where) { s.r.keyWait(key, here, w) }) {
-			return Result{Err: context.Cause(s.ctx)}, true
-		}
-		defer g.leave(key)
-		if !s.active() {
-			return Result{Err: errLost}, true
-		}
-	}
-	ctx := s.ctx
-	if t := s.r.cfg.HandlerTimeout; t > 0 {
-		cc := newCallCtx(ctx, t)
-		defer cc.end()
-		ctx = cc
+	ctx, g, err := s.enter(c.Event.Key, c.Event.ID)
+	defer g.leave()
+	if err != nil {
+		return Result{Err: err}, true
 	}
 	res = safeCall(ctx, s.r.cfg.Handle, c)
 	if s.ctx.Err() != nil {
@@ -149,19 +120,122 @@ func (s *slotRun) call(c Call) (res Result, aborted bool) {
 		s.stats.Handled.Add(1)
 		return res, false
 	}
+	return s.callFailed(ctx, res, c.Event.Key, c.Event.ID, c.Attempt), false
+}
+
+// callRun runs the run handler for a run of events of one key with the
+// slot's limits (one call: one place in the slot's concurrency, one
+// handler timeout). aborted is as call's: nothing of the run is kept.
+func (s *slotRun) callRun(c RunCall) (res RunResult, aborted bool) {
+	first := c.Events[0]
+	ctx, g, err := s.enter(first.Key, first.ID)
+	defer g.leave()
+	if err != nil {
+		return RunResult{Failed: Result{Err: err}}, true
+	}
+	res = safeRunCall(ctx, s.r.cfg.HandleRun, c)
+	if s.ctx.Err() != nil {
+		return res, true
+	}
+	res.Done = min(max(res.Done, 0), len(c.Events))
+	s.stats.Handled.Add(int64(res.Done))
+	if res.Done == len(c.Events) {
+		return res, false
+	}
+	ev := c.Events[res.Done]
+	res.Failed = s.callFailed(ctx, res.Failed, ev.Key, ev.ID, c.Attempts[res.Done])
+	return res, false
+}
+
+// callFailed counts and logs a handler failure of event id (of key) at
+// attempt, saying so when the call timed out.
+func (s *slotRun) callFailed(ctx context.Context, res Result, key string, id int64, attempt int) Result {
 	s.stats.Failed.Add(1)
 	if ctx.Err() == context.DeadlineExceeded {
 		res.Err = fmt.Errorf("handler timed out after %s: %w", s.r.cfg.HandlerTimeout, res.Err)
 	}
-	s.r.log.Warn("partitionq: handler failed", slog.Int("slot", s.slot), slog.String("key", c.Event.Key),
-		slog.Int64("event_id", c.Event.ID), slog.Int("attempt", c.Attempt), slog.Any("error", res.Err))
-	return res, false
+	s.r.log.Warn("partitionq: handler failed", slog.Int("slot", s.slot), slog.String("key", key),
+		slog.Int64("event_id", id), slog.Int("attempt", attempt), slog.Any("error", res.Err))
+	return res
+}
+
+// callGuard is one handler call's hold on the slot's limits, taken by
+// enter and given back by leave.
+type callGuard struct {
+	s     *slotRun
+	key   string
+	keyed bool // holds the key (KeyGuard)
+	room  bool // holds a place in the slot's concurrency
+	cc    *callCtx
+}
+
+// enter takes the slot's limits for a call of key's events (from the
+// event id on): the count of calls in flight, a place in the slot's
+// concurrency, the key in the process. err (the slot lost, the worker
+// stopping) means the call must not run. Call g.leave in every case.
+func (s *slotRun) enter(key string, id int64) (ctx context.Context, g callGuard, err error) {
+	// The counter first, then the check: a run that waits for this one's
+	// calls to end (waitRuns) either sees this call counted, or this call
+	// sees the slot stopped.
+	s.calls.Add(1)
+	g.s = s
+	if !s.active() {
+		return nil, g, errLost
+	}
+	select {
+	case s.sem <- struct{}{}:
+		g.room = true
+	case <-s.ctx.Done():
+		return nil, g, context.Cause(s.ctx)
+	}
+	if !s.active() { // the lease may have lapsed while we waited for room
+		return nil, g, errLost
+	}
+	if kg := s.r.cfg.Keys; kg != nil {
+		here := Where{N: s.r.cfg.N, Slot: s.slot, Epoch: s.epoch, EventID: id}
+		if !kg.enter(key, here, s.ctx.Done(), func(w Where) { s.r.keyWait(key, here, w) }) {
+			return nil, g, context.Cause(s.ctx)
+		}
+		g.key, g.keyed = key, true
+		if !s.active() {
+			return nil, g, errLost
+		}
+	}
+	ctx = s.ctx
+	if t := s.r.cfg.HandlerTimeout; t > 0 {
+		g.cc = newCallCtx(ctx, t)
+		ctx = g.cc
+	}
+	return ctx, g, nil
+}
+
+// leave gives back what enter took.
+func (g *callGuard) leave() {
+	if g.cc != nil {
+		g.cc.end()
+	}
+	if g.keyed {
+		g.s.r.cfg.Keys.leave(g.key)
+	}
+	if g.room {
+		<-g.s.sem
+	}
+	g.s.calls.Add(-1)
 }
 
 func safeCall(ctx context.Context, h Handler, c Call) (res Result) {
 	defer func() {
 		if p := recover(); p != nil {
 			res = Result{Err: fmt.Errorf("handler panicked: %v", p)}
+		}
+	}()
+	return h(ctx, c)
+}
+
+func safeRunCall(ctx context.Context, h RunHandler, c RunCall) (res RunResult) {
+	defer func() {
+		if p := recover(); p != nil {
+			res = RunResult{Failed: Result{Err: fmt.Errorf("handler panicked: %v", p)}}
 		}
 	}()
 	return h(ctx, c)

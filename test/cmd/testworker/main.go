@@ -6,7 +6,10 @@
 // (partitionq.DeadLetterNow). Every handler call
 // is logged, before it returns, to the table pq_run_log of the database
 // (created by the test: test/crash), so
-// the test can judge order and completeness (internal/ordercheck).
+// the test can judge order and completeness (internal/ordercheck). With
+// -run-handler the worker's handler is a RunHandler (with -tx a
+// TxRunHandler) that handles a run's events one after another, each logged
+// as a run of its own, and names the first that fails (partitionq.RunFailed).
 package main
 
 import (
@@ -53,6 +56,8 @@ type opts struct {
 	runlog                    string
 	tx                        bool
 	ticker                    bool
+	runHandler                bool
+	maxRun                    int
 }
 
 func main() {
@@ -72,6 +77,8 @@ func main() {
 	flag.StringVar(&o.runlog, "runlog", "", "append the start and end of every handler run to this file (internal/ordercheck's run log)")
 	flag.BoolVar(&o.ticker, "ticker", true, "run the engine's ticker in the worker (false: the test ticks)")
 	flag.BoolVar(&o.tx, "tx", false, "handle in the worker's transaction (TxHandler): the pq_run_log row of a success commits with the event's completion")
+	flag.BoolVar(&o.runHandler, "run-handler", false, "hand runs of a key's events to a RunHandler (with -tx a TxRunHandler), each event logged as a run of its own")
+	flag.IntVar(&o.maxRun, "max-run", 0, "with -run-handler: the worker's Limits.MaxRun (0: its default)")
 	level := flag.String("log", "warn", "log level: debug, info or warn")
 	statsEvery := flag.Duration("stats", 0, "when not zero, print a line `stats {json}` with memory and goroutine counts this often")
 	flag.Parse()
@@ -218,9 +225,29 @@ func run(ctx context.Context, log *slog.Logger, o opts) error {
 	if o.ticker {
 		wc.Ticker = &partitionq.TickerConfig{Interval: 10 * time.Millisecond}
 	}
-	if o.tx {
+	wc.Limits.MaxRun = o.maxRun
+	// handleRun handles a run's events in order, each as handle does; the
+	// first failure ends the run and is named by its index.
+	handleRun := func(ctx context.Context, db interface {
+		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	}, evs []*partitionq.Event) error {
+		for i, ev := range evs {
+			if err := handle(ctx, db, ev); err != nil {
+				return partitionq.RunFailed(i, err)
+			}
+		}
+		return nil
+	}
+	switch {
+	case o.runHandler && o.tx:
+		wc.TxRunHandler = partitionq.TxRunHandlerFunc(func(ctx context.Context, tx pgx.Tx, evs []*partitionq.Event) error {
+			return handleRun(ctx, tx, evs)
+		})
+	case o.runHandler:
+		wc.RunHandler = partitionq.RunHandlerFunc(func(ctx context.Context, evs []*partitionq.Event) error { return handleRun(ctx, pool, evs) })
+	case o.tx:
 		wc.TxHandler = partitionq.TxHandlerFunc(func(ctx context.Context, tx pgx.Tx, ev *partitionq.Event) error { return handle(ctx, tx, ev) })
-	} else {
+	default:
 		wc.Handler = partitionq.HandlerFunc(func(ctx context.Context, ev *partitionq.Event) error { return handle(ctx, pool, ev) })
 	}
 	w, err := client.NewWorker(ctx, wc)

@@ -101,8 +101,12 @@ type Config struct {
 	// PeerWorkers), W2bulk (bulk-inserted), W3 (each PeerWorkers), latency.
 	PeerRuns []string
 
+	// RunsEvents is the number of events of each workload of the runs
+	// step (handlers that write per event and per run).
+	RunsEvents int
+
 	// Only, when not empty, lists the steps to run: producer, W1, W2, W3,
-	// idle, latency, resize, scale, peers.
+	// idle, latency, resize, scale, peers, runs.
 	Only []string
 
 	// CPUProfile, when set, is where Main writes a CPU profile of the run.
@@ -131,6 +135,7 @@ func Full() Config {
 		LatRate:    1000, LatDuration: 10 * time.Second, LatN: 64, LatC: 16, LatFastTick: 10 * time.Millisecond, LatFastNs: []int{4, 64, 256}, LatTrials: 3, ResizeFrom: 4,
 		ScaleN: 16, ScaleLimit: 16, ScaleWorkers: []int{1, 2, 4}, ScaleRestart: 4,
 		PeerWorkers: []int{16, 64}, PeerW1Events: 20_000, PeerRuns: []string{"W1", "W2", "W2bulk", "W3", "latency"},
+		RunsEvents: 100_000,
 		RunTimeout: 2 * time.Minute,
 	}
 }
@@ -185,6 +190,7 @@ func Short() Config {
 		LatRate:    200, LatDuration: time.Second, LatN: 2, LatC: 16, LatFastTick: 10 * time.Millisecond, LatFastNs: []int{2}, LatTrials: 1, ResizeFrom: 2,
 		ScaleN: 4, ScaleLimit: 4, ScaleWorkers: []int{1, 2}, ScaleRestart: 2,
 		PeerWorkers: []int{16}, PeerW1Events: 1000, PeerRuns: []string{"W2"},
+		RunsEvents: 1000,
 		RunTimeout: 45 * time.Second,
 	}
 }
@@ -213,7 +219,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	peerWorkers := fs.String("peer-workers", "", "comma-separated concurrency of the peers' W2 and W3 runs (default 16,64)")
 	render := fs.String("render", "", "render DIR/results.json of an earlier run again (results.md and the charts) and print it; runs nothing")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the bench process to this file")
-	only := fs.String("only", "", "comma-separated steps to run: producer, W1, W2, W3, idle, latency, resize, scale, peers (default all)")
+	only := fs.String("only", "", "comma-separated steps to run: producer, W1, W2, W3, idle, latency, resize, scale, peers, runs (default all)")
 	peerRuns := fs.String("peer-runs", "", "comma-separated peer runs: W1, W2, W2bulk, W3, latency (default all; W2 with -short)")
 	engines := fs.String("engines", "pgq", "comma-separated queue engines: pgq, and pgque to run the producer and W1 on PgQue as well")
 	pgqueSQL := fs.String("pgque-sql", os.Getenv(freshdb.EnvPgQueSQL), "PgQue's install file (PgQue's sql/pgque.sql), for -engines pgq,pgque (default $"+freshdb.EnvPgQueSQL+")")

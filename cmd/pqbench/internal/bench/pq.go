@@ -90,6 +90,10 @@ func groupName(p pqRun, t int) string {
 		s += "tx"
 	case VariantNoProgress:
 		s += "np"
+	case VariantRunHandler:
+		s += "run"
+	case VariantTxRunHandler:
+		s += "txrun"
 	}
 	if p.Drains > 0 {
 		s += fmt.Sprintf("d%d", p.Drains)

@@ -227,6 +227,21 @@ func orderCell(x *Result) (string, string) {
 	return v, lost
 }
 
+// runsBase is the per-event row a run handler's row of the runs step is
+// compared with: Handler's for RunHandler, TxHandler's for TxRunHandler.
+func (r *Report) runsBase(workload, variant string) *Result {
+	want, ok := map[string]string{VariantRunHandler: VariantHandler, VariantTxRunHandler: VariantTxHandler}[variant]
+	if !ok {
+		return nil
+	}
+	for _, x := range r.rows(workload) {
+		if x.System == SysPartitionq && x.Variant == want && x.Err == "" {
+			return x
+		}
+	}
+	return nil
+}
+
 // Text renders the report as Markdown.
 func (r *Report) Text() string {
 	var sb strings.Builder
@@ -271,6 +286,28 @@ func (r *Report) Text() string {
 			w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", x.System, x.Config+errSuffix(x), commas(int64(x.Events)), rateCell(x),
 				ratio(x.Rate, best), ratio(x.Rate, max(x.Limit, floor)), v, lost, fnum(x.Cost.RowsRead), r.measured(x.Cost.ServerCPU, cpu),
 				r.measured(x.Cost.ExecUS, stmts), fnum(x.Cost.WALBytes), fnum(x.Cost.ClientCPU))
+		}
+		w("\n")
+	}
+
+	for _, name := range []string{"runs-few", "runs-burst"} {
+		rows := r.rows(name)
+		if len(rows) == 0 {
+			continue
+		}
+		w("## Handlers that write: %s\n\n| handler | config | events | events/s | × per event | violations | lost | server CPU µs/ev | WAL B/ev | client CPU µs/ev |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n", name)
+		for _, x := range rows {
+			v, lost := orderCell(x)
+			per := "-"
+			if base := r.runsBase(name, x.Variant); base != nil {
+				per = ratio(x.Rate, base.Rate)
+			}
+			kind := x.Variant
+			if kind == VariantHandler {
+				kind = "Handler"
+			}
+			w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", kind, x.Config+errSuffix(x), commas(int64(x.Events)), fnum(x.Rate), per, v, lost,
+				r.measured(x.Cost.ServerCPU, cpu), fnum(x.Cost.WALBytes), fnum(x.Cost.ClientCPU))
 		}
 		w("\n")
 	}
@@ -613,6 +650,16 @@ func (r *Report) targets(sb *strings.Builder) {
 		if x.System == SysPartitionq && x.N*x.Conc <= 64 {
 			ideal := float64(x.N*x.Conc) / r.Config.W2Handler.Seconds()
 			w("| W2 %s ≥ 0.8× ideal (%s/s) | %s/s = %s | %s |\n", x.Config, fnum(ideal), fnum(x.Rate), ratio(x.Rate, ideal), mark(x.Rate >= 0.8*ideal))
+		}
+	}
+	for _, x := range r.rows("runs-burst") {
+		base := r.runsBase("runs-burst", x.Variant)
+		switch {
+		case base == nil:
+		case x.Variant == VariantRunHandler:
+			w("| runs-burst: RunHandler ≥ 5× Handler | %s/s vs %s/s = %s | %s |\n", fnum(x.Rate), fnum(base.Rate), ratio(x.Rate, base.Rate), mark(x.OK() && x.Rate >= 5*base.Rate))
+		case x.Variant == VariantTxRunHandler:
+			w("| runs-burst: TxRunHandler ≥ 10× TxHandler | %s/s vs %s/s = %s | %s |\n", fnum(x.Rate), fnum(base.Rate), ratio(x.Rate, base.Rate), mark(x.OK() && x.Rate >= 10*base.Rate))
 		}
 	}
 	for _, wlName := range []string{"W2", "W3"} {

@@ -170,6 +170,7 @@ func (b *bench) runAll(ctx context.Context) error {
 		{"resize", func(ctx context.Context) error { return b.resize(ctx, lat) }},
 		{"scale", func(ctx context.Context) error { return b.scale(ctx, w2, lat) }},
 		{"peers", func(ctx context.Context) error { return b.peers(ctx, w1, w2, w3, lat) }},
+		{"runs", func(ctx context.Context) error { return b.runsStep(ctx) }},
 	}
 	for _, eng := range cfg.Engines {
 		b.on = target{engine: eng, db: b.pgqDB}
