@@ -191,7 +191,7 @@ var flagOf = map[string]struct{ flag, fix string }{
 	"WorkerConfig.Ownership.LeaseDuration":   {"--lease-duration", "give at least 500ms, or leave it out for 5s"},
 	"WorkerConfig.Ownership.DeadHostTimeout": {"--dead-host-timeout", "give at least 2s, a negative value (-1s) to leave the server's TCP settings, or leave it out for the lease duration + 10s"},
 	"WorkerConfig.Ticker.Interval":           {"--tick-interval", "give a positive duration"},
-	"WorkerConfig.Pins":                     {"--slots", `give "all" or slots of the group`},
+	"WorkerConfig.Pins":                      {"--slots", `give "all" or slots of the group`},
 	"WorkerConfig.Identity":                  {"--identity", ""}, // the library's fix: what is wrong with the text
 	"GroupSpec.TickMaxLag":                   {"--tick-max-lag", "give a positive duration, or leave it out to keep the queue's setting"},
 	"GroupSpec.DedupWindow":                  {"--dedup-window", "give 1ms to 168h (7 days), or leave it out to keep the queue's window"},
