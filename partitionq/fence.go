@@ -71,12 +71,12 @@ func (f TxHandlerFunc) HandleTx(ctx context.Context, tx pgx.Tx, ev *Event) error
 	return f(ctx, tx, ev)
 }
 
-func (w *Worker) txHandleFunc() runner.Handler {
+func (w *Worker) txHandleFunc(h TxHandler) runner.Handler {
 	return func(ctx context.Context, c runner.Call) runner.Result {
 		ev := w.event(c)
 		var herr error
 		err := pgx.BeginFunc(ctx, w.c.pool, func(tx pgx.Tx) error {
-			if herr = w.cfg.TxHandler.HandleTx(ctx, tx, ev); herr != nil {
+			if herr = h.HandleTx(ctx, tx, ev); herr != nil {
 				return herr
 			}
 			err := slotstats.RecordDone(ctx, tx, ev.Queue, ev.Group, ev.Slots, ev.Slot, ev.Epoch, ev.batch, ev.ID)

@@ -199,14 +199,14 @@ func TestZombieTxHandlerCommitsNothing(t *testing.T) {
 	}
 	inside, release := make(chan struct{}, 1), make(chan struct{})
 	w := b.worker(t, partitionq.WorkerConfig{
-		TxHandler: partitionq.TxHandlerFunc(func(ctx context.Context, tx pgx.Tx, ev *partitionq.Event) error {
+		Handler: partitionq.InTx(partitionq.TxHandlerFunc(func(ctx context.Context, tx pgx.Tx, ev *partitionq.Event) error {
 			if _, err := tx.Exec(ctx, `insert into effects values ($1)`, ev.ID); err != nil {
 				return err
 			}
 			inside <- struct{}{}
 			<-release
 			return nil
-		}),
+		})),
 		Ownership: partitionq.OwnershipConfig{LeaseDuration: time.Hour},
 	})
 	if _, err := b.client.Send(b.ctx, "q", partitionq.Message{Key: "k", Payload: []byte("x")}); err != nil {

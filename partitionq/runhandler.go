@@ -128,24 +128,24 @@ func (w *Worker) events(c runner.RunCall) []*Event {
 	return out
 }
 
-func (w *Worker) runHandleFunc() runner.RunHandler {
+func (w *Worker) runHandleFunc(h RunHandler) runner.RunHandler {
 	return func(ctx context.Context, c runner.RunCall) runner.RunResult {
 		evs := w.events(c)
-		return runResult(runOutcome(w.cfg.RunHandler.HandleRun(ctx, evs), len(evs)))
+		return runResult(runOutcome(h.HandleRun(ctx, evs), len(evs)))
 	}
 }
 
 // txRunHandleFunc runs a TxRunHandler: the run and its completion in one
 // transaction; a run that fails at i > 0 is rolled back and its events
 // before i run again in a transaction of their own.
-func (w *Worker) txRunHandleFunc() runner.RunHandler {
+func (w *Worker) txRunHandleFunc(h TxRunHandler) runner.RunHandler {
 	return func(ctx context.Context, c runner.RunCall) runner.RunResult {
 		evs := w.events(c)
 		var failure error // the failure of evs[len(evs)] once evs is cut to the events before it
 		for {
 			var herr error
 			err := pgx.BeginFunc(ctx, w.c.pool, func(tx pgx.Tx) error {
-				if herr = w.cfg.TxRunHandler.HandleRunTx(ctx, tx, evs); herr != nil {
+				if herr = h.HandleRunTx(ctx, tx, evs); herr != nil {
 					return herr
 				}
 				return recordRunDone(ctx, tx, evs)

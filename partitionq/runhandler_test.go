@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -159,7 +160,7 @@ func TestRunHandlerOrderAcrossRunsAndBatches(t *testing.T) {
 	b.group(t, 2)
 	const keys, rounds, maxRun = 6, 40, 8
 	rec := newRunsRecorder(t)
-	b.worker(t, partitionq.WorkerConfig{RunHandler: rec, Limits: partitionq.LimitsConfig{MaxRun: maxRun}})
+	b.worker(t, partitionq.WorkerConfig{Handler: partitionq.Runs(rec), Limits: partitionq.LimitsConfig{MaxRun: maxRun}})
 	for r := 0; r < rounds; r += 10 { // bursts of 10 a key, several batches
 		for k := 0; k < keys; k++ {
 			b.sendBurst(t, "tenant-"+strconv.Itoa(k), r, 10)
@@ -224,7 +225,7 @@ func TestRunHandlerFailureInTheMiddleOfARun(t *testing.T) {
 			if tc.after > 0 {
 				backoff = time.Hour // only RetryAfter can bring the event back in time
 			}
-			b.worker(t, partitionq.WorkerConfig{RunHandler: rec,
+			b.worker(t, partitionq.WorkerConfig{Handler: partitionq.Runs(rec),
 				Retry: partitionq.RetryConfig{Policy: tc.policy, BackoffMin: backoff, BackoffMax: backoff}})
 			b.sendBurst(t, "k", 0, n)
 			want := n
@@ -313,7 +314,7 @@ func TestTxRunHandlerCommitsWithProgressAndRollsBackAFailedRun(t *testing.T) {
 		}
 		return nil
 	})
-	b.worker(t, partitionq.WorkerConfig{TxRunHandler: h, Retry: partitionq.RetryConfig{BackoffMin: 50 * time.Millisecond, BackoffMax: 50 * time.Millisecond}})
+	b.worker(t, partitionq.WorkerConfig{Handler: partitionq.RunsInTx(h), Retry: partitionq.RetryConfig{BackoffMin: 50 * time.Millisecond, BackoffMax: 50 * time.Millisecond}})
 	for k := 0; k < keys; k++ {
 		b.sendBurst(t, "tenant-"+strconv.Itoa(k), 0, n)
 	}
@@ -385,21 +386,41 @@ func TestWorkerConfigOneHandler(t *testing.T) {
 	b := setup(t)
 	b.group(t, 1)
 	run := partitionq.RunHandlerFunc(func(context.Context, []*partitionq.Event) error { return nil })
-	txRun := partitionq.TxRunHandlerFunc(func(context.Context, pgx.Tx, []*partitionq.Event) error { return nil })
 	for _, tc := range []struct {
 		cfg   partitionq.WorkerConfig
 		field string
 	}{
 		{partitionq.WorkerConfig{}, "WorkerConfig.Handler"},
-		{partitionq.WorkerConfig{Handler: newRecorder(t), RunHandler: run}, "WorkerConfig.RunHandler"},
-		{partitionq.WorkerConfig{RunHandler: run, TxRunHandler: txRun}, "WorkerConfig.TxRunHandler"},
-		{partitionq.WorkerConfig{RunHandler: run, Limits: partitionq.LimitsConfig{MaxRun: -1}}, "WorkerConfig.Limits.MaxRun"},
+		{partitionq.WorkerConfig{Handler: partitionq.Runs(run), Limits: partitionq.LimitsConfig{MaxRun: -1}}, "WorkerConfig.Limits.MaxRun"},
 	} {
 		tc.cfg.Queue, tc.cfg.Group = "q", "g"
 		_, err := b.client.NewWorker(b.ctx, tc.cfg)
 		var ve *partitionq.ValidationError
 		if !errors.As(err, &ve) || ve.Field != tc.field {
 			t.Fatalf("NewWorker: %v, want a *ValidationError for %s", err, tc.field)
+		}
+	}
+}
+
+// The handler kinds called outside a worker: Runs hands its RunHandler a
+// run of one event and returns that event's failure; InTx and RunsInTx
+// say that their transaction is the worker's.
+func TestHandlerKindsOutsideAWorker(t *testing.T) {
+	ev := &partitionq.Event{ID: 7, Key: "k"}
+	boom := errors.New("boom")
+	var got []*partitionq.Event
+	h := partitionq.Runs(partitionq.RunHandlerFunc(func(_ context.Context, evs []*partitionq.Event) error {
+		got = evs
+		return partitionq.RunFailed(0, boom)
+	}))
+	if err := h.Handle(context.Background(), ev); !errors.Is(err, boom) || len(got) != 1 || got[0] != ev {
+		t.Fatalf("Runs(h).Handle: %v with a run of %d, want boom with a run of the one event", err, len(got))
+	}
+	tx := partitionq.InTx(partitionq.TxHandlerFunc(func(context.Context, pgx.Tx, *partitionq.Event) error { return nil }))
+	txRun := partitionq.RunsInTx(partitionq.TxRunHandlerFunc(func(context.Context, pgx.Tx, []*partitionq.Event) error { return nil }))
+	for name, h := range map[string]partitionq.Handler{"InTx": tx, "RunsInTx": txRun} {
+		if err := h.Handle(context.Background(), ev); err == nil || !strings.Contains(err.Error(), "runs in a Worker") {
+			t.Fatalf("%s(h).Handle: %v, want an error saying it runs in a Worker", name, err)
 		}
 	}
 }
@@ -423,7 +444,7 @@ func TestRunHandlerSpansAndMetrics(t *testing.T) {
 		events += len(evs)
 		return nil
 	})
-	b.worker(t, partitionq.WorkerConfig{RunHandler: h, TracerProvider: tp, Registerer: reg})
+	b.worker(t, partitionq.WorkerConfig{Handler: partitionq.Runs(h), TracerProvider: tp, Registerer: reg})
 	const n = 30
 	b.sendBurst(t, "k", 0, n)
 	pgtest.WaitFor(t, 30*time.Second, "every event handled", func() (bool, error) {

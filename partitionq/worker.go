@@ -108,29 +108,14 @@ type WorkerConfig struct {
 	// "Sharing the slots"). Rarely needed.
 	Pins []int
 
-	// Handler handles the events. Exactly one of Handler, TxHandler,
-	// RunHandler and TxRunHandler is required.
+	// Handler handles the events, one call per event. Required. Three
+	// kinds of handler take the events another way: InTx(h) for a
+	// TxHandler (each event in a transaction of the worker's, its writes
+	// committed with its completion: exactly-once effects in the same
+	// database), Runs(h) for a RunHandler (runs of a key's consecutive
+	// events, one call per run) and RunsInTx(h) for a TxRunHandler (each
+	// run in a transaction).
 	Handler Handler
-
-	// TxHandler, when set in place of Handler, handles each event inside a
-	// transaction the worker opens on the client's pool: the handler's
-	// writes, the check that this worker still owns the slot (the fencing
-	// token) and the record that the event is done commit together or not
-	// at all, so a crash at any point neither loses nor repeats them
-	// (exactly-once effects in the same database; see docs/guarantees.md).
-	TxHandler TxHandler
-
-	// RunHandler, when set in place of Handler, handles runs of
-	// consecutive events of one key, up to Limits.MaxRun at a time: one
-	// call, and for a handler that writes to a database one round trip and
-	// one commit, for a burst of a key's events (see RunHandler).
-	RunHandler RunHandler
-
-	// TxRunHandler, when set in place of Handler, handles runs as
-	// RunHandler does, each inside a transaction the worker opens on the
-	// client's pool, which commits the handler's writes with the run's
-	// completion, as TxHandler does for one event (see TxRunHandler).
-	TxRunHandler TxRunHandler
 
 	// Retry says what a handler failure does: the policy, the attempts,
 	// the backoff, and the bound on a blocked key.
@@ -400,9 +385,8 @@ func (cfg WorkerConfig) validate() error {
 	case cfg.SlotCount < 0 || cfg.SlotCount > MaxSlots:
 		return fieldError(p+"SlotCount", strconv.Itoa(cfg.SlotCount), fmt.Sprintf("it must be between 1 and %d", MaxSlots),
 			"give the group's number of slots (partitionq status shows it), or 0 to take the group's and follow its resizes")
-	}
-	if err := cfg.validateHandlers(p); err != nil {
-		return err
+	case cfg.Handler == nil:
+		return fieldError(p+"Handler", "nil", "it is required", "pass a Handler or HandlerFunc (or InTx, Runs or RunsInTx of a TxHandler, RunHandler or TxRunHandler)")
 	}
 	if err := cfg.Retry.validate(p + "Retry."); err != nil {
 		return err
@@ -419,30 +403,6 @@ func (cfg WorkerConfig) validate() error {
 		}
 	}
 	return validateText(p+"Identity", cfg.Identity, maxText)
-}
-
-// validateHandlers checks that exactly one of the handler fields is set,
-// naming the second one set (in declaration order) when there are two.
-func (cfg WorkerConfig) validateHandlers(p string) error {
-	set := []struct {
-		name string
-		ok   bool
-	}{{"Handler", cfg.Handler != nil}, {"TxHandler", cfg.TxHandler != nil}, {"RunHandler", cfg.RunHandler != nil},
-		{"TxRunHandler", cfg.TxRunHandler != nil}}
-	first := ""
-	for _, h := range set {
-		switch {
-		case !h.ok:
-		case first == "":
-			first = h.name
-		default:
-			return fieldError(p+h.name, "set", first+" is set too", "pass one of Handler, TxHandler, RunHandler and TxRunHandler")
-		}
-	}
-	if first == "" {
-		return fieldError(p+"Handler", "nil", "it is required", "pass a Handler or HandlerFunc (or a TxHandler, RunHandler or TxRunHandler)")
-	}
-	return nil
 }
 
 // validate checks cfg (with its defaults) in declaration order, naming
@@ -1011,8 +971,8 @@ func (w *Worker) handleFunc(gr *genRun) runner.Handler {
 	if w.takesRuns() {
 		return nil
 	}
-	if w.cfg.TxHandler != nil {
-		return w.instrument(gr.metrics, w.txHandleFunc())
+	if h, ok := w.cfg.Handler.(inTx); ok {
+		return w.instrument(gr.metrics, w.txHandleFunc(h.h))
 	}
 	return w.instrument(gr.metrics, func(ctx context.Context, c runner.Call) runner.Result {
 		return result(w.cfg.Handler.Handle(ctx, w.event(c)))
@@ -1020,14 +980,20 @@ func (w *Worker) handleFunc(gr *genRun) runner.Handler {
 }
 
 // takesRuns reports whether the worker's handler takes runs.
-func (w *Worker) takesRuns() bool { return w.cfg.RunHandler != nil || w.cfg.TxRunHandler != nil }
+func (w *Worker) takesRuns() bool {
+	switch w.cfg.Handler.(type) {
+	case runs, runsInTx:
+		return true
+	}
+	return false
+}
 
 func (w *Worker) handleRunFunc(gr *genRun) runner.RunHandler {
-	switch {
-	case w.cfg.RunHandler != nil:
-		return w.instrumentRun(gr.metrics, w.runHandleFunc())
-	case w.cfg.TxRunHandler != nil:
-		return w.instrumentRun(gr.metrics, w.txRunHandleFunc())
+	switch h := w.cfg.Handler.(type) {
+	case runs:
+		return w.instrumentRun(gr.metrics, w.runHandleFunc(h.h))
+	case runsInTx:
+		return w.instrumentRun(gr.metrics, w.txRunHandleFunc(h.h))
 	}
 	return nil
 }

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 func TestBackoff(t *testing.T) {
@@ -28,7 +26,7 @@ func TestBackoff(t *testing.T) {
 // depend on one.
 func TestWorkerConfigValidationIsDeterministic(t *testing.T) {
 	h := HandlerFunc(func(context.Context, *Event) error { return nil })
-	cfg := WorkerConfig{Queue: "q", Group: "g", SlotCount: -1, Handler: h, TxHandler: TxHandlerFunc(func(context.Context, pgx.Tx, *Event) error { return nil }),
+	cfg := WorkerConfig{Queue: "q", Group: "g", SlotCount: -1,
 		Retry: RetryConfig{Policy: "later", MaxAttempts: -2, BackoffMin: -time.Second, BackoffMax: -2 * time.Second,
 			MaxBlocked: BlockedLimit{After: -time.Second}, HeadScanInterval: -time.Second},
 		Limits: LimitsConfig{Concurrency: -1, DrainConcurrency: -1, BatchMinEvents: -2, HandlerTimeout: -time.Second,
@@ -42,7 +40,7 @@ func TestWorkerConfigValidationIsDeterministic(t *testing.T) {
 		fix   func(*WorkerConfig)
 	}{
 		{"WorkerConfig.SlotCount", func(c *WorkerConfig) { c.SlotCount = 0 }},
-		{"WorkerConfig.TxHandler", func(c *WorkerConfig) { c.TxHandler = nil }},
+		{"WorkerConfig.Handler", func(c *WorkerConfig) { c.Handler = h }},
 		{"WorkerConfig.Retry.Policy", func(c *WorkerConfig) { c.Retry.Policy = "" }},
 		{"WorkerConfig.Retry.MaxAttempts", func(c *WorkerConfig) { c.Retry.MaxAttempts = 0 }},
 		{"WorkerConfig.Retry.BackoffMin", func(c *WorkerConfig) { c.Retry.BackoffMin = 0 }},

@@ -318,7 +318,7 @@ func (a *app) work(cmd *cobra.Command, t target, w workFlags) error {
 		DisableProgress: w.noProgress, Identity: w.identity,
 	}
 	if run, ok := handler.(partitionq.RunHandler); ok && w.runs {
-		cfg.RunHandler = run
+		cfg.Handler = partitionq.Runs(run)
 	} else {
 		cfg.Handler = handler
 	}

@@ -240,13 +240,13 @@ func run(ctx context.Context, log *slog.Logger, o opts) error {
 	}
 	switch {
 	case o.runHandler && o.tx:
-		wc.TxRunHandler = partitionq.TxRunHandlerFunc(func(ctx context.Context, tx pgx.Tx, evs []*partitionq.Event) error {
+		wc.Handler = partitionq.RunsInTx(partitionq.TxRunHandlerFunc(func(ctx context.Context, tx pgx.Tx, evs []*partitionq.Event) error {
 			return handleRun(ctx, tx, evs)
-		})
+		}))
 	case o.runHandler:
-		wc.RunHandler = partitionq.RunHandlerFunc(func(ctx context.Context, evs []*partitionq.Event) error { return handleRun(ctx, pool, evs) })
+		wc.Handler = partitionq.Runs(partitionq.RunHandlerFunc(func(ctx context.Context, evs []*partitionq.Event) error { return handleRun(ctx, pool, evs) }))
 	case o.tx:
-		wc.TxHandler = partitionq.TxHandlerFunc(func(ctx context.Context, tx pgx.Tx, ev *partitionq.Event) error { return handle(ctx, tx, ev) })
+		wc.Handler = partitionq.InTx(partitionq.TxHandlerFunc(func(ctx context.Context, tx pgx.Tx, ev *partitionq.Event) error { return handle(ctx, tx, ev) }))
 	default:
 		wc.Handler = partitionq.HandlerFunc(func(ctx context.Context, ev *partitionq.Event) error { return handle(ctx, pool, ev) })
 	}

@@ -318,7 +318,7 @@ func (b *bench) runPartitionq(ctx context.Context, wl *Workload, queue string, i
 				}
 			}
 			if p.Variant == VariantTxHandler {
-				wc.TxHandler = partitionq.TxHandlerFunc(func(_ context.Context, _ pgx.Tx, ev *partitionq.Event) error { return handle(ev) })
+				wc.Handler = partitionq.InTx(partitionq.TxHandlerFunc(func(_ context.Context, _ pgx.Tx, ev *partitionq.Event) error { return handle(ev) }))
 			} else {
 				wc.Handler = partitionq.HandlerFunc(func(_ context.Context, ev *partitionq.Event) error { return handle(ev) })
 			}

@@ -139,15 +139,15 @@ func (b *bench) runWriting(ctx context.Context, wl *Workload, queue string, ids 
 				return insert(ctx, onPool, []*partitionq.Event{ev})
 			})
 		case VariantRunHandler:
-			wc.RunHandler = partitionq.RunHandlerFunc(func(ctx context.Context, evs []*partitionq.Event) error { return insert(ctx, onPool, evs) })
+			wc.Handler = partitionq.Runs(partitionq.RunHandlerFunc(func(ctx context.Context, evs []*partitionq.Event) error { return insert(ctx, onPool, evs) }))
 		case VariantTxHandler:
-			wc.TxHandler = partitionq.TxHandlerFunc(func(ctx context.Context, tx pgx.Tx, ev *partitionq.Event) error {
+			wc.Handler = partitionq.InTx(partitionq.TxHandlerFunc(func(ctx context.Context, tx pgx.Tx, ev *partitionq.Event) error {
 				return insert(ctx, inTx(tx), []*partitionq.Event{ev})
-			})
+			}))
 		case VariantTxRunHandler:
-			wc.TxRunHandler = partitionq.TxRunHandlerFunc(func(ctx context.Context, tx pgx.Tx, evs []*partitionq.Event) error {
+			wc.Handler = partitionq.RunsInTx(partitionq.TxRunHandlerFunc(func(ctx context.Context, tx pgx.Tx, evs []*partitionq.Event) error {
 				return insert(ctx, inTx(tx), evs)
-			})
+			}))
 		}
 		w, err := client.NewWorker(ctx, wc)
 		if err != nil {
