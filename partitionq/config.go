@@ -462,4 +462,3 @@ func backoff(minD, maxD time.Duration, n int) time.Duration {
 	}
 	return min(d, maxD)
 }
-
