@@ -727,12 +727,14 @@ func TestPipeBadReplies(t *testing.T) {
 
 // A --pipe process that does not answer a cancelled event within
 // --pipe-cancel-grace is killed with its process group, and started again;
-// the killed run ends before the event runs again.
+// the killed run ends before the event runs again. The handler timeout
+// leaves room for the process's start (the race detector's test binary
+// takes most of a second to start: at 300ms every attempt timed out).
 func TestPipeCancelIgnored(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, "pipe", 1)
 	r.send("x", "hard1", "ok")
-	w := r.work("--handler-timeout", "300ms", "--pipe-cancel-grace", "100ms", "--backoff-min", "50ms", "--backoff-max", "100ms")
+	w := r.work("--handler-timeout", "2s", "--pipe-cancel-grace", "100ms", "--backoff-min", "50ms", "--backoff-max", "100ms")
 	r.waitAll(60 * time.Second)
 	rep, rec := r.check()
 	if rep.Handled != 2 || rep.Runs < 3 {
