@@ -90,8 +90,10 @@ type HTTPHandlerConfig struct {
 
 // HTTPHandler is a Handler that posts each event to an HTTP endpoint (a
 // sidecar in any language) as a CloudEvent, over kept-alive connections,
-// as many requests at once as the worker runs handlers. Make one with
-// NewHTTPHandler. It is safe for concurrent use.
+// as many requests at once as the worker runs handlers. It is a
+// RunHandler too: HandleRun posts a run of a key's events as one
+// CloudEvents batch. Make one with NewHTTPHandler. It is safe for
+// concurrent use.
 //
 // The request (docs/handlers.md gives every header):
 //

@@ -131,7 +131,8 @@ grant select, insert, delete on partitionq.slot_done to partitionq_worker;
 -- Handler outcomes per slot and second (the rates status shows).
 grant select, insert, update, delete on partitionq.slot_rate to partitionq_worker;
 grant execute on function partitionq.check_owner(text, text, int, int, bigint),
-                          partitionq.record_done(text, text, int, int, bigint, bigint, bigint) to partitionq_worker;
+                          partitionq.record_done(text, text, int, int, bigint, bigint, bigint),
+                          partitionq.record_done_all(text, text, int, int, bigint, bigint, bigint[]) to partitionq_worker;
 -- The fence a handler in any language checks in its own transaction.
 grant execute on function partitionq.fence(text) to partitionq_worker;
 -- A group's generations (a resize in flight: the cutover, the parents);

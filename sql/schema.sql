@@ -269,7 +269,7 @@ CREATE TABLE partitionq.census_state (
 -- what a new schema holds
 
 INSERT INTO partitionq.schema_version (version) VALUES
-    ('15');
+    ('16');
 
 INSERT INTO partitionq.ticker_turn (name, holder, until) VALUES
     ('maint', NULL, NULL),
@@ -1504,6 +1504,28 @@ begin
 end
 $function$;
 REVOKE ALL ON FUNCTION partitionq.record_done(text,text,integer,integer,bigint,bigint,bigint) FROM PUBLIC;
+
+-- function/record_done_all.sql
+-- An exactly-once run handler's completion (TxRunHandler): the events
+-- p_ev_ids of one batch recorded done in the handler's own transaction,
+-- after one ownership check (SQLSTATE PQ001 when not owned), with one
+-- insert: record_done for a run, without a call per event.
+CREATE OR REPLACE FUNCTION partitionq.record_done_all(p_queue text, p_grp text, p_n integer, p_slot integer, p_epoch bigint, p_batch bigint, p_ev_ids bigint[])
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+    if not partitionq.check_owner(p_queue, p_grp, p_n, p_slot, p_epoch) then
+        raise exception 'slot % of % of group % on queue % is not owned at epoch %', p_slot, p_n, p_grp, p_queue, p_epoch
+              using errcode = 'PQ001';
+    end if;
+    insert into partitionq.slot_done (queue, grp, n, slot, batch_id, ev_id)
+    select p_queue, p_grp, p_n, p_slot, p_batch, id from unnest(p_ev_ids) as id on conflict do nothing;
+end
+$function$;
+REVOKE ALL ON FUNCTION partitionq.record_done_all(text,text,integer,integer,bigint,bigint,bigint[]) FROM PUBLIC;
 
 -- function/record_replay.sql
 -- An operator records replays: dead letter p_ids[i] was sent again as

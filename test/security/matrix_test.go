@@ -75,6 +75,8 @@ var matrix = map[string]map[string]string{
 	// Any language (schema version 15): a send in SQL, a handler's fence.
 	"function send":  {"producer": "X"},
 	"function fence": {"worker": "X"},
+	// Run handlers (schema version 16): a TxRunHandler's run recorded done.
+	"function record_done_all": {"worker": "X"},
 }
 
 // privileges reads what role may do on every object of partitionq's schema

@@ -169,10 +169,9 @@ func RecordDone(ctx context.Context, tx db.DB, queue, group string, n, slot int,
 	return err
 }
 
-// RecordDoneAll is RecordDone for the events ids of one batch (a run),
-// in one statement.
+// RecordDoneAll is RecordDone for the events ids of one batch (a run):
+// one ownership check and one insert (partitionq.record_done_all).
 func RecordDoneAll(ctx context.Context, tx db.DB, queue, group string, n, slot int, epoch, batch int64, ids []int64) error {
-	_, err := tx.Exec(ctx, `select partitionq.record_done($1, $2, $3, $4, $5, $6, id) from unnest($7::bigint[]) as id`,
-		queue, group, n, slot, epoch, batch, ids)
+	_, err := tx.Exec(ctx, `select partitionq.record_done_all($1, $2, $3, $4, $5, $6, $7)`, queue, group, n, slot, epoch, batch, ids)
 	return err
 }

@@ -1,0 +1,4 @@
+-- Version 16: run handlers (TxRunHandler) record a run's events done in
+-- one call: partitionq.record_done_all (function/record_done_all.sql), one
+-- ownership check and one insert for the run, where record_done takes a
+-- call per event. No table changes. sql/roles.sql grants it to the worker.
