@@ -286,13 +286,35 @@ func (w *Worker) Start(ctx context.Context) error {
 		wg.Wait()
 		t.Stop()
 		stopHard()
-		pool.Close()
+		closePool(pool, w.log)
 		w.unregisterAll()
 		close(w.done)
 	}()
 	w.log.Info("partitionq: worker started", slog.Any("slots", w.slotsLogged()), slog.String("policy", string(w.cfg.Retry.Policy)),
 		slog.Int("concurrency", w.cfg.Limits.Concurrency))
 	return nil
+}
+
+// poolCloseWait bounds how long a stopping worker waits for its own
+// connections to close.
+const poolCloseWait = 2 * time.Second
+
+// closePool closes the worker's own pool, waiting up to poolCloseWait. A
+// connection whose statement a stop cancelled is closed by pgx in the
+// background after a cancel request to the server, which a busy server
+// can keep waiting for many seconds (pgx allows 15): the worker's slots
+// are released by then, so the stop goes on and the pool finishes
+// closing on its own.
+func closePool(pool *pgxpool.Pool, log *slog.Logger) {
+	closed := make(chan struct{})
+	go func() { defer close(closed); pool.Close() }()
+	t := time.NewTimer(poolCloseWait)
+	defer t.Stop()
+	select {
+	case <-closed:
+	case <-t.C:
+		log.Warn("partitionq: the worker's connections are still closing; the stop goes on without waiting for them", slog.Duration("waited", poolCloseWait))
+	}
 }
 
 // wanted returns the generations of g the worker runs: every one with a
