@@ -36,6 +36,15 @@ others=$(go list ./... | grep -vx "github.com/partitionq/partitionq/test/chaos")
 	echo "gotest: go list failed" >&2
 	exit 2
 }
+# The packages whose tests do not depend on the engine run in the PgQ half
+# only: the benchmark's harness (make bench measures PgQue with -engines),
+# the console (its reads are the library's, tested on both), the deploy
+# kit and the docs' links. PQ_ALL_PACKAGES=1 runs them in every half.
+if [[ ${PARTITIONQ_ENGINE:-} == pgque && ${PQ_ALL_PACKAGES:-} != 1 ]]; then
+	neutral='^github.com/partitionq/partitionq/(cmd/pqbench(/.*)?|tui|test/deploy|internal/docs)$'
+	others=$(grep -vE "$neutral" <<<"$others")
+	echo "gotest: the PgQue half leaves out cmd/pqbench, tui, test/deploy and internal/docs, which do not depend on the engine (the PgQ half runs them; PQ_ALL_PACKAGES=1 runs them here)"
+fi
 
 beside=${PQ_CHAOS_BESIDE:-}
 if [[ "$beside" == 1 ]]; then
