@@ -32,11 +32,10 @@ ENGINES ?= pgq pgque
 REPO := $(patsubst %/,%,$(dir $(abspath $(firstword $(MAKEFILE_LIST)))))
 PGQUE_SQL := $(or $(abspath $(PARTITIONQ_PGQUE_SQL)),$(firstword $(wildcard $(abspath $(REPO)/../shared/engines/pgque/pgque.sql) /work/shared/engines/pgque/pgque.sql)))
 
-# Runs the command after it once per engine of ENGINES (scripts/halves.sh):
-# the PgQ half on the database above, the PgQue half beside it on a
-# throwaway cluster of its own when the PostgreSQL server programs are
-# installed (PQ_HALVES_APART=0: one after the other); every half runs, and
-# the recipe fails if any half failed.
+# Runs the command after it once per engine of ENGINES (scripts/halves.sh),
+# one half after the other on the database above (PQ_HALVES_APART=1: the
+# PgQue half beside the PgQ half, on a throwaway cluster of its own); every
+# half runs, and the recipe fails if any half failed.
 PER_ENGINE = PGQUE_SQL="$(PGQUE_SQL)" scripts/halves.sh $(ENGINES) --
 
 .DEFAULT_GOAL := help
@@ -51,7 +50,7 @@ help: ## List the targets
 # that run worker processes, crash and CLI, each open some 60 connections
 # at their peak, and two at once go past a default server's max_connections
 # of 100), then test/chaos, which has a throwaway cluster of its own.
-test: ## Run all tests on PgQ (with the race detector) and on PgQue, the halves beside each other (ENGINES=...)
+test: ## Run all tests on PgQ (with the race detector), then on PgQue (ENGINES=...)
 	@$(WITH_DB) $(PER_ENGINE) scripts/gotest.sh -race -count=1 -timeout 20m $(TESTFLAGS)
 
 test-short: ## Same as test, with -short

@@ -4,18 +4,20 @@
 # PARTITIONQ_PGQUE_SQL for PgQue. Every half runs; the script fails if any
 # half failed.
 #
-# The first engine's half uses DATABASE_URL (as make gives it). Each other
-# half runs beside it, on a throwaway cluster of its own
-# (scripts/devdb.sh with PQ_DEVDB_NAME=<engine>: .pgdata-<engine>/, its own
-# max_connections), when the PostgreSQL server programs are installed; it
-# prints its output once it ends. Otherwise, or with PQ_HALVES_APART=0, the
-# halves run one after the other on DATABASE_URL: two halves at once on one
-# server would pass a default server's max_connections (100).
+# The halves run one after the other on DATABASE_URL (as make gives it).
+# With PQ_HALVES_APART=1, each half after the first runs beside it, on a
+# throwaway cluster of its own (scripts/devdb.sh with
+# PQ_DEVDB_NAME=<engine>: .pgdata-<engine>/, its own max_connections), when
+# the PostgreSQL server programs are installed, and prints its output once
+# it ends: faster on a machine with the cores for it; on two cores the two
+# halves slowed each other down past what they saved (load averages of 40,
+# leases lapsing, handlers timing out).
 #
 # Environment:
 #   PGQUE_SQL         PgQue's install file (the Makefile's PGQUE_SQL); the
 #                     PgQue half is skipped, saying so, without it
-#   PQ_HALVES_APART   0: one half after the other, on DATABASE_URL
+#   PQ_HALVES_APART   1: the halves beside each other, each on a server of
+#                     its own
 set -uo pipefail
 
 cd "$(dirname -- "${BASH_SOURCE[0]}")/.."
@@ -64,7 +66,7 @@ half() {
 	return 1
 }
 
-apart=${PQ_HALVES_APART:-1}
+apart=${PQ_HALVES_APART:-0}
 if [[ $apart != 0 ]] && ! { command -v initdb >/dev/null || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; }; then
 	apart=0
 fi
