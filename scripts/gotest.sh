@@ -62,12 +62,16 @@ if [[ "$beside" == 1 ]]; then
 	chaos_rc=$?
 	cat "$log"
 else
-	# One chaos suite at a time on this machine: make test's halves run
-	# beside each other, and two suites at once (each a cluster of its own,
-	# worker processes killed and restarted) overload two cores.
+	# One chaos suite at a time on this machine: make test's halves may run
+	# beside each other (PQ_HALVES_APART=1), and two suites at once (each a
+	# cluster of its own, worker processes killed and restarted) overload
+	# two cores. -o: the
+	# lock's descriptor is closed before go test runs, so that the chaos
+	# suite's server (a daemon, which may outlive a killed run) does not
+	# inherit it and hold the lock.
 	lock=${TMPDIR:-/tmp}/partitionq-chaos.lock
 	if command -v flock >/dev/null; then
-		flock "$lock" go test "$@" "$chaos"
+		flock -o "$lock" go test "$@" "$chaos"
 	else
 		go test "$@" "$chaos"
 	fi
