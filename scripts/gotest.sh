@@ -18,8 +18,8 @@ cd "$(dirname -- "${BASH_SOURCE[0]}")/.."
 
 # The race detector checks partitionq's Go code, which is the same on both
 # engines: the PgQ half runs it, the PgQue half (PARTITIONQ_ENGINE=pgque)
-# leaves -race out, which spares the two cores it shares with the PgQ half.
-# PQ_RACE_ALL=1 keeps -race on every half.
+# leaves -race out, which saves its time and CPU. PQ_RACE_ALL=1 keeps -race
+# on every half.
 if [[ ${PARTITIONQ_ENGINE:-} == pgque && ${PQ_RACE_ALL:-} != 1 ]]; then
 	args=()
 	for a in "$@"; do
@@ -65,10 +65,9 @@ else
 	# One chaos suite at a time on this machine: make test's halves may run
 	# beside each other (PQ_HALVES_APART=1), and two suites at once (each a
 	# cluster of its own, worker processes killed and restarted) overload
-	# two cores. -o: the
-	# lock's descriptor is closed before go test runs, so that the chaos
-	# suite's server (a daemon, which may outlive a killed run) does not
-	# inherit it and hold the lock.
+	# two cores. -o: the lock's descriptor is closed before go test runs,
+	# so that the chaos suite's server (a daemon, which may outlive a killed
+	# run) does not inherit it and hold the lock.
 	lock=${TMPDIR:-/tmp}/partitionq-chaos.lock
 	if command -v flock >/dev/null; then
 		flock -o "$lock" go test "$@" "$chaos"
