@@ -63,9 +63,6 @@ type BalanceConfig struct {
 	// Steady is how long the last step watches a steady membership.
 	// Defaults to 5s.
 	Steady time.Duration
-	// NoResize leaves the resize out of the rolling restart (its second
-	// step is then a stop and a join like the others).
-	NoResize bool
 	// Slack stretches every step's bound by this factor: the short form
 	// in make test gives 1.5 (two halves of the suite share two cores, and
 	// a handover waits for runs the load slows down); the long form keeps
@@ -300,7 +297,7 @@ func RunBalance(ctx context.Context, cl *Cluster, cfg BalanceConfig) (BalanceRep
 	// while a worker stops and its replacement starts, and the new slots
 	// are shared as they start.
 	for k := range 4 {
-		if k != 1 || cfg.NoResize {
+		if k != 1 {
 			if err := leave(fmt.Sprintf("rolling restart %d of 4: a worker stopped", k+1)); err != nil {
 				return rep, err
 			}

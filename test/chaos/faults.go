@@ -543,26 +543,10 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// The exec handler: a watcher it starts first, in a session of its own (so
-// that the worker's kill of the handler's process group spares it), logs
-// the run's start (S) and, when the handler's shell ends, however it ends,
-// its end (E) to the shared run log (test/cmd/runwatch). The handler waits
-// for the watcher's start line (the end of its output: `setsid -f` forks, so
-// the command substitution ends with the watcher's output, not with the
-// watcher), holds the event a random time, fails its first "f" attempts
-// (the payload's), and logs its success (O) and end; a scripted failure
-// logs its end too, before it exits: the watcher polls /proc and, on a
-// loaded machine, may see the exit only after the worker has already
-// started the retry, which would read as an overlap of the two runs. (The
-// watcher's second end of a run that logged its own is ignored.) The run's worker field is
-// <worker pid>/<shell pid>, so each run pairs with its own end.
-const execHandler = `p=$(cat); s=$(printf '%s' "$p" | sed -n 's/.*"s":\([0-9]*\).*/\1/p'); f=$(printf '%s' "$p" | sed -n 's/.*"f":\([0-9]*\).*/\1/p'); w="$PPID/$$"
-ready=$(setsid -f '{runwatch}' "$$" '{log}' "$PARTITIONQ_KEY" "$s" "$w" </dev/null 2>/dev/null; echo x)
-[ "$ready" = x ] || exit 1
-sleep "$(awk -v seed="$$$(date +%N)" 'BEGIN { srand(seed % 100000); printf "%.3f", rand() * {hold} }')"
-if [ "$PARTITIONQ_ATTEMPT" -le "${f:-0}" ]; then echo "scripted failure" >&2; printf 'E "%s" %s %s %s\n' "$PARTITIONQ_KEY" "$s" "$w" "$(date +%s%N)" >> '{log}'; exit 1; fi
-now=$(date +%s%N)
-printf 'O "%s" %s %s %s\nE "%s" %s %s %s\n' "$PARTITIONQ_KEY" "$s" "$w" "$now" "$PARTITIONQ_KEY" "$s" "$w" "$now" >> '{log}'`
+// The exec handler is test/cmd/runwatch's handle mode (its package comment
+// says what it does and logs). exec: the shell that --exec starts gives its
+// place to it, so the handler's parent is the worker.
+const execHandler = `exec '{runwatch}' handle '{log}' {hold}`
 
 // start starts worker i (again), and waits until it registered its lease.
 func (r *faultRun) start(ctx context.Context, i int) error {

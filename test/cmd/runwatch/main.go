@@ -19,19 +19,44 @@
 // and its run would be logged as started and never ended (an overlap with
 // every later run of its key). Killed that early, the handler has done
 // nothing, and nothing is logged.
+//
+//	runwatch handle LOG HOLD
+//
+// is the fault matrix's --exec handler itself (started as `exec runwatch
+// handle ...`, so that its parent is the worker): it reads the event's
+// payload on its standard input, starts a watcher of itself (above) in a
+// session of its own and waits for its start line, holds the event a
+// random time up to HOLD seconds, fails its first "f" attempts (the
+// payload's; PARTITIONQ_ATTEMPT) and logs its success (O) and its end (E).
+// A scripted failure logs its end too, before it exits: the watcher polls
+// /proc and, on a loaded machine, may see the exit only after the worker
+// has already started the retry, which would read as an overlap of the two
+// runs (the watcher's second end of a run is ignored). Its worker field is
+// <worker pid>/<handler pid>, so each run pairs with its own end. One
+// process and its watcher per event: a shell script doing the same started
+// a dozen, and on two cores the fault and balance matrices' --exec workers
+// spent the machine on them.
 package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
+	"math/rand/v2"
 	"os"
+	"os/exec"
 	"strconv"
+	"syscall"
 	"time"
 )
 
 func main() {
+	if len(os.Args) == 4 && os.Args[1] == "handle" {
+		os.Exit(handle(os.Args[2], os.Args[3]))
+	}
 	if len(os.Args) != 6 {
-		fmt.Fprintln(os.Stderr, "usage: runwatch PID LOG KEY SEQ WORKER")
+		fmt.Fprintln(os.Stderr, "usage: runwatch PID LOG KEY SEQ WORKER | runwatch handle LOG HOLD")
 		os.Exit(2)
 	}
 	pid, logPath, key, seq, worker := os.Args[1], os.Args[2], strconv.Quote(os.Args[3]), os.Args[4], os.Args[5]
@@ -74,4 +99,67 @@ func alive(stat string) bool {
 		return false
 	}
 	return b[i+2] != 'Z' && b[i+2] != 'X'
+}
+
+// handle is the --exec handler (see the package comment); it returns the
+// exit status.
+func handle(logPath, hold string) int {
+	var p struct{ S, F int }
+	payload, err := io.ReadAll(os.Stdin)
+	if err == nil {
+		err = json.Unmarshal(payload, &p)
+	}
+	maxHold, herr := strconv.ParseFloat(hold, 64)
+	if err != nil || herr != nil {
+		fmt.Fprintln(os.Stderr, "runwatch handle: bad payload or hold:", err, herr)
+		return 1
+	}
+	key, seq := os.Getenv("PARTITIONQ_KEY"), strconv.Itoa(p.S)
+	worker := fmt.Sprintf("%d/%d", os.Getppid(), os.Getpid())
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "runwatch handle:", err)
+		return 1
+	}
+	watch := exec.Command(self, strconv.Itoa(os.Getpid()), logPath, key, seq, worker)
+	watch.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	out, err := watch.StdoutPipe()
+	if err == nil {
+		err = watch.Start()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "runwatch handle: starting the watcher:", err)
+		return 1
+	}
+	if b, _ := io.ReadAll(out); len(b) != 0 { // its start is logged when its output ends
+		return 1
+	}
+	go watch.Wait() // reaped if it ends first (it does not: it waits for this process)
+	time.Sleep(time.Duration(rand.Float64() * maxHold * float64(time.Second)))
+	attempt, _ := strconv.Atoi(os.Getenv("PARTITIONQ_ATTEMPT"))
+	q := strconv.Quote(key)
+	if attempt <= p.F {
+		fmt.Fprintln(os.Stderr, "scripted failure")
+		appendLog(logPath, fmt.Sprintf("E %s %s %s %d\n", q, seq, worker, time.Now().UnixNano()))
+		return 1
+	}
+	now := time.Now().UnixNano()
+	if err := appendLog(logPath, fmt.Sprintf("O %s %s %s %d\nE %s %s %s %d\n", q, seq, worker, now, q, seq, worker, now)); err != nil {
+		fmt.Fprintln(os.Stderr, "runwatch handle:", err)
+		return 1
+	}
+	return 0
+}
+
+// appendLog appends lines to the run log in one write.
+func appendLog(path, lines string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(lines)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
