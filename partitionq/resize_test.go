@@ -191,7 +191,7 @@ func testResize(t *testing.T, from, to int) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("tenant-%02d", i)
 	}
-	p := startProducer(t, b, keys, 25*time.Millisecond)
+	p := startProducer(t, b, keys, 60*time.Millisecond)
 	pgtest.WaitFor(t, 30*time.Second, "events flowing", func() (bool, error) { return p.count.Load() >= 500, nil })
 
 	began := time.Now()
@@ -296,7 +296,7 @@ func TestResizeAgainAndBack(t *testing.T) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("tenant-%02d", i)
 	}
-	p := startProducer(t, b, keys, 25*time.Millisecond)
+	p := startProducer(t, b, keys, 75*time.Millisecond)
 	pgtest.WaitFor(t, 30*time.Second, "events flowing", func() (bool, error) { return p.count.Load() >= 200, nil })
 	for i, to := range []int{8, 4, 8, 3} {
 		if i > 0 { // a worker replaced: its successor's slots start afresh

@@ -78,14 +78,14 @@ func TestOwnershipTakeover(t *testing.T) {
 	}
 }
 
-// At least 20 random kill -9 of worker processes during a run of 20,000
-// events over 200 keys with about 2% failing events (and a few that never
+// At least 20 random kill -9 of worker processes during a run of 6,000
+// events over 100 keys with about 2% failing events (and a few that never
 // succeed and become dead letters), under the pause policy. Afterwards every
 // event was handled or is a dead letter, and no event was handled while an
 // earlier event of its key was unresolved.
 func TestRandomKillsKeepOrderAndLoseNothing(t *testing.T) {
 	t.Parallel()
-	keys, perKey, minKills := 200, 100, 20
+	keys, perKey, minKills := 100, 60, 20
 	if testing.Short() {
 		keys, perKey, minKills = 50, 40, 5
 	}
@@ -117,7 +117,7 @@ func TestRandomKillsKeepOrderAndLoseNothing(t *testing.T) {
 	next := 0
 	for next < len(evs) || kills < minKills {
 		if next < len(evs) {
-			end := min(next+500, len(evs))
+			end := min(next+300, len(evs))
 			e.send(t, evs[next:end])
 			next = end
 		}

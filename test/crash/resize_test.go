@@ -93,7 +93,8 @@ func testResizeFault(t *testing.T, fault, bin string) {
 		}
 	}()
 
-	// The producer: 30 keys, every fifth event of a key fails twice.
+	// The producer: 30 keys, 200 events a second, every fifth event of a
+	// key fails twice.
 	var mu sync.Mutex
 	sent := map[string]int{}
 	stopSend := make(chan struct{})
@@ -104,7 +105,7 @@ func testResizeFault(t *testing.T, fault, bin string) {
 			select {
 			case <-stopSend:
 				return
-			case <-time.After(50 * time.Millisecond):
+			case <-time.After(150 * time.Millisecond):
 			}
 			// Counted once sent: a send cut by a terminated session is tried
 			// again with the same events.
