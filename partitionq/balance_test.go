@@ -86,8 +86,9 @@ func TestIdenticalWorkersShareTheSlots(t *testing.T) {
 		}
 		return nil
 	}}
-	cfg := partitionq.WorkerConfig{Handler: rec, Retry: partitionq.RetryConfig{BackoffMin: 20 * time.Millisecond, BackoffMax: 50 * time.Millisecond},
-		Ownership: partitionq.OwnershipConfig{LeaseDuration: 2 * time.Second}}
+	// The default lease (5 s): a lease of 2 s lapsed on a machine at full
+	// load, and a lapse repeats what was in flight.
+	cfg := partitionq.WorkerConfig{Handler: rec, Retry: partitionq.RetryConfig{BackoffMin: 20 * time.Millisecond, BackoffMax: 50 * time.Millisecond}}
 
 	// A producer sends all along: each round one event of each key.
 	const keys = 40
