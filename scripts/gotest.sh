@@ -8,8 +8,8 @@
 # test/chaos runs its faults against a throwaway cluster of its own (it
 # restarts the server, so never the shared one), after the other packages.
 # PQ_CHAOS_BESIDE=1 runs it beside them, internal/cli excepted (that runs
-# after it): the PgQue half took 14-16 minutes so instead of about 16, but
-# on two cores at full load one run in three missed a wait (a 2 s lease
+# after it): on two cores, busy all along, that saved little, and at full
+# load one run in three missed a wait (a 2 s lease
 # lapsed in partitionq's balance test; status's 2 s timeout ran out in the
 # CLI's), and with the race detector the CLI's health test missed its wait
 # for a stuck loop.

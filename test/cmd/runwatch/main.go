@@ -74,17 +74,14 @@ func main() {
 	}
 }
 
-// logLine appends one line of the run log.
+// logLine appends one line of the run log, stamped now.
 func logLine(path, kind, key, seq, worker string) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(f, "%s %s %s %s %d\n", kind, key, seq, worker, time.Now().UnixNano())
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return appendLog(path, line(kind, key, seq, worker, time.Now().UnixNano()))
+}
+
+// line is one line of the run log (key quoted), at the unix time at.
+func line(kind, key, seq, worker string, at int64) string {
+	return fmt.Sprintf("%s %s %s %s %d\n", kind, key, seq, worker, at)
 }
 
 // alive reports whether the process runs: its stat exists and its state
@@ -134,17 +131,16 @@ func handle(logPath, hold string) int {
 	if b, _ := io.ReadAll(out); len(b) != 0 { // its start is logged when its output ends
 		return 1
 	}
-	go watch.Wait() // reaped if it ends first (it does not: it waits for this process)
 	time.Sleep(time.Duration(rand.Float64() * maxHold * float64(time.Second)))
 	attempt, _ := strconv.Atoi(os.Getenv("PARTITIONQ_ATTEMPT"))
 	q := strconv.Quote(key)
 	if attempt <= p.F {
 		fmt.Fprintln(os.Stderr, "scripted failure")
-		appendLog(logPath, fmt.Sprintf("E %s %s %s %d\n", q, seq, worker, time.Now().UnixNano()))
+		logLine(logPath, "E", q, seq, worker)
 		return 1
 	}
 	now := time.Now().UnixNano()
-	if err := appendLog(logPath, fmt.Sprintf("O %s %s %s %d\nE %s %s %s %d\n", q, seq, worker, now, q, seq, worker, now)); err != nil {
+	if err := appendLog(logPath, line("O", q, seq, worker, now)+line("E", q, seq, worker, now)); err != nil {
 		fmt.Fprintln(os.Stderr, "runwatch handle:", err)
 		return 1
 	}
