@@ -152,12 +152,11 @@ func (r *Runner) startDrain(s *slotRun, key string, headID int64, expire bool) {
 			delete(s.draining, key)
 			s.mu.Unlock()
 		}()
-		select { // bound the connections drains hold
-		case r.drainSem <- struct{}{}:
-			defer func() { <-r.drainSem }()
-		case <-s.ctx.Done():
+		if !r.drainTurn(s) {
+			rescan = s.ctx.Err() == nil // the scan starts it again if the slot takes drains again
 			return
 		}
+		defer func() { <-r.drainSem }()
 		gen := s.generation(key)
 		ctx := s.ctx
 		id := headID
@@ -194,6 +193,33 @@ func (r *Runner) startDrain(s *slotRun, key string, headID int64, expire bool) {
 			id, rescan = res.Next, res.Rescan
 		}
 	}()
+}
+
+// drainTurn waits for a drain's turn: drainSem bounds the connections the
+// worker's drains hold, and other slots' drains may hold every turn for a
+// while (each runs its key for up to drainRunTime at a time). A drain not
+// started yet gives its wait up when its slot stops starting drains (a
+// handover or a resize's handoff waits for the slot's drains to end) or
+// ends; false then.
+func (r *Runner) drainTurn(s *slotRun) bool {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case r.drainSem <- struct{}{}:
+			if s.noDrains.Load() || !s.taking() {
+				<-r.drainSem
+				return false
+			}
+			return true
+		case <-s.ctx.Done():
+			return false
+		case <-t.C:
+			if s.noDrains.Load() || !s.taking() {
+				return false
+			}
+		}
+	}
 }
 
 // drainCall handles one parked event in a drain.
