@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/partitionq/partitionq/internal/freshdb"
 	"github.com/partitionq/partitionq/test/chaos"
 	"github.com/partitionq/partitionq/test/pgtest"
 )
@@ -15,7 +16,8 @@ import (
 // The fault matrix, short form: every fault real deployments see, done
 // twice to a worker that owns slots while its handlers hold events
 // for up to 1.2s (longer than a takeover takes: lease 1s), with library
-// workers and with `partitionq work --exec` workers. Each run is judged by
+// workers or with `partitionq work --exec` workers (modesOf: each fault
+// in both between the two engines). Each run is judged by
 // the handlers' runs (start and end), not only by completions: 0 lost, 0
 // order violations and 0 overlaps (two runs of one key at once), repeats
 // counted and bounded by what can be in flight. The long form is
@@ -62,13 +64,18 @@ func TestFaultMatrix(t *testing.T) {
 	})
 }
 
-// eachFaultMode runs run for each fault, with library workers and with
-// --exec workers: a fault's two runs at once, each in a database of its
-// own, except the server's restart, which would hit both.
+// eachFaultMode runs run for each fault, with library workers, with
+// --exec workers or both (modesOf), each run in a database of its own.
+// The runs go on at once (go test's -parallel bounds how many; make test
+// gives the chaos suite 4), except the server's restart, which would hit
+// them all: it runs alone, first.
 func eachFaultMode(t *testing.T, faults []chaos.Fault, run func(t *testing.T, f chaos.Fault, execMode bool)) {
-	for _, f := range faults {
+	for i, f := range faults {
 		t.Run(string(f), func(t *testing.T) {
-			for _, execMode := range []bool{false, true} {
+			if f != chaos.FaultRestart {
+				t.Parallel()
+			}
+			for _, execMode := range modesOf(t, i) {
 				mode := "library"
 				if execMode {
 					mode = "exec"
@@ -82,6 +89,28 @@ func eachFaultMode(t *testing.T, faults []chaos.Fault, run func(t *testing.T, f 
 			}
 		})
 	}
+}
+
+// modesOf returns the worker modes the i-th fault of a matrix runs in
+// (false: library workers, true: `partitionq work --exec`). make test
+// runs each fault in one mode on each engine: library and --exec
+// alternate over the faults, the other way round on PgQue than on PgQ,
+// so that its two halves run every fault in both modes between them and
+// each half runs every fault and both modes. PQ_CHAOS_MODES=both runs
+// both modes on each engine (twice the runs).
+func modesOf(t *testing.T, i int) []bool {
+	switch m := os.Getenv("PQ_CHAOS_MODES"); m {
+	case "both":
+		return []bool{false, true}
+	case "":
+	default:
+		t.Fatalf("PQ_CHAOS_MODES=%q: unknown; use both, or leave it unset for one mode per fault and engine", m)
+	}
+	exec := i%2 == 1
+	if pgtest.Engine(t).Name == freshdb.PgQue {
+		exec = !exec
+	}
+	return []bool{exec}
 }
 
 // runDir is a run's directory for its logs: PQ_FAULTS_KEEP/<test> when set
@@ -119,8 +148,8 @@ func seed(t *testing.T) uint64 {
 // by SIGKILL of an owner or pg_terminate_backend of every worker session
 // (a server restart too in the long form: chaos faults -resizes 8,3,6
 // -fault restart; it adds a minute and a half, run one cell after the
-// other), with library workers and with
-// `partitionq work --exec` workers, while keys are blocked and draining.
+// other), with library workers or with `partitionq work --exec` workers
+// (modesOf, as the fault matrix), while keys are blocked and draining.
 // Events sent as each resize starts make its cutover tick at once, so that
 // most faults hit the old slots' drain and handoff.
 // Judged as the fault matrix is (every handler run: 0 lost, 0 order
