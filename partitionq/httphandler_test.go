@@ -28,6 +28,7 @@ type received struct {
 // The HTTP handler posts each event as a CloudEvent in binary mode: the
 // payload as the body, the attributes as headers, the key percent-encoded.
 func TestHTTPHandlerPostsCloudEvents(t *testing.T) {
+	pgtest.EngineNeutral(t)
 	t.Parallel()
 	b := setup(t)
 	b.group(t, 2)
@@ -108,6 +109,7 @@ func TestHTTPHandlerPostsCloudEvents(t *testing.T) {
 // Requests reuse kept-alive connections: as many connections as requests
 // in flight at most, however many events.
 func TestHTTPHandlerKeepsConnections(t *testing.T) {
+	pgtest.EngineNeutral(t)
 	t.Parallel()
 	b := setup(t)
 	b.group(t, 2)
@@ -148,6 +150,7 @@ func TestHTTPHandlerKeepsConnections(t *testing.T) {
 // start as the error; Partitionq-Outcome: dead-letter and Retry-After
 // change the failure; a redirect is not followed.
 func TestHTTPHandlerOutcomes(t *testing.T) {
+	pgtest.EngineNeutral(t)
 	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)

@@ -140,6 +140,7 @@ func TestStatusPendingExactUnderSkew(t *testing.T) {
 // timed, and Status's rates over the last 10 s and minute (whole seconds
 // before the current one) must be within 10% of the calls in those seconds.
 func TestStatusRatesSteadyLoad(t *testing.T) {
+	pgtest.EngineNeutral(t)
 	t.Parallel()
 	b := setup(t)
 	b.group(t, 4)

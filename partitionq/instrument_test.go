@@ -22,6 +22,7 @@ import (
 // its name, kind, scope, attributes, that the handler's ctx carries it, and
 // the error and status of a failed call.
 func TestTracingSpanPerHandlerCall(t *testing.T) {
+	pgtest.EngineNeutral(t)
 	t.Parallel()
 	b := setup(t)
 	b.group(t, 2)

@@ -252,6 +252,7 @@ func TestMetricsTwoWorkersOneRegisterer(t *testing.T) {
 // answers (within the read's 2s bound), with the counters and without the
 // gauges.
 func TestMetricsScrapeBoundedWhenTheDatabaseHangs(t *testing.T) {
+	pgtest.EngineNeutral(t)
 	t.Parallel()
 	b := setupPool(t, 3)
 	b.group(t, 2)

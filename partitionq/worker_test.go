@@ -1511,6 +1511,7 @@ func TestHandlerTimeoutEndsTheCall(t *testing.T) {
 // although the client's pool sets no connect_timeout: the worker gives up
 // the attempt, logs it and tries again, instead of waiting forever.
 func TestWorkerConnectAttemptsTimeOut(t *testing.T) {
+	pgtest.EngineNeutral(t)
 	t.Parallel()
 	b := setup(t)
 	b.group(t, 1)

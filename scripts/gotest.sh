@@ -40,7 +40,8 @@ others=$(go list ./... | grep -vx "github.com/partitionq/partitionq/test/chaos")
 # The packages whose tests do not depend on the engine run in the PgQ half
 # only: the benchmark's harness (make bench measures PgQue with -engines),
 # the console (its reads are the library's, tested on both), the deploy
-# kit and the docs' links. PQ_ALL_PACKAGES=1 runs them in every half.
+# kit and the docs' links; so do the tests of that kind in the other
+# packages (pgtest.EngineNeutral). PQ_ALL_PACKAGES=1 runs them in every half.
 if [[ ${PARTITIONQ_ENGINE:-} == pgque && ${PQ_ALL_PACKAGES:-} != 1 ]]; then
 	neutral='^github.com/partitionq/partitionq/(cmd/pqbench(/.*)?|tui|test/deploy|internal/docs)$'
 	others=$(grep -vE "$neutral" <<<"$others")

@@ -9,6 +9,7 @@ import (
 	"github.com/partitionq/partitionq/internal/cli"
 	"github.com/partitionq/partitionq/partitionq/connstr"
 	"github.com/partitionq/partitionq/test/netproxy"
+	"github.com/partitionq/partitionq/test/pgtest"
 )
 
 // rewrite is url with settings changed (key, value, key, value...).
@@ -87,6 +88,7 @@ func TestConnectErrorSaysTheCauseOnce(t *testing.T) {
 // status bounds its wait for the database by --timeout (2s by default),
 // connecting included.
 func TestStatusTimeout(t *testing.T) {
+	pgtest.EngineNeutral(t)
 	t.Parallel()
 	h := frozen(t)
 	for _, c := range []struct {
@@ -112,6 +114,7 @@ func TestStatusTimeout(t *testing.T) {
 // Every command's connection attempt times out after connect_timeout
 // (5s by default) when the connection string sets none.
 func TestConnectTimeoutByDefault(t *testing.T) {
+	pgtest.EngineNeutral(t)
 	t.Parallel()
 	h := frozen(t)
 	if c, _ := connstr.Parse(h.url); c != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/partitionq/partitionq/internal/ordercheck"
 	"github.com/partitionq/partitionq/partitionq/connstr"
 	"github.com/partitionq/partitionq/test/netproxy"
+	"github.com/partitionq/partitionq/test/pgtest"
 )
 
 // The three kinds of handler of partitionq work (--exec, --http, --pipe),
@@ -660,6 +661,7 @@ func TestHandlerLostSlot(t *testing.T) {
 // had in flight (each a failed attempt: the key pauses), and is started
 // again; nothing is lost, every key stays in order.
 func TestPipeProcessDies(t *testing.T) {
+	pgtest.EngineNeutral(t)
 	t.Parallel()
 	r := newRig(t, "pipe", 2)
 	r.send("a", "die1", "ok", "ok")
@@ -694,6 +696,7 @@ func TestPipeProcessDies(t *testing.T) {
 // in flight, a second answer) are logged and ignored; a reply with an
 // outcome partitionq does not know fails its event. The worker goes on.
 func TestPipeBadReplies(t *testing.T) {
+	pgtest.EngineNeutral(t)
 	t.Parallel()
 	r := newRig(t, "pipe", 2)
 	r.send("n", "notjson", "ok")
@@ -731,6 +734,7 @@ func TestPipeBadReplies(t *testing.T) {
 // leaves room for the process's start (the race detector's test binary
 // takes most of a second to start: at 300ms every attempt timed out).
 func TestPipeCancelIgnored(t *testing.T) {
+	pgtest.EngineNeutral(t)
 	t.Parallel()
 	r := newRig(t, "pipe", 1)
 	r.send("x", "hard1", "ok")
@@ -796,6 +800,7 @@ func TestHTTPRefusedConnections(t *testing.T) {
 // its first 4 KiB, a success's body is not read past 64 KiB, and the
 // connection is closed rather than read on.
 func TestHTTPHugeBody(t *testing.T) {
+	pgtest.EngineNeutral(t)
 	t.Parallel()
 	r := newRig(t, "http", 1)
 	r.send("a", "huge1", "hugeok", "ok")

@@ -48,6 +48,7 @@ func probeGet(url string) (int, string) {
 // hangs and the worker is not live either, once --liveness-timeout has
 // passed; when the network comes back, both answer 200 again.
 func TestWorkHealth(t *testing.T) {
+	pgtest.EngineNeutral(t)
 	t.Parallel()
 	h := newHarness(t)
 	h.setup(2)

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/partitionq/partitionq/internal/cli"
+	"github.com/partitionq/partitionq/test/pgtest"
 )
 
 // clientCert makes a client certificate and its key, PEM-encoded.
@@ -51,6 +52,7 @@ func clientCert(t *testing.T) (certPEM, keyPEM []byte, cert *x509.Certificate) {
 // bearer token read from a file, read again when the file changes; the
 // environment gives basic auth; nothing of it is on the command line.
 func TestHTTPConfigTLSAndCredentials(t *testing.T) {
+	pgtest.EngineNeutral(t)
 	t.Parallel()
 	h := newHarness(t)
 	h.setup(1)

@@ -99,6 +99,7 @@ func total(m map[int]float64) float64 {
 // events handled and failed and the gauges against status; after the
 // worker stops, nothing listens there any more.
 func TestWorkMetricsAddr(t *testing.T) {
+	pgtest.EngineNeutral(t)
 	t.Parallel()
 	h := newHarness(t)
 	h.setup(2)

@@ -59,6 +59,7 @@ func startBinaryWork(t *testing.T, url string, stderr *pgtest.SyncBuffer, args .
 // and the slots are released at once. Meanwhile the worker is live and not
 // ready.
 func TestBinaryWorkReleasesItsSlotsWithinTheGracePeriod(t *testing.T) {
+	pgtest.EngineNeutral(t)
 	t.Parallel()
 	timeout := partitionq.ShutdownTimeoutDefault
 	if stopBound(timeout) > kubernetesGrace {
@@ -116,6 +117,7 @@ func TestBinaryWorkReleasesItsSlotsWithinTheGracePeriod(t *testing.T) {
 // work exits within --shutdown-timeout + 10s all the same (its slots then
 // move when its lease runs out).
 func TestBinaryWorkStopIsBoundedWhenTheDatabaseFreezes(t *testing.T) {
+	pgtest.EngineNeutral(t)
 	t.Parallel()
 	h := newHarness(t)
 	h.setup(2)

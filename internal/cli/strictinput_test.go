@@ -16,6 +16,7 @@ import (
 // point ("key is not blocked"). Now each is a usage error naming the
 // field, and nothing is done or audited.
 func TestTextFlagsFollowTheTextRule(t *testing.T) {
+	pgtest.EngineNeutral(t)
 	t.Parallel()
 	h := newHarness(t)
 	h.setup(2)
@@ -74,6 +75,7 @@ func TestEngineNotInstalled(t *testing.T) {
 // name reached the terminal raw, escapes included. The whole error stays
 // a few hundred bytes and holds no control character, whatever was given.
 func TestErrorsClipWhatTheyEcho(t *testing.T) {
+	pgtest.EngineNeutral(t)
 	t.Parallel()
 	long := strings.Repeat("x", 100_000)
 	esc := "\x1b]0;owned\x07\x1b[2J"

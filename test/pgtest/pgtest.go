@@ -65,6 +65,19 @@ func Engine(t testing.TB) freshdb.Engine {
 	return eng
 }
 
+// EngineNeutral marks a test whose subject does not depend on the queue
+// engine (a command's flags and errors, health endpoints, timeouts and
+// shutdowns, the handler protocols, metrics and tracing): the PgQ half of
+// make test runs it, the PgQue half skips it, saying so, as it leaves out
+// the packages of that kind (scripts/gotest.sh). PQ_ALL_PACKAGES=1 runs it
+// on PgQue too.
+func EngineNeutral(t testing.TB) {
+	t.Helper()
+	if os.Getenv(freshdb.EnvEngine) == freshdb.PgQue && os.Getenv("PQ_ALL_PACKAGES") != "1" {
+		t.Skip("engine-neutral: the PgQ half of make test runs it (PQ_ALL_PACKAGES=1 runs it on PgQue too)")
+	}
+}
+
 // New creates a fresh database with the engine of PARTITIONQ_ENGINE (PgQ
 // by default) and registers its drop with t.Cleanup.
 func New(t testing.TB) DB {
