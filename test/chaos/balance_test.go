@@ -10,7 +10,7 @@ import (
 )
 
 // The balance matrix, short form (chaos.RunBalance): identical worker
-// processes, library workers and `partitionq work --exec` workers, share a
+// processes, library workers or `partitionq work --exec` workers, share a
 // group's slots through joins, a SIGKILL, a SIGTERM, a rolling restart of
 // all of them with a resize from 8 to 16 slots in its midst, and a steady
 // membership, while a producer sends and 2% of the events fail. After each
@@ -22,7 +22,9 @@ import (
 // steady. The long form is `make chaos CHAOS='balance -long'`.
 func TestBalanceMatrix(t *testing.T) {
 	cl := needCluster(t)
-	for _, execMode := range []bool{false, true} {
+	// One mode per engine in make test (modesOf: --exec on PgQ, library
+	// workers on PgQue), both with PQ_CHAOS_MODES=both.
+	for _, execMode := range modesOf(t, 1) {
 		mode := "library"
 		if execMode {
 			mode = "exec"
