@@ -382,20 +382,29 @@ func (w *Worker) startGen(x generation) (chan error, error) {
 // supervise follows the group's generations until the worker stops: when
 // a lease renewal (or a notification) shows they changed, it starts the
 // runs of new generations and stops those of generations that ended.
+//
+// A look that fails is tried again a second later, whatever the renewals
+// show: a renewal signals a change once (when it sees the group's
+// signature change), so waiting for the next one after a failed read
+// missed the new generation for good (its slots stayed unowned).
 func (w *Worker) supervise() {
+	var retry <-chan time.Time
 	for {
 		select {
 		case <-w.soft.Done():
 			return
 		case <-w.changed:
+		case <-retry:
 		}
+		retry = nil
 		ctx, cancel := context.WithTimeout(w.soft, 10*time.Second)
 		g, err := w.c.lookupGroup(ctx, w.c.pool, w.cfg.Queue, w.cfg.Group)
 		cancel()
 		if err != nil {
 			if w.soft.Err() == nil {
-				w.log.Warn("partitionq: reading the group's generations failed; trying again at the next lease renewal", slog.Any("error", err))
+				w.log.Warn("partitionq: reading the group's generations failed; trying again in a second", slog.Any("error", err))
 			}
+			retry = time.After(time.Second)
 			continue
 		}
 		want := map[int]generation{}
