@@ -32,8 +32,11 @@ import (
 // Every role appends to the run log ($PQTEST_RUNLOG), one write per line:
 //
 //	S "KEY" SEQ WORKER NS        a run of event SEQ of KEY started
-//	E "KEY" SEQ WORKER NS        it ended (logged by the watcher for --exec,
-//	                             whose commands may be killed)
+//	E "KEY" SEQ WORKER NS        it ended (for --exec logged by the command
+//	                             as its last act, and by the watcher when
+//	                             the process is gone, which stands for a
+//	                             command killed before its own line: the
+//	                             first end of a run counts)
 //	H "KEY" SEQ ok|fail WORKER NS  its outcome
 //	D WORKER NS                  a --pipe process ended (its open runs end then)
 //
@@ -157,6 +160,12 @@ func execRole() int {
 	}
 	runLogLine("H %s %d %s %s", strconv.Quote(key), p.Seq, ok, worker)
 	fmt.Fprintln(os.Stderr, o.text)
+	// The run's end, as its last act: the watcher's end comes when it sees
+	// the process gone, which on a loaded machine can be tens of
+	// milliseconds later, after the key's next run started (an overlap
+	// that was not). The first end of a run counts; the watcher's stands
+	// for a command killed before this line.
+	runLogLine("E %s %d %s", strconv.Quote(key), p.Seq, worker)
 	switch {
 	case o.kind == "done":
 		return 0
