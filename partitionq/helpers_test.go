@@ -57,6 +57,14 @@ func (b *bundle) group(t *testing.T, n int) {
 // worker starts a worker on q/g that ticks fast; it is stopped at cleanup.
 func (b *bundle) worker(t *testing.T, cfg partitionq.WorkerConfig) *partitionq.Worker {
 	t.Helper()
+	return startWorker(t, b.ctx, b.client, cfg)
+}
+
+// startWorker starts a worker of client c on q/g that ticks fast, as
+// bundle.worker does, for a test whose worker needs a client of its own;
+// it is stopped at cleanup.
+func startWorker(t *testing.T, ctx context.Context, c *partitionq.Client, cfg partitionq.WorkerConfig) *partitionq.Worker {
+	t.Helper()
 	cfg.Queue, cfg.Group = "q", "g"
 	if cfg.Ticker == nil {
 		cfg.Ticker = &partitionq.TickerConfig{Interval: 10 * time.Millisecond}
@@ -70,11 +78,11 @@ func (b *bundle) worker(t *testing.T, cfg partitionq.WorkerConfig) *partitionq.W
 	if cfg.Retry.HeadScanInterval == 0 {
 		cfg.Retry.HeadScanInterval = 50 * time.Millisecond
 	}
-	w, err := b.client.NewWorker(b.ctx, cfg)
+	w, err := c.NewWorker(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Start(b.ctx); err != nil {
+	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

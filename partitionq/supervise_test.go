@@ -64,24 +64,8 @@ func TestWorkerReadsTheGenerationsAgainAfterAFailedRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := c.NewWorker(b.ctx, partitionq.WorkerConfig{Queue: "q", Group: "g",
-		Handler:   partitionq.HandlerFunc(func(context.Context, *partitionq.Event) error { return nil }),
-		Ticker:    &partitionq.TickerConfig{Interval: 10 * time.Millisecond},
-		Limits:    partitionq.LimitsConfig{PollInterval: 10 * time.Millisecond},
-		Ownership: partitionq.OwnershipConfig{StandbyPoll: 100 * time.Millisecond},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(b.ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := w.Stop(ctx); err != nil {
-			t.Errorf("stop worker: %v", err)
-		}
+	startWorker(t, b.ctx, c, partitionq.WorkerConfig{
+		Handler: partitionq.HandlerFunc(func(context.Context, *partitionq.Event) error { return nil }),
 	})
 	owned := func(n int) func() (bool, error) {
 		return func() (bool, error) {
