@@ -17,15 +17,20 @@ set -uo pipefail
 
 cd "$(dirname -- "${BASH_SOURCE[0]}")/.."
 
+# without_race sets the array args to its arguments without -race.
+without_race() {
+	args=()
+	for a in "$@"; do
+		[[ $a == -race ]] || args+=("$a")
+	done
+}
+
 # The race detector checks partitionq's Go code, which is the same on both
 # engines: the PgQ half runs it, the PgQue half (PARTITIONQ_ENGINE=pgque)
 # leaves -race out, which saves its time and CPU. PQ_RACE_ALL=1 keeps -race
 # on every half.
 if [[ ${PARTITIONQ_ENGINE:-} == pgque && ${PQ_RACE_ALL:-} != 1 ]]; then
-	args=()
-	for a in "$@"; do
-		[[ $a == -race ]] || args+=("$a")
-	done
+	without_race "$@"
 	if ((${#args[@]} != $#)); then
 		echo "gotest: the PgQue half runs without -race (the PgQ half runs it; PQ_RACE_ALL=1 keeps it here)"
 	fi
@@ -38,10 +43,8 @@ fi
 # its time. They run without it in every half; PQ_RACE_ALL=1 keeps it.
 harness_args=("$@")
 if [[ ${PQ_RACE_ALL:-} != 1 ]]; then
-	harness_args=()
-	for a in "$@"; do
-		[[ $a == -race ]] || harness_args+=("$a")
-	done
+	without_race "$@"
+	harness_args=("${args[@]}")
 fi
 
 chaos=./test/chaos

@@ -202,12 +202,13 @@ func (r *Runner) startDrain(s *slotRun, key string, headID int64, expire bool) {
 // handover or a resize's handoff waits for the slot's drains to end) or
 // ends; false then.
 func (r *Runner) drainTurn(s *slotRun) bool {
+	stopped := func() bool { return s.noDrains.Load() || !s.taking() }
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
 	for {
 		select {
 		case r.drainSem <- struct{}{}:
-			if s.noDrains.Load() || !s.taking() {
+			if stopped() {
 				<-r.drainSem
 				return false
 			}
@@ -215,7 +216,7 @@ func (r *Runner) drainTurn(s *slotRun) bool {
 		case <-s.ctx.Done():
 			return false
 		case <-t.C:
-			if s.noDrains.Load() || !s.taking() {
+			if stopped() {
 				return false
 			}
 		}
