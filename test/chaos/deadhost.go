@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partitionq/partitionq/internal/freshdb"
@@ -56,10 +57,13 @@ type DeadHostConfig struct {
 // DeadHostReport is what RunDeadHost measured.
 type DeadHostReport struct {
 	ordercheck.Report
-	// Gone is the time from the drop to the server having ended the
-	// vanished worker's sessions (0: they stayed for Watch), Moved the time
-	// to the standby owning every slot (0: not waited for).
-	Gone, Moved time.Duration
+	// Dropped is the time from the drop to the kernel having ended the
+	// vanished worker's connections to the server (what the worker's TCP
+	// settings decide), Gone to the server's processes having ended its
+	// sessions (a moment later, more on a loaded machine; 0: they stayed
+	// for Watch), Moved to the standby owning every slot (0: not waited
+	// for).
+	Dropped, Gone, Moved time.Duration
 	// Sessions is how many sessions of the vanished worker's own pool
 	// the server had when its packets stopped.
 	Sessions int
@@ -68,7 +72,7 @@ type DeadHostReport struct {
 func (r DeadHostReport) String() string {
 	gone := "stayed"
 	if r.Gone > 0 {
-		gone = "ended after " + r.Gone.Round(10*time.Millisecond).String()
+		gone = fmt.Sprintf("ended after %s (their connections after %s)", r.Gone.Round(10*time.Millisecond), r.Dropped.Round(10*time.Millisecond))
 	}
 	return fmt.Sprintf("the vanished worker's %d sessions %s, its slots moved after %s; %s", r.Sessions, gone, r.Moved.Round(10*time.Millisecond), r.Report)
 }
@@ -282,14 +286,37 @@ func RunDeadHost(ctx context.Context, cfg DeadHostConfig) (rep DeadHostReport, e
 			ns.nsIP, fmt.Sprintf("testworker:%d", a.Process.Pid)).Scan(&n)
 		return n, err
 	}
-	if rep.Sessions, err = sessions(ctx); err != nil {
+	// Their client ports, to find their connections in the kernel's view
+	// (beside them, the program's pool keeps the server's settings).
+	var ports []int
+	if err := pgxscanInts(ctx, pool, &ports, `select client_port from pg_stat_activity where client_addr = $1::inet and application_name = $2`,
+		ns.nsIP, fmt.Sprintf("testworker:%d", a.Process.Pid)); err != nil {
 		return rep, err
 	}
+	rep.Sessions = len(ports)
 	if err := ns.drop(ctx); err != nil {
 		return rep, err
 	}
 	at := time.Now()
 	cfg.Logf("deadhost: the worker in the namespace (%d sessions) lost its network", rep.Sessions)
+	dropped := make(chan time.Duration, 1)
+	kctx, stopKernel := context.WithCancel(ctx)
+	defer stopKernel()
+	go func() { // the kernel's view, read every 20ms
+		for kctx.Err() == nil {
+			conns, err := serverConns(ns.nsIP, cl.Port, ports)
+			if err != nil {
+				cfg.Logf("deadhost: %v", err)
+				break
+			}
+			if len(conns) == 0 {
+				dropped <- time.Since(at)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		dropped <- 0
+	}()
 	gone := make(chan time.Duration, 1)
 	go func() {
 		told := false
@@ -297,7 +324,8 @@ func RunDeadHost(ctx context.Context, cfg DeadHostConfig) (rep DeadHostReport, e
 			n, err := sessions(ctx)
 			if err == nil && n > 0 && !told && cfg.DeadHost > 0 && time.Since(at) > cfg.DeadHost+time.Second {
 				told = true // what keeps a session past its bound, for the log
-				cfg.Logf("deadhost: %d sessions left %s after the drop:%s", n, time.Since(at).Round(10*time.Millisecond), leftSessions(ctx, pool, ns.nsIP, a.Process.Pid))
+				cfg.Logf("deadhost: %d sessions left %s after the drop:%s%s", n, time.Since(at).Round(10*time.Millisecond),
+					leftSessions(ctx, pool, ns.nsIP, a.Process.Pid), leftConns(ns.nsIP, cl.Port, ports))
 			}
 			return n == 0, err
 		})
@@ -317,6 +345,9 @@ func RunDeadHost(ctx context.Context, cfg DeadHostConfig) (rep DeadHostReport, e
 	rep.Moved = time.Since(at)
 	if rep.Gone = <-gone; rep.Gone == 0 {
 		return rep, fmt.Errorf("the vanished worker's sessions were still there %s after its packets stopped", cfg.Watch)
+	}
+	if rep.Dropped = <-dropped; rep.Dropped == 0 {
+		return rep, errors.New("the kernel's view of the vanished worker's connections could not be read")
 	}
 	if err := poll(ctx, 2*time.Minute, "every event handled", func(ctx context.Context) (bool, error) {
 		n, err := resolved(ctx, pool)
@@ -339,6 +370,30 @@ func RunDeadHost(ctx context.Context, cfg DeadHostConfig) (rep DeadHostReport, e
 	}
 	rep.Report = ordercheck.Check(sent, hs, nil).WithRuns(runs)
 	return rep, nil
+}
+
+// leftConns describes the connections from ip's ports to the server's port
+// the kernel still has: unacknowledged bytes, timer, retransmits.
+func leftConns(ip string, port int, from []int) string {
+	conns, err := serverConns(ip, port, from)
+	if err != nil {
+		return " " + err.Error()
+	}
+	var b strings.Builder
+	for _, c := range conns {
+		fmt.Fprintf(&b, "\n  connection %s", c)
+	}
+	return b.String()
+}
+
+// pgxscanInts reads a query's one int column into out.
+func pgxscanInts(ctx context.Context, pool *pgxpool.Pool, out *[]int, sql string, args ...any) error {
+	rows, err := pool.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	*out, err = pgx.CollectRows(rows, pgx.RowTo[int])
+	return err
 }
 
 // leftSessions describes the vanished worker's sessions still on the
