@@ -2,9 +2,10 @@
 # go test of the whole module, as make test and make test-short run it:
 # the arguments are go test's flags (no packages).
 #
-# The packages run one at a time (-p 1): the packages that run worker
-# processes (crash, CLI) each open some 60 connections at their peak, and
-# two at once go past a default server's max_connections of 100.
+# The large packages run one at a time (-p 1): the packages that run
+# worker processes (crash, CLI) each open some 60 connections at their
+# peak, and two at once go past a default server's max_connections of 100;
+# the small ones run two at a time (below).
 # test/chaos runs its faults against a throwaway cluster of its own (it
 # restarts the server, so never the shared one), after the other packages.
 # PQ_CHAOS_BESIDE=1 runs it beside them, internal/cli excepted (that runs
@@ -94,9 +95,24 @@ if [[ "$beside" == 1 ]]; then
 	chaos_pid=$!
 	trap 'kill "$chaos_pid" 2>/dev/null; rm -f "$log"' INT TERM
 fi
-# shellcheck disable=SC2086 # the package list is words
-go test -p 1 "$@" $others
-rc=$?
+# The small packages (a few connections each, seconds of tests) run two
+# at a time: each test binary takes seconds to link and start (with -race
+# about 2.5 s), which two at a time halves. The large ones (the library's,
+# the CLI's, the bench's, the console's, security and deploy: many
+# connections, worker processes, timing waits) run one at a time after
+# them.
+large='^github.com/partitionq/partitionq/(partitionq|internal/cli|cmd/pqbench|tui|test/security|test/deploy|partitionq/internal/store)$'
+small=$(grep -vE "$large" <<<"$others")
+others=$(grep -E "$large" <<<"$others")
+rc=0
+if [[ -n $small ]]; then
+	# shellcheck disable=SC2086 # the package list is words
+	go test -p 2 "$@" $small || rc=$?
+fi
+if [[ -n $others ]]; then
+	# shellcheck disable=SC2086 # the package list is words
+	go test -p 1 "$@" $others || rc=$?
+fi
 go test "${harness_args[@]}" ./test/crash || rc=$?
 if [[ "$beside" == 1 ]]; then
 	wait "$chaos_pid"

@@ -41,7 +41,7 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatalf("chaos run: %v", err)
 	}
-	if rep.Kills < 20 || rep.Restarts < 2 || rep.Terminations < 20 || rep.TerminatedBackends == 0 {
+	if rep.Kills < 12 || rep.Restarts < 2 || rep.Terminations < 12 || rep.TerminatedBackends == 0 {
 		t.Fatalf("not enough chaos: %d kills, %d restarts, %d terminations (%d backends)", rep.Kills, rep.Restarts, rep.Terminations, rep.TerminatedBackends)
 	}
 	if rep.StuckChecks < 2*3 {

@@ -37,7 +37,7 @@ import (
 )
 
 // Config configures a chaos run. Zero values mean the defaults, which are
-// the short form (about a minute).
+// the short form (about 30 seconds).
 type Config struct {
 	// Workers is the number of worker processes. Defaults to 4: two that
 	// run half the slots each and two that run all (standbys).
@@ -46,7 +46,7 @@ type Config struct {
 	Slots int
 	// Keys is the number of partition keys. Defaults to 300.
 	Keys int
-	// EventsPerKey defaults to 40.
+	// EventsPerKey defaults to 25.
 	EventsPerKey int
 	// StuckKeys is the number of keys whose second event fails until an
 	// operator skips it at the end: they stay blocked across every restart.
@@ -59,11 +59,11 @@ type Config struct {
 	// ask for a dead letter (partitionq.DeadLetterNow). Defaults to 4.
 	PoisonPermille int
 	// Duration is the length of the chaos phase; events are sent during its
-	// first 80%. Defaults to 40s.
+	// first 80%. Defaults to 25s.
 	Duration time.Duration
 	// Kills, Restarts and Terminations are how many kill -9 of a worker
 	// process, PostgreSQL restarts, and pg_terminate_backend rounds the run
-	// does. Defaults to 20, 2 and 20.
+	// does. Defaults to 12, 2 and 12.
 	Kills, Restarts, Terminations int
 	// Concurrency is the in-slot concurrency of each worker. Defaults to 8.
 	Concurrency int
@@ -97,16 +97,16 @@ func (c Config) withDefaults() Config {
 	def(&c.Workers, 4)
 	def(&c.Slots, 8)
 	def(&c.Keys, 300)
-	def(&c.EventsPerKey, 40)
+	def(&c.EventsPerKey, 25)
 	def(&c.StuckKeys, 3)
 	def(&c.FailPermille, 16)
 	def(&c.PoisonPermille, 4)
-	def(&c.Kills, 20)
+	def(&c.Kills, 12)
 	def(&c.Restarts, 2)
-	def(&c.Terminations, 20)
+	def(&c.Terminations, 12)
 	def(&c.Concurrency, 8)
 	if c.Duration == 0 {
-		c.Duration = 40 * time.Second
+		c.Duration = 25 * time.Second
 	}
 	if c.Seed == 0 {
 		c.Seed = uint64(time.Now().UnixNano())
