@@ -67,10 +67,10 @@ func startWorker(t *testing.T, ctx context.Context, c *partitionq.Client, cfg pa
 	t.Helper()
 	cfg.Queue, cfg.Group = "q", "g"
 	if cfg.Ticker == nil {
-		cfg.Ticker = &partitionq.TickerConfig{Interval: 10 * time.Millisecond}
+		cfg.Ticker = &partitionq.TickerConfig{Interval: 25 * time.Millisecond}
 	}
 	if cfg.Limits.PollInterval == 0 {
-		cfg.Limits.PollInterval = 10 * time.Millisecond
+		cfg.Limits.PollInterval = 25 * time.Millisecond
 	}
 	if cfg.Ownership.StandbyPoll == 0 {
 		cfg.Ownership.StandbyPoll = 100 * time.Millisecond
