@@ -188,7 +188,7 @@ func (h *harness) startWork(args ...string) *worker {
 	h.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &worker{cancel: cancel, done: make(chan result, 1)}
-	full := with(qg, append([]string{"work", "--ticker", "--tick-interval", "10ms", "--poll-interval", "10ms"}, args...)...)
+	full := with(qg, append([]string{"work", "--ticker", "--tick-interval", "25ms", "--poll-interval", "25ms"}, args...)...)
 	go func() { w.done <- h.runCtx(ctx, "", full...) }()
 	h.t.Cleanup(func() { w.stop(h.t) })
 	return w
