@@ -22,9 +22,26 @@ import (
 // order violations and 0 overlaps (two runs of one key at once), repeats
 // counted and bounded by what can be in flight. The long form is
 // `make chaos CHAOS='faults -long'`.
+//
+// The server's restart would hit every run on the cluster: it runs alone,
+// as TestFaultMatrixRestart, with the package's other tests; the other
+// faults, and TestFaultsDuringResize's, run at once after those (go
+// test's -parallel bounds how many; make test gives the chaos suite 4),
+// each in a database of its own.
 func TestFaultMatrix(t *testing.T) {
+	t.Parallel()
+	faultMatrix(t, false)
+}
+
+// TestFaultMatrixRestart is the fault matrix's server restart.
+func TestFaultMatrixRestart(t *testing.T) {
+	faultMatrix(t, true)
+}
+
+// faultMatrix runs the matrix's restart (restart) or its other faults.
+func faultMatrix(t *testing.T, restart bool) {
 	cl := needCluster(t)
-	eachFaultMode(t, chaos.Faults, func(t *testing.T, f chaos.Fault, execMode bool) {
+	eachFaultMode(t, chaos.Faults, restart, func(t *testing.T, f chaos.Fault, execMode bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		defer cancel()
 		rep, err := chaos.RunFault(ctx, cl, chaos.FaultConfig{Fault: f, Exec: execMode, WorkerBin: workerBin, ExecBin: cliBin, RunWatchBin: watchBin,
@@ -64,13 +81,16 @@ func TestFaultMatrix(t *testing.T) {
 	})
 }
 
-// eachFaultMode runs run for each fault, with library workers, with
+// eachFaultMode runs run for each fault (with restart, the server's
+// restart alone; without, every other), with library workers, with
 // --exec workers or both (modesOf), each run in a database of its own.
-// The runs go on at once (go test's -parallel bounds how many; make test
-// gives the chaos suite 4), except the server's restart, which would hit
-// them all: it runs alone, first.
-func eachFaultMode(t *testing.T, faults []chaos.Fault, run func(t *testing.T, f chaos.Fault, execMode bool)) {
+// The runs go on at once (go test's -parallel bounds how many), except
+// the server's restart, which would hit them all.
+func eachFaultMode(t *testing.T, faults []chaos.Fault, restart bool, run func(t *testing.T, f chaos.Fault, execMode bool)) {
 	for i, f := range faults {
+		if (f == chaos.FaultRestart) != restart {
+			continue
+		}
 		t.Run(string(f), func(t *testing.T) {
 			if f != chaos.FaultRestart {
 				t.Parallel()
@@ -158,8 +178,9 @@ func seed(t *testing.T) uint64 {
 // gated event, the resizing command killed) are test/crash's
 // TestResizeUnderFaults.
 func TestFaultsDuringResize(t *testing.T) {
+	t.Parallel() // with the fault matrix, after the restarts of the package's other tests
 	cl := needCluster(t)
-	eachFaultMode(t, []chaos.Fault{chaos.FaultKill, chaos.FaultTerminateAll}, func(t *testing.T, f chaos.Fault, execMode bool) {
+	eachFaultMode(t, []chaos.Fault{chaos.FaultKill, chaos.FaultTerminateAll}, false, func(t *testing.T, f chaos.Fault, execMode bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		rep, err := chaos.RunFault(ctx, cl, chaos.FaultConfig{Fault: f, Exec: execMode, Resizes: []int{8, 3}, SendDuringResize: true,
