@@ -93,7 +93,7 @@ func testResizeFault(t *testing.T, fault, bin string) {
 		}
 	}()
 
-	// The producer: 30 keys, 200 events a second, every fifth event of a
+	// The producer: 30 keys, 100 events a second, every fifth event of a
 	// key fails twice.
 	var mu sync.Mutex
 	sent := map[string]int{}
@@ -105,7 +105,7 @@ func testResizeFault(t *testing.T, fault, bin string) {
 			select {
 			case <-stopSend:
 				return
-			case <-time.After(150 * time.Millisecond):
+			case <-time.After(300 * time.Millisecond):
 			}
 			// Counted once sent: a send cut by a terminated session is tried
 			// again with the same events.
