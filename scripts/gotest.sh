@@ -101,17 +101,17 @@ fi
 # the CLI's, the bench's, the console's, security and deploy: many
 # connections, worker processes, timing waits) run one at a time after
 # them.
-large='^github.com/partitionq/partitionq/(partitionq|internal/cli|cmd/pqbench|tui|test/security|test/deploy|partitionq/internal/store)$'
-small=$(grep -vE "$large" <<<"$others")
-others=$(grep -E "$large" <<<"$others")
+large_re='^github.com/partitionq/partitionq/(partitionq|internal/cli|cmd/pqbench|tui|test/security|test/deploy|partitionq/internal/store)$'
+small=$(grep -vE "$large_re" <<<"$others")
+large=$(grep -E "$large_re" <<<"$others")
 rc=0
 if [[ -n $small ]]; then
 	# shellcheck disable=SC2086 # the package list is words
 	go test -p 2 "$@" $small || rc=$?
 fi
-if [[ -n $others ]]; then
+if [[ -n $large ]]; then
 	# shellcheck disable=SC2086 # the package list is words
-	go test -p 1 "$@" $others || rc=$?
+	go test -p 1 "$@" $large || rc=$?
 fi
 go test "${harness_args[@]}" ./test/crash || rc=$?
 if [[ "$beside" == 1 ]]; then

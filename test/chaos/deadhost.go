@@ -277,20 +277,20 @@ func RunDeadHost(ctx context.Context, cfg DeadHostConfig) (rep DeadHostReport, e
 	}); err != nil {
 		return rep, err
 	}
-	// The worker's own sessions (its application_name is its identity);
-	// the sessions of the pool the program gave its client, which the
-	// library does not configure, are the program's to bound.
-	sessions := func(ctx context.Context) (int, error) {
-		var n int
-		err := pool.QueryRow(ctx, `select count(*) from pg_stat_activity where client_addr = $1::inet and application_name = $2`,
-			ns.nsIP, fmt.Sprintf("testworker:%d", a.Process.Pid)).Scan(&n)
-		return n, err
+	// The worker's own sessions (its application_name is its identity),
+	// by their client ports, which find their connections in the kernel's
+	// view; the sessions of the pool the program gave its client, which
+	// the library does not configure, are the program's to bound.
+	sessionPorts := func(ctx context.Context) ([]int, error) {
+		rows, err := pool.Query(ctx, `select client_port from pg_stat_activity where client_addr = $1::inet and application_name = $2`,
+			ns.nsIP, fmt.Sprintf("testworker:%d", a.Process.Pid))
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, pgx.RowTo[int])
 	}
-	// Their client ports, to find their connections in the kernel's view
-	// (beside them, the program's pool keeps the server's settings).
-	var ports []int
-	if err := pgxscanInts(ctx, pool, &ports, `select client_port from pg_stat_activity where client_addr = $1::inet and application_name = $2`,
-		ns.nsIP, fmt.Sprintf("testworker:%d", a.Process.Pid)); err != nil {
+	ports, err := sessionPorts(ctx)
+	if err != nil {
 		return rep, err
 	}
 	rep.Sessions = len(ports)
@@ -300,28 +300,26 @@ func RunDeadHost(ctx context.Context, cfg DeadHostConfig) (rep DeadHostReport, e
 	at := time.Now()
 	cfg.Logf("deadhost: the worker in the namespace (%d sessions) lost its network", rep.Sessions)
 	dropped := make(chan time.Duration, 1)
+	var droppedErr error // read after dropped
 	kctx, stopKernel := context.WithCancel(ctx)
 	defer stopKernel()
-	go func() { // the kernel's view, read every 20ms
-		for kctx.Err() == nil {
+	go func() {
+		droppedErr = poll(kctx, cfg.Watch, "the kernel ending the vanished worker's connections", func(context.Context) (bool, error) {
 			conns, err := serverConns(ns.nsIP, cl.Port, ports)
-			if err != nil {
-				cfg.Logf("deadhost: %v", err)
-				break
-			}
-			if len(conns) == 0 {
-				dropped <- time.Since(at)
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
+			return len(conns) == 0, err
+		})
+		if droppedErr != nil {
+			dropped <- 0
+			return
 		}
-		dropped <- 0
+		dropped <- time.Since(at)
 	}()
 	gone := make(chan time.Duration, 1)
 	go func() {
 		told := false
 		err := poll(ctx, cfg.Watch, "the vanished worker's sessions ended", func(ctx context.Context) (bool, error) {
-			n, err := sessions(ctx)
+			left, err := sessionPorts(ctx)
+			n := len(left)
 			if err == nil && n > 0 && !told && cfg.DeadHost > 0 && time.Since(at) > cfg.DeadHost+time.Second {
 				told = true // what keeps a session past its bound, for the log
 				cfg.Logf("deadhost: %d sessions left %s after the drop:%s%s", n, time.Since(at).Round(10*time.Millisecond),
@@ -347,7 +345,7 @@ func RunDeadHost(ctx context.Context, cfg DeadHostConfig) (rep DeadHostReport, e
 		return rep, fmt.Errorf("the vanished worker's sessions were still there %s after its packets stopped", cfg.Watch)
 	}
 	if rep.Dropped = <-dropped; rep.Dropped == 0 {
-		return rep, errors.New("the kernel's view of the vanished worker's connections could not be read")
+		return rep, droppedErr
 	}
 	if err := poll(ctx, 2*time.Minute, "every event handled", func(ctx context.Context) (bool, error) {
 		n, err := resolved(ctx, pool)
@@ -384,16 +382,6 @@ func leftConns(ip string, port int, from []int) string {
 		fmt.Fprintf(&b, "\n  connection %s", c)
 	}
 	return b.String()
-}
-
-// pgxscanInts reads a query's one int column into out.
-func pgxscanInts(ctx context.Context, pool *pgxpool.Pool, out *[]int, sql string, args ...any) error {
-	rows, err := pool.Query(ctx, sql, args...)
-	if err != nil {
-		return err
-	}
-	*out, err = pgx.CollectRows(rows, pgx.RowTo[int])
-	return err
 }
 
 // leftSessions describes the vanished worker's sessions still on the

@@ -92,7 +92,7 @@ func eachFaultMode(t *testing.T, faults []chaos.Fault, restart bool, run func(t 
 			continue
 		}
 		t.Run(string(f), func(t *testing.T) {
-			if f != chaos.FaultRestart {
+			if !restart {
 				t.Parallel()
 			}
 			for _, execMode := range modesOf(t, i) {
@@ -101,7 +101,7 @@ func eachFaultMode(t *testing.T, faults []chaos.Fault, restart bool, run func(t 
 					mode = "exec"
 				}
 				t.Run(mode, func(t *testing.T) {
-					if f != chaos.FaultRestart {
+					if !restart {
 						t.Parallel()
 					}
 					run(t, f, execMode)
