@@ -17,7 +17,7 @@ func (b *bench) runBaseline(ctx context.Context, wl *Workload, queue string, ids
 	res := &Result{Workload: wl.Name, System: SysBaseline, Config: "N=1 c=1", N: 1, Conc: 1, Events: len(wl.Events), Checked: true}
 	rec := NewRecorder(wl, false)
 	var elapsed time.Duration
-	cost, err := b.measure(ctx, b.on.db, rec.Handled, func() error {
+	cost, err := b.measure(ctx, res, b.on.db, rec.Handled, func() error {
 		conn, err := pgx.Connect(ctx, replaceDB(b.cfg.AdminURL, b.on.db))
 		if err != nil {
 			return err

@@ -61,7 +61,7 @@ func (b *bench) latencyRun(ctx context.Context, wl *Workload, queue, label strin
 		Events: len(wl.Events), Checked: true}
 	rec := NewRecorder(wl, true)
 	var elapsed time.Duration
-	cost, err := b.measure(ctx, b.on.db, rec.Handled, func() error {
+	cost, err := b.measure(ctx, res, b.on.db, rec.Handled, func() error {
 		conns := b.srv.sampleConns(ctx, b.on.db)
 		defer func() { res.PeakConns = conns.stop() }()
 		pool, err := b.pool(ctx, b.on.db, partitionq.WorkerConns()+2)

@@ -22,7 +22,7 @@ func (b *bench) copyPlain(ctx context.Context, wl *Workload) *Result {
 	table := pgx.Identifier{plainTable(wl)}
 	res := &Result{Workload: "producer", System: SysLimit, Config: "COPY into a plain table", Events: len(wl.Events)}
 	var elapsed time.Duration
-	cost, err := b.measure(ctx, b.pgqDB, func() int { return len(wl.Events) }, func() error {
+	cost, err := b.measure(ctx, res, b.pgqDB, func() int { return len(wl.Events) }, func() error {
 		conn, err := pgx.Connect(ctx, replaceDB(b.cfg.AdminURL, b.pgqDB))
 		if err != nil {
 			return err
@@ -71,7 +71,7 @@ func (b *bench) selectPlain(ctx context.Context, wl *Workload) *Result {
 	res := &Result{Workload: wl.Name, System: SysLimit, Config: "one SELECT of a plain table", N: 1, Conc: 1, Events: len(wl.Events), Checked: true}
 	rec := NewRecorder(wl, false)
 	var elapsed time.Duration
-	cost, err := b.measure(ctx, b.pgqDB, rec.Handled, func() error {
+	cost, err := b.measure(ctx, res, b.pgqDB, rec.Handled, func() error {
 		conn, err := pgx.Connect(ctx, replaceDB(b.cfg.AdminURL, b.pgqDB))
 		if err != nil {
 			return err

@@ -265,7 +265,7 @@ func (b *bench) runPartitionq(ctx context.Context, wl *Workload, queue string, i
 		Events: len(wl.Events), Checked: true}
 	rec := NewRecorder(wl, false)
 	var elapsed time.Duration
-	cost, err := b.measure(ctx, b.on.db, rec.Handled, func() error {
+	cost, err := b.measure(ctx, res, b.on.db, rec.Handled, func() error {
 		var unknown atomic.Int64
 		handle := func(ev *partitionq.Event) error {
 			idx, ok := ids.lookup(ev.ID)

@@ -122,7 +122,7 @@ func (b *bench) produce(ctx context.Context, wl *Workload, config string, prep f
 		prep(msgs)
 	}
 	var elapsed time.Duration
-	cost, err := b.measure(ctx, b.on.db, func() int { return len(msgs) }, func() error {
+	cost, err := b.measure(ctx, res, b.on.db, func() int { return len(msgs) }, func() error {
 		pool, err := b.pool(ctx, b.on.db, 2)
 		if err != nil {
 			return err

@@ -25,7 +25,7 @@ func (b *bench) resize(ctx context.Context, wl *Workload) error {
 	rec := NewRecorder(wl, true)
 	var elapsed time.Duration
 	var firstNew atomic.Int64 // unix ns of the first handling by a new slot
-	cost, err := b.measure(ctx, b.on.db, rec.Handled, func() error {
+	cost, err := b.measure(ctx, res, b.on.db, rec.Handled, func() error {
 		pool, err := b.pool(ctx, b.on.db, partitionq.WorkerConns()+4)
 		if err != nil {
 			return err

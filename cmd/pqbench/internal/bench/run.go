@@ -312,12 +312,16 @@ func (b *bench) pool(ctx context.Context, db string, maxConns int) (*pgxpool.Poo
 
 // measure wraps a run with database snapshots of db: before, then fn, then
 // (after fn has closed its connections) after; it returns the cost per event.
-func (b *bench) measure(ctx context.Context, db string, events func() int, fn func() error) (Cost, error) {
+func (b *bench) measure(ctx context.Context, res *Result, db string, events func() int, fn func() error) (Cost, error) {
 	before, err := b.srv.snapshot(ctx, db)
 	if err != nil {
 		return Cost{}, err
 	}
-	if err := fn(); err != nil {
+	// The run's goroutines, and those they start (the workers'), carry its
+	// name in a CPU profile (-cpuprofile): go tool pprof -tagfocus
+	// 'run=partitionq W1 N=64 c=16' shows one run's cost alone.
+	pprof.Do(ctx, pprof.Labels("run", res.System+" "+res.Workload+" "+res.Config), func(context.Context) { err = fn() })
+	if err != nil {
 		return Cost{}, err
 	}
 	b.srv.waitIdle(ctx, db)

@@ -77,7 +77,7 @@ func (b *bench) runWriting(ctx context.Context, wl *Workload, queue string, ids 
 	rec := NewRecorder(wl, false)
 	table := pgx.Identifier{queue + "_" + groupName(p, 0)}.Sanitize()
 	var elapsed time.Duration
-	cost, err := b.measure(ctx, b.on.db, rec.Handled, func() error {
+	cost, err := b.measure(ctx, res, b.on.db, rec.Handled, func() error {
 		// The handlers' pool, which is the client's: a TxHandler's
 		// transaction is on it.
 		pool, err := b.pool(ctx, b.on.db, p.N*p.C+2)

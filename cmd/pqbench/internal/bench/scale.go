@@ -63,7 +63,7 @@ func (b *bench) rollingRestart(ctx context.Context, lat *Workload) *Result {
 		N: n, Conc: c, Workers: p, Events: len(lat.Events), Checked: true}
 	rec := NewRecorder(lat, true)
 	var elapsed time.Duration
-	cost, err := b.measure(ctx, b.on.db, rec.Handled, func() error {
+	cost, err := b.measure(ctx, res, b.on.db, rec.Handled, func() error {
 		const queue, group = "rolling", "g"
 		admin, err := b.pool(ctx, b.on.db, 4)
 		if err != nil {
