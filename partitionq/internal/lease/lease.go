@@ -175,7 +175,13 @@ func (h *Holder) WorkerID() int64 {
 }
 
 // Valid reports whether the lease is certainly still valid at the server.
-func (h *Holder) Valid() bool { return time.Since(h.start) < time.Duration(h.deadline.Load()) }
+func (h *Holder) Valid() bool { return h.ValidAt(time.Now()) }
+
+// ValidAt reports whether the lease is certainly still valid at the server
+// at now, a time.Now reading (for a caller that needs the reading too).
+func (h *Holder) ValidAt(now time.Time) bool {
+	return now.Sub(h.start) < time.Duration(h.deadline.Load())
+}
 
 // Renewed is when the last renewal that succeeded (or the registration)
 // was sent; zero before registration and after Close.

@@ -104,6 +104,19 @@ func NewTracker(from Set, max int) *Tracker {
 func (t *Tracker) Add(id int64, resolved bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.add(id, resolved)
+}
+
+// AddAll is Add of ids[i], resolved[i], in order, with the lock taken once.
+func (t *Tracker) AddAll(ids []int64, resolved []bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, id := range ids {
+		t.add(id, resolved[i])
+	}
+}
+
+func (t *Tracker) add(id int64, resolved bool) {
 	if id <= t.below {
 		return
 	}

@@ -29,6 +29,12 @@ type batchRun struct {
 	// its end (flushAdds): only the reader touches them.
 	addKeys  []string
 	addItems []item
+	// What the chunk's events add to the batch's counters and progress,
+	// also given at its end (flushAdds).
+	readN     int64   // events of the slot's own read
+	readLast  int64   // the last of them
+	trackIDs  []int64 // the ids to add to the progress tracker
+	trackDone []bool  // whether each was resolved already
 
 	lastID     atomic.Int64 // the last event handed to the lanes (or skipped)
 	events     atomic.Int64 // events of the slot's own in the batch (read so far)
@@ -113,7 +119,7 @@ func (r *Runner) newBatch(s *slotRun, info engine.BatchInfo) *batchRun {
 	if r.cfg.HandleRun != nil {
 		b.lanes = lanes.NewRuns(r.cfg.Concurrency, r.cfg.MaxRun, func(_ string, its []item) { r.handleRunInBatch(b, its) })
 	} else {
-		b.lanes = lanes.New(r.cfg.Concurrency, func(_ string, it item) { r.handleInBatch(b, it) })
+		b.lanes = lanes.NewRuns(r.cfg.Concurrency, eventRunMax, func(_ string, its []item) { r.handleEventsInBatch(b, its) })
 	}
 	return b
 }
@@ -280,12 +286,13 @@ func (r *Runner) readOnce(id int64, group []*batchRun, cands []*slotRun, seen ma
 	defer tx.Rollback(context.Background()) // read only
 	spec := engine.ReadSpec{Batch: group[0].info.ID, Sub: group[0].s.info.SubID, N: r.cfg.N, AfterID: after, Owners: r.cfg.ParentSubs,
 		SQL: r.takePeeked(group[0].info.ID)}
-	bySlot := make(map[int]*batchRun, len(group))
-	for _, b := range group {
+	bySlot := make(map[int]int, len(group)) // slot -> its index in group
+	for i, b := range group {
 		spec.Subs = append(spec.Subs, b.s.info.SubID)
 		spec.Slots = append(spec.Slots, b.s.slot)
-		bySlot[b.s.slot] = b
+		bySlot[b.s.slot] = i
 	}
+	takes := make([]bool, len(group))
 	cand := make(map[int]bool, len(cands))
 	for _, s := range cands { // riding along: only whether they have events
 		spec.Subs = append(spec.Subs, s.info.SubID)
@@ -298,11 +305,17 @@ func (r *Runner) readOnce(id int64, group []*batchRun, cands []*slotRun, seen ma
 	}
 	limit := int64(2 * r.cfg.ChunkSize)
 	for len(evs) > 0 {
+		// Whether each slot takes work, once a chunk: a slot that stops
+		// taking meanwhile has its chunk's events handed out all the same,
+		// and its lanes start none of them (handleEventsInBatch).
+		for i, b := range group {
+			takes[i] = b.reader.Load() == id && b.s.taking()
+		}
 		for i := range evs {
 			ev := &evs[i] // the lanes hold it in the chunk: an event is not copied on its way
-			if b := bySlot[ev.Slot]; b != nil && b.reader.Load() == id {
-				if b.s.taking() {
-					b.add(ev)
+			if j, ok := bySlot[ev.Slot]; ok && group[j].reader.Load() == id {
+				if takes[j] {
+					group[j].add(ev)
 				}
 			} else if cand[ev.Slot] {
 				seen[ev.Slot] = true
@@ -372,77 +385,124 @@ func (b *batchRun) waitBelow(ctx context.Context, limit int64, short bool) bool 
 	return true
 }
 
-// add hands one event of the batch to its key's lane (or skips it, when a
-// previous owner resolved it).
+// add takes one event of the batch for its key's lane (or skips it, when
+// a previous owner resolved it); flushAdds hands the chunk's events over.
 func (b *batchRun) add(ev *engine.SlotEvent) {
-	b.lastID.Store(ev.ID)
-	b.events.Add(1)
-	if b.skip.Has(ev.ID) {
-		if b.track != nil {
-			b.track.Add(ev.ID, true)
-		}
+	b.readLast = ev.ID
+	b.readN++
+	resolved := b.skip.Has(ev.ID)
+	if b.track != nil {
+		b.trackIDs = append(b.trackIDs, ev.ID)
+		b.trackDone = append(b.trackDone, resolved)
+	}
+	if resolved {
 		b.s.stats.Resumed.Add(1)
 		return
-	}
-	if b.track != nil {
-		b.track.Add(ev.ID, false)
 	}
 	ks := b.keys[ev.Key]
 	if ks == nil {
 		ks = &keyState{blocked: b.s.r.cfg.Policy == Pause && b.s.isBlocked(ev.Key)}
 		b.keys[ev.Key] = ks
 	}
-	b.pending.Add(1)
 	b.addKeys = append(b.addKeys, ev.Key)
 	b.addItems = append(b.addItems, item{ev: ev, ks: ks})
 }
 
 // flushAdds hands the events add took from the chunk read to the lanes,
-// all at once: a run takes what the chunk holds of its key.
+// all at once (a run takes what the chunk holds of its key), after the
+// counters and the progress tracker are told of them.
 func (b *batchRun) flushAdds() {
+	if b.readN == 0 {
+		return
+	}
+	b.lastID.Store(b.readLast)
+	b.events.Add(b.readN)
+	b.readN = 0
+	if len(b.trackIDs) > 0 {
+		b.track.AddAll(b.trackIDs, b.trackDone)
+		b.trackIDs, b.trackDone = b.trackIDs[:0], b.trackDone[:0]
+	}
 	if len(b.addKeys) == 0 {
 		return
 	}
+	b.pending.Add(int64(len(b.addKeys)))
 	b.lanes.AddAll(b.addKeys, b.addItems)
 	clear(b.addItems) // the lanes hold them now
 	b.addKeys, b.addItems = b.addKeys[:0], b.addItems[:0]
 }
 
-// handleInBatch handles one event of a batch, or parks it behind its key's
-// blocked head.
-func (r *Runner) handleInBatch(b *batchRun, it item) {
+// eventRunMax is the most events of one key a lane hands a per-event
+// handler one after another (one call each) before the key's turn ends:
+// the slot's limits are taken once for them (a place in its concurrency,
+// the key), which is most of what a quick handler's event costs beside
+// the handler.
+const eventRunMax = 16
+
+// handleEventsInBatch handles a run of consecutive events of one key of a
+// batch, one handler call each, or parks them behind their key's blocked
+// head: an event that fails blocks the key (pause), and its later events
+// of the run are parked behind it.
+func (r *Runner) handleEventsInBatch(b *batchRun, its []item) {
+	n := int64(len(its))
 	defer func() {
-		if b.pending.Add(-1) == 0 {
+		if b.pending.Add(-n) == 0 {
 			r.maybeEnd(b)
 		}
 	}()
-	ev := it.ev
-	if it.ks.blocked {
-		// A waiting event is not a failure: its ev_retry is kept (H1).
-		b.s.stats.Parked.Add(1)
-		b.out.Wait(ev.Event)
-		r.parkedInBatch(b)
+	if its[0].ks.blocked { // one key: one keyState
+		r.parkAll(b, its)
 		return
 	}
-	if r.stop.Err() != nil || !b.s.taking() {
+	if r.stop.Err() != nil || b.s.leaving.Load() {
 		b.incomplete.Store(true)
 		return
 	}
-	attempt := int(ev.Retry) + 1
-	res, aborted := b.s.call(Call{Event: ev.Event, N: r.cfg.N, Slot: b.s.slot, Epoch: b.s.epoch, Batch: b.info.ID, Attempt: attempt})
-	if aborted {
+	first := its[0].ev
+	g, now, err := b.s.enter(first.Key, first.ID)
+	defer g.leave()
+	if err != nil {
 		b.incomplete.Store(true)
 		return
 	}
-	if res.Err == nil {
+	for i, it := range its {
+		if it.ks.blocked {
+			r.parkAll(b, its[i:])
+			return
+		}
+		if i > 0 {
+			var ok bool
+			if now, ok = b.s.activeNow(); !ok || r.stop.Err() != nil || b.s.leaving.Load() {
+				b.incomplete.Store(true)
+				return
+			}
+		}
+		ev := it.ev
+		attempt := int(ev.Retry) + 1
+		res, aborted := b.s.callHeld(now, Call{Event: ev.Event, N: r.cfg.N, Slot: b.s.slot, Epoch: b.s.epoch, Batch: b.info.ID, Attempt: attempt})
+		if aborted {
+			b.incomplete.Store(true)
+			return
+		}
+		if res.Err != nil {
+			r.failedInBatch(b, it, res, attempt)
+			continue
+		}
 		b.s.handled.Add(1)
 		if b.track != nil {
 			b.track.Resolve(ev.ID)
 			signal(r.flushWake)
 		}
-		return
 	}
-	r.failedInBatch(b, it, res, attempt)
+}
+
+// parkAll parks events of a blocked key behind its head. A waiting event
+// is not a failure: its ev_retry is kept (H1).
+func (r *Runner) parkAll(b *batchRun, its []item) {
+	for _, it := range its {
+		b.s.stats.Parked.Add(1)
+		b.out.Wait(it.ev.Event)
+	}
+	r.parkedInBatch(b)
 }
 
 // handleRunInBatch hands a run of consecutive events of one key of a batch
@@ -459,11 +519,7 @@ func (r *Runner) handleRunInBatch(b *batchRun, its []item) {
 	}()
 	for len(its) > 0 {
 		if its[0].ks.blocked { // one key: one keyState
-			for _, it := range its {
-				b.s.stats.Parked.Add(1)
-				b.out.Wait(it.ev.Event)
-			}
-			r.parkedInBatch(b)
+			r.parkAll(b, its)
 			return
 		}
 		if r.stop.Err() != nil || !b.s.taking() {

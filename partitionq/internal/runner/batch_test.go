@@ -282,6 +282,50 @@ func TestPauseSetsAFailingKeyAside(t *testing.T) {
 	waitFor(t, "key a has nothing parked", func() bool { return len(g.parkedIDs(0, "a")) == 0 })
 }
 
+// A key's events of one batch come to a per-event handler in one turn of
+// its lane; one that fails in the middle of the turn blocks the key: the
+// events before it are done, the ones after it are parked behind it
+// without a call.
+func TestAFailureInAKeysTurnParksTheRestOfIt(t *testing.T) {
+	t.Parallel()
+	g := newGroup(t, 1)
+	var healed atomic.Bool
+	var c calls
+	g.start(g.config([]int{0}, runner.Pause, c.handler(func(rc runner.Call) *runner.Result {
+		if rc.Event.Data == "a2" && !healed.Load() { // send numbers a key's payloads
+			return &runner.Result{Err: errors.New("the second fails")}
+		}
+		return nil
+	})))
+	ids := g.send("a", "a", "a", "a")
+	g.waitRead(0)
+	if p := g.parkedIDs(0, "a"); !slices.Equal(p, ids[1:]) {
+		t.Fatalf("key a's parked events: %v, want %v (the failed one and those after it)", p, ids[1:])
+	}
+	var ran []int64
+	for _, x := range c.of("a") {
+		ran = append(ran, x.id)
+	}
+	// The first done once, then the second: failed, maybe retried since.
+	if len(ran) < 2 || ran[0] != ids[0] || slices.ContainsFunc(ran[1:], func(id int64) bool { return id != ids[1] }) {
+		t.Fatalf("key a's calls: %v, want %d once, then %d (failing) only", ran, ids[0], ids[1])
+	}
+	healed.Store(true)
+	waitFor(t, "key a's events all ran", func() bool {
+		as := c.of("a")
+		return len(as) > 0 && as[len(as)-1].id == ids[3] && as[len(as)-1].ok
+	})
+	var order []int64
+	for _, x := range c.of("a") {
+		if x.ok {
+			order = append(order, x.id)
+		}
+	}
+	if !slices.Equal(order, ids) {
+		t.Errorf("key a's events succeeded in the order %v, want %v, each once", order, ids)
+	}
+}
+
 // Under the skip policy a failing event becomes a timed retry of the
 // engine and its key goes on: its later events run in the same batch.
 func TestSkipLetsTheKeyGoOn(t *testing.T) {

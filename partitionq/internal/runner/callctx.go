@@ -23,8 +23,8 @@ type callCtx struct {
 	ended  error // once the call ended without the real context: its Err from then on
 }
 
-func newCallCtx(parent context.Context, timeout time.Duration) *callCtx {
-	return &callCtx{parent: parent, deadline: time.Now().Add(timeout)}
+func newCallCtx(parent context.Context, deadline time.Time) *callCtx {
+	return &callCtx{parent: parent, deadline: deadline}
 }
 
 // real returns the real context, making it when first needed (cancelled at

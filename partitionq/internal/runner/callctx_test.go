@@ -14,7 +14,7 @@ func TestCallCtx(t *testing.T) {
 	parent := context.WithValue(context.Background(), key{}, "v")
 
 	t.Run("a quick call", func(t *testing.T) {
-		c := newCallCtx(parent, time.Hour)
+		c := newCallCtx(parent, time.Now().Add(time.Hour))
 		if err := c.Err(); err != nil {
 			t.Fatalf("Err before the end: %v", err)
 		}
@@ -36,7 +36,7 @@ func TestCallCtx(t *testing.T) {
 	})
 
 	t.Run("the timeout closes Done", func(t *testing.T) {
-		c := newCallCtx(parent, 20*time.Millisecond)
+		c := newCallCtx(parent, time.Now().Add(20*time.Millisecond))
 		defer c.end()
 		select {
 		case <-c.Done():
@@ -52,7 +52,7 @@ func TestCallCtx(t *testing.T) {
 	})
 
 	t.Run("Err sees the timeout without Done", func(t *testing.T) {
-		c := newCallCtx(parent, time.Millisecond)
+		c := newCallCtx(parent, time.Now().Add(time.Millisecond))
 		for time.Now().Before(c.deadline) { // nothing waits on the deadline: let it pass
 			time.Sleep(time.Millisecond)
 		}
@@ -67,7 +67,7 @@ func TestCallCtx(t *testing.T) {
 
 	t.Run("the parent's cancel and cause pass through", func(t *testing.T) {
 		p, cancel := context.WithCancelCause(parent)
-		c := newCallCtx(p, time.Hour)
+		c := newCallCtx(p, time.Now().Add(time.Hour))
 		defer c.end()
 		done := c.Done()
 		lost := errors.New("slot lost")
@@ -87,7 +87,7 @@ func TestCallCtx(t *testing.T) {
 
 	t.Run("Err sees the parent's cancel without Done", func(t *testing.T) {
 		p, cancel := context.WithCancel(parent)
-		c := newCallCtx(p, time.Hour)
+		c := newCallCtx(p, time.Now().Add(time.Hour))
 		cancel()
 		if err := c.Err(); !errors.Is(err, context.Canceled) {
 			t.Fatalf("Err = %v, want Canceled", err)
@@ -96,7 +96,7 @@ func TestCallCtx(t *testing.T) {
 	})
 
 	t.Run("children end with the call", func(t *testing.T) {
-		c := newCallCtx(parent, time.Hour)
+		c := newCallCtx(parent, time.Now().Add(time.Hour))
 		child, cancel := context.WithCancel(c)
 		defer cancel()
 		c.end()

@@ -89,6 +89,12 @@ func (s *slotRun) kill(cause error) {
 // active reports whether the slot may still run handlers and commit.
 func (s *slotRun) active() bool { return !s.lost.Load() && s.r.lease.Valid() }
 
+// activeNow is active, with the time.Now reading the lease was checked at.
+func (s *slotRun) activeNow() (time.Time, bool) {
+	now := time.Now()
+	return now, !s.lost.Load() && s.r.lease.ValidAt(now)
+}
+
 // taking reports whether the slot may start new work: it is active and
 // not being handed over.
 func (s *slotRun) taking() bool { return s.active() && !s.leaving.Load() }
@@ -107,12 +113,28 @@ func (s *slotRun) waitIdle() {
 // reports a call that did not run or was cut short by the slot's loss or
 // the worker's shutdown: not the event's fault, and nothing of it is kept.
 func (s *slotRun) call(c Call) (res Result, aborted bool) {
-	ctx, g, err := s.enter(c.Event.Key, c.Event.ID)
+	g, now, err := s.enter(c.Event.Key, c.Event.ID)
 	defer g.leave()
 	if err != nil {
 		return Result{Err: err}, true
 	}
+	return s.callHeld(now, c)
+}
+
+// callHeld runs the handler for one event under a hold on the slot's
+// limits (enter), the lease found valid at now (the start of the call's
+// timeout). aborted is as call's.
+func (s *slotRun) callHeld(now time.Time, c Call) (res Result, aborted bool) {
+	ctx := s.ctx
+	var cc *callCtx
+	if t := s.r.cfg.HandlerTimeout; t > 0 {
+		cc = newCallCtx(ctx, now.Add(t))
+		ctx = cc
+	}
 	res = safeCall(ctx, s.r.cfg.Handle, c)
+	if cc != nil {
+		cc.end()
+	}
 	if s.ctx.Err() != nil {
 		return res, true
 	}
@@ -128,12 +150,21 @@ func (s *slotRun) call(c Call) (res Result, aborted bool) {
 // handler timeout). aborted is as call's: nothing of the run is kept.
 func (s *slotRun) callRun(c RunCall) (res RunResult, aborted bool) {
 	first := c.Events[0]
-	ctx, g, err := s.enter(first.Key, first.ID)
+	g, now, err := s.enter(first.Key, first.ID)
 	defer g.leave()
 	if err != nil {
 		return RunResult{Failed: Result{Err: err}}, true
 	}
+	ctx := s.ctx
+	var cc *callCtx
+	if t := s.r.cfg.HandlerTimeout; t > 0 {
+		cc = newCallCtx(ctx, now.Add(t))
+		ctx = cc
+	}
 	res = safeRunCall(ctx, s.r.cfg.HandleRun, c)
+	if cc != nil {
+		cc.end()
+	}
 	if s.ctx.Err() != nil {
 		return res, true
 	}
@@ -159,61 +190,53 @@ func (s *slotRun) callFailed(ctx context.Context, res Result, key string, id int
 	return res
 }
 
-// callGuard is one handler call's hold on the slot's limits, taken by
-// enter and given back by leave.
+// callGuard is a hold on the slot's limits for handler calls of one key,
+// taken by enter and given back by leave.
 type callGuard struct {
 	s     *slotRun
 	key   string
 	keyed bool // holds the key (KeyGuard)
 	room  bool // holds a place in the slot's concurrency
-	cc    *callCtx
 }
 
-// enter takes the slot's limits for a call of key's events (from the
-// event id on): the count of calls in flight, a place in the slot's
-// concurrency, the key in the process. err (the slot lost, the worker
-// stopping) means the call must not run. Call g.leave in every case.
-func (s *slotRun) enter(key string, id int64) (ctx context.Context, g callGuard, err error) {
+// enter takes the slot's limits for calls of key's events (from the event
+// id on), one after another: the count of calls in flight, a place in the
+// slot's concurrency, the key in the process; then it checks the lease,
+// once, at now. err (the slot lost, the worker stopping) means no call may
+// run. Call g.leave in every case.
+func (s *slotRun) enter(key string, id int64) (g callGuard, now time.Time, err error) {
 	// The counter first, then the check: a run that waits for this one's
 	// calls to end (waitRuns) either sees this call counted, or this call
 	// sees the slot stopped.
 	s.calls.Add(1)
 	g.s = s
-	if !s.active() {
-		return nil, g, errLost
+	if s.lost.Load() {
+		return g, now, errLost
 	}
 	select {
 	case s.sem <- struct{}{}:
 		g.room = true
 	case <-s.ctx.Done():
-		return nil, g, context.Cause(s.ctx)
-	}
-	if !s.active() { // the lease may have lapsed while we waited for room
-		return nil, g, errLost
+		return g, now, context.Cause(s.ctx)
 	}
 	if kg := s.r.cfg.Keys; kg != nil {
 		here := Where{N: s.r.cfg.N, Slot: s.slot, Epoch: s.epoch, EventID: id}
 		if !kg.enter(key, here, s.ctx.Done(), func(w Where) { s.r.keyWait(key, here, w) }) {
-			return nil, g, context.Cause(s.ctx)
+			return g, now, context.Cause(s.ctx)
 		}
 		g.key, g.keyed = key, true
-		if !s.active() {
-			return nil, g, errLost
-		}
 	}
-	ctx = s.ctx
-	if t := s.r.cfg.HandlerTimeout; t > 0 {
-		g.cc = newCallCtx(ctx, t)
-		ctx = g.cc
+	// Last, after the waits for room and for the key: the lease may have
+	// lapsed meanwhile.
+	now, ok := s.activeNow()
+	if !ok {
+		return g, now, errLost
 	}
-	return ctx, g, nil
+	return g, now, nil
 }
 
 // leave gives back what enter took.
 func (g *callGuard) leave() {
-	if g.cc != nil {
-		g.cc.end()
-	}
 	if g.keyed {
 		g.s.r.cfg.Keys.leave(g.key)
 	}
