@@ -49,8 +49,11 @@ const (
 	// DeadHostMarginDefault is how much longer than the lease the server
 	// keeps a dead host's sessions by default
 	// (WorkerConfig.Ownership.DeadHostTimeout).
-	DeadHostMarginDefault   = 10 * time.Second
-	DrainConcurrencyDefault = 8
+	DeadHostMarginDefault = 10 * time.Second
+	// DrainConcurrencyDefault is the most blocked keys a worker drains at
+	// once by default (Limits.DrainConcurrency), each on a connection of
+	// its own: it starts at 8 and grows to this as keys wait for a drain.
+	DrainConcurrencyDefault = 24
 	BatchMinEventsDefault   = 5000
 	HeadScanIntervalDefault = time.Second
 	TickIntervalDefault     = 100 * time.Millisecond
@@ -58,6 +61,10 @@ const (
 	// a run's round trip and commit are a small part of its cost.
 	MaxRunDefault = 64
 )
+
+// drainFloor is where the default, adaptive bound on a worker's drains
+// starts (Limits.DrainConcurrency).
+const drainFloor = 8
 
 // maxRunMax bounds Limits.MaxRun: a run is a part of what a slot reads
 // ahead (twice chunkSize).
@@ -219,8 +226,13 @@ type LimitsConfig struct {
 	// DrainConcurrency (PolicyPause) is how many blocked keys the worker
 	// retries and drains at once, across all its slots; each holds one of
 	// the worker's own connections while its head is handled (so that an
-	// operator's skip waits on its row lock; see WorkerConns). Raise it when
-	// many keys block at once (a skewed load with failures). Defaults to 8.
+	// operator's skip waits on its row lock; see WorkerConns). By default
+	// the bound adapts: 8 drains at first, one more each time a blocked key
+	// has waited 50 ms for a drain, up to DrainConcurrencyDefault (24), so
+	// that a few blocked keys keep few connections and many keys blocked
+	// at once (a skewed load with failures) are drained as they come; the
+	// pool closes a drain's connection after a minute unused. A value set
+	// here is a fixed bound.
 	DrainConcurrency int
 
 	// BatchMinEvents lets a slot that is behind take several ticks as one
@@ -424,7 +436,7 @@ func (cfg LimitsConfig) validate(prefix string, lease time.Duration) error {
 	case cfg.MaxRun < 1 || cfg.MaxRun > maxRunMax:
 		return fieldError(prefix+"MaxRun", strconv.Itoa(cfg.MaxRun), fmt.Sprintf("it must be between 1 and %d", maxRunMax), "use 0 for the default (64)")
 	case cfg.DrainConcurrency < 1 || cfg.DrainConcurrency > 256:
-		return fieldError(prefix+"DrainConcurrency", strconv.Itoa(cfg.DrainConcurrency), "it must be between 1 and 256", "use 0 for the default (8)")
+		return fieldError(prefix+"DrainConcurrency", strconv.Itoa(cfg.DrainConcurrency), "it must be between 1 and 256", "use 0 for the default (8 at first, up to 24)")
 	case cfg.BatchMinEvents < -1:
 		return fieldError(prefix+"BatchMinEvents", strconv.Itoa(cfg.BatchMinEvents), "it is negative", "use 0 for the default (5000), -1 for one tick per batch")
 	case cfg.HandlerTimeout < -1:

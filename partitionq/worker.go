@@ -39,7 +39,10 @@ type Worker struct {
 	cfg    WorkerConfig
 	group  Group // as NewWorker read it
 	pinned int   // the one generation (its N) a worker with Slots or SlotCount runs; 0: every generation
-	log    *slog.Logger
+	// adaptiveDrains: Limits.DrainConcurrency was left to its default,
+	// a bound that starts at drainFloor and grows to it.
+	adaptiveDrains bool
+	log            *slog.Logger
 
 	mu           sync.Mutex
 	started      bool
@@ -104,6 +107,7 @@ func (e *ResizedError) Error() string {
 // that read. It fails with ErrNoSuchQueue or ErrNoSuchGroup when the group
 // is not set up, and with a *ValidationError for a bad config.
 func (c *Client) NewWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
+	adaptiveDrains := cfg.Limits.DrainConcurrency == 0
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -112,7 +116,7 @@ func (c *Client) NewWorker(ctx context.Context, cfg WorkerConfig) (*Worker, erro
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{c: c, cfg: cfg, group: g, done: make(chan struct{}), gens: map[int]*genRun{}, changed: make(chan struct{}, 1),
+	w := &Worker{c: c, cfg: cfg, group: g, adaptiveDrains: adaptiveDrains, done: make(chan struct{}), gens: map[int]*genRun{}, changed: make(chan struct{}, 1),
 		log: c.log.With(slog.String("queue", cfg.Queue), slog.String("group", cfg.Group)), member: newMemberToken()}
 	switch {
 	case cfg.SlotCount != 0:
@@ -148,7 +152,9 @@ const (
 
 // WorkerConns is the most connections a worker opens of its own with the
 // default Limits.DrainConcurrency: a few for its lease, reads, finishes and ticker
-// (6), plus one per blocked key it drains at once (8). It depends on
+// (6), plus one per blocked key it drains at once (at most 24; 8 until
+// many keys block at once, and unused drain connections close after a
+// minute). It depends on
 // neither the number of slots nor the in-slot concurrency: a worker with
 // 256 slots needs no more. With another DrainConcurrency d it is 6+d. While the group is being resized a
 // worker running both generations' slots opens up to 6 more (a lease and
@@ -218,6 +224,11 @@ func (w *Worker) Start(ctx context.Context) error {
 	pcfg := w.c.pool.Config()
 	pcfg.MaxConns = int32(workerConns(w.cfg.Limits.DrainConcurrency) + workerFixed)
 	pcfg.MinConns, pcfg.MinIdleConns = 0, 0
+	// Drains open connections as keys block; a minute after the last
+	// use each is closed (the lease and reads use theirs all the time).
+	if pcfg.MaxConnIdleTime <= 0 || pcfg.MaxConnIdleTime > time.Minute {
+		pcfg.MaxConnIdleTime = time.Minute
+	}
 	if pcfg.ConnConfig.RuntimeParams == nil {
 		pcfg.ConnConfig.RuntimeParams = map[string]string{}
 	}
@@ -526,7 +537,7 @@ func (w *Worker) newRunner(x generation, gr *genRun) *runner.Runner {
 		Generation: x.recorded, Slots: gr.slots, Consumers: x.consumers, SubIDs: x.subIDs, Stats: gr.stats, Identity: w.cfg.Identity,
 		Parent: x.parent, ParentSubs: x.parentSubs, SchemaVersion: store.Latest(), OnRenew: w.onRenew,
 		Member: w.member, Balance: len(w.cfg.Pins) == 0, LeaveTimeout: w.cfg.Limits.ShutdownTimeout,
-		Concurrency: w.cfg.Limits.Concurrency, DrainConcurrency: w.cfg.Limits.DrainConcurrency, Policy: policy, MaxAttempts: maxAttempts,
+		Concurrency: w.cfg.Limits.Concurrency, DrainConcurrency: w.cfg.Limits.DrainConcurrency, DrainFloor: w.drainFloor(), Policy: policy, MaxAttempts: maxAttempts,
 		Backoff:        func(n int) time.Duration { return backoff(w.cfg.Retry.BackoffMin, w.cfg.Retry.BackoffMax, n) },
 		HandlerTimeout: hto, Handle: w.handleFunc(gr), HandleRun: w.handleRunFunc(gr), MaxRun: w.cfg.Limits.MaxRun, Keys: &w.keys, Calls: &w.calls,
 		PollInterval: w.cfg.Limits.PollInterval, StandbyPoll: w.cfg.Ownership.StandbyPoll, HeadScanInterval: w.cfg.Retry.HeadScanInterval,
@@ -544,6 +555,15 @@ const (
 	progressMax   = 4096
 	flushInterval = 5 * time.Millisecond
 )
+
+// drainFloor is where the runners' bound on drains starts: 0 (fixed) for
+// a DrainConcurrency set in the config.
+func (w *Worker) drainFloor() int {
+	if !w.adaptiveDrains {
+		return 0
+	}
+	return drainFloor
+}
 
 func (w *Worker) handleFunc(gr *genRun) runner.Handler {
 	if w.takesRuns() {

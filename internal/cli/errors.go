@@ -183,7 +183,7 @@ var flagOf = map[string]struct{ flag, fix string }{
 	"WorkerConfig.Retry.BackoffMin":          {"--backoff-min", "give a positive duration"},
 	"WorkerConfig.Retry.BackoffMax":          {"--backoff-max", "give a positive duration, at least --backoff-min"},
 	"WorkerConfig.Limits.Concurrency":        {"--concurrency", "give 1 to 4096 (default 16)"},
-	"WorkerConfig.Limits.DrainConcurrency":   {"--drain-concurrency", "give 1 to 256, or leave it out for 8"},
+	"WorkerConfig.Limits.DrainConcurrency":   {"--drain-concurrency", "give 1 to 256, or leave it out for the default (8 at first, up to 24)"},
 	"WorkerConfig.Limits.HandlerTimeout":     {"--handler-timeout", "give a positive duration, or 0 for no timeout"},
 	"WorkerConfig.Limits.ShutdownTimeout":    {"--shutdown-timeout", "give a positive duration"},
 	"WorkerConfig.Limits.PollInterval":       {"--poll-interval", "give a positive duration"},

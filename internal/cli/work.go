@@ -157,7 +157,7 @@ database does not answer or refuses it, and once it is stopping).`,
 	f.IntVar(&w.maxRun, "max-run", partitionq.MaxRunDefault, "with --runs: the most events of one key in one request")
 	f.StringVar(&w.slots, "slots", "all", `slots to run: "all" (share the group's slots with the other workers), or a list such as 0,2,5-7 (run only these: a pin)`)
 	f.IntVar(&w.concurrency, "concurrency", partitionq.ConcurrencyDefault, "events of different keys handled at once per slot")
-	f.IntVar(&w.drains, "drain-concurrency", 0, fmt.Sprintf("pause policy: blocked keys retried and drained at once, across all the worker's slots, each on a connection of its own (default %d)", partitionq.DrainConcurrencyDefault))
+	f.IntVar(&w.drains, "drain-concurrency", 0, fmt.Sprintf("pause policy: blocked keys retried and drained at once, across all the worker's slots, each on a connection of its own (default: 8 at first, more as blocked keys wait for a drain, up to %d)", partitionq.DrainConcurrencyDefault))
 	f.DurationVar(&w.lease, "lease-duration", partitionq.LeaseDurationDefault, "how long the worker's slots stay its own without a renewal of its lease; a standby takes the slots of a worker that died about this long after")
 	f.DurationVar(&w.deadHost, "dead-host-timeout", 0, "how long the server keeps the sessions of a worker whose host vanished (the worker sets its sessions' TCP keepalives); 0: the lease duration + 10s; negative (-1s): the server's settings")
 	f.BoolVar(&w.noProgress, "no-progress", false, "do not record progress inside open batches (after a fault the whole open batch runs again)")

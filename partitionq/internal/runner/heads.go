@@ -156,7 +156,7 @@ func (r *Runner) startDrain(s *slotRun, key string, headID int64, expire bool) {
 			rescan = s.ctx.Err() == nil // the scan starts it again if the slot takes drains again
 			return
 		}
-		defer func() { <-r.drainSem }()
+		defer r.drains.give()
 		gen := s.generation(key)
 		ctx := s.ctx
 		id := headID
@@ -195,24 +195,30 @@ func (r *Runner) startDrain(s *slotRun, key string, headID int64, expire bool) {
 	}()
 }
 
-// drainTurn waits for a drain's turn: drainSem bounds the connections the
-// worker's drains hold, and other slots' drains may hold every turn for a
-// while (each runs its key for up to drainRunTime at a time). A drain not
-// started yet gives its wait up when its slot stops starting drains (a
-// handover or a resize's handoff waits for the slot's drains to end) or
-// ends; false then.
+// drainTurn waits for a drain's turn: drains bounds the connections the
+// worker's drains hold (drainturns.go), and other slots' drains may hold
+// every turn for a while (each runs its key for up to drainRunTime at a
+// time). A drain not started yet gives its wait up when its slot stops
+// starting drains (a handover or a resize's handoff waits for the slot's
+// drains to end) or ends; false then.
 func (r *Runner) drainTurn(s *slotRun) bool {
 	stopped := func() bool { return s.noDrains.Load() || !s.taking() }
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
+	start := time.Now()
+	var t *time.Ticker
 	for {
-		select {
-		case r.drainSem <- struct{}{}:
+		if r.drains.take(time.Since(start)) {
 			if stopped() {
-				<-r.drainSem
+				r.drains.give()
 				return false
 			}
 			return true
+		}
+		if t == nil {
+			t = time.NewTicker(10 * time.Millisecond)
+			defer t.Stop()
+		}
+		select {
+		case <-r.drains.freed:
 		case <-s.ctx.Done():
 			return false
 		case <-t.C:

@@ -142,7 +142,8 @@ type Config struct {
 	LeaveTimeout time.Duration
 
 	Concurrency      int    // handler calls at once per slot
-	DrainConcurrency int    // blocked keys drained at once (each holds a connection)
+	DrainConcurrency int    // blocked keys drained at once (each holds a connection): the most
+	DrainFloor       int    // 1 to DrainConcurrency-1: the bound starts here and grows (drainturns.go); 0: fixed
 	Policy           Policy //
 	MaxAttempts      int    // 0: no limit
 	Backoff          func(attempt int) time.Duration
@@ -195,7 +196,7 @@ type Runner struct {
 	finishQ   chan *batchRun
 
 	readerSem chan struct{}
-	drainSem  chan struct{}
+	drains    *drainTurns
 
 	mu      sync.Mutex
 	slots   map[int]*slotRun // owned slots
@@ -221,7 +222,7 @@ func New(cfg Config) *Runner {
 	r := &Runner{cfg: cfg, log: cfg.Log, born: time.Now(),
 		wake: make(chan struct{}, 1), headWake: make(chan struct{}, 1), flushWake: make(chan struct{}, 1),
 		finishQ:   make(chan *batchRun, 1024),
-		readerSem: make(chan struct{}, max(1, cfg.MaxReaders)), drainSem: make(chan struct{}, max(1, cfg.DrainConcurrency)),
+		readerSem: make(chan struct{}, max(1, cfg.MaxReaders)), drains: newDrainTurns(cfg.DrainConcurrency, cfg.DrainFloor),
 		slots: map[int]*slotRun{}, calls: cfg.Calls}
 	if r.calls == nil {
 		r.calls = &Calls{}

@@ -652,6 +652,12 @@ func (r *Report) targets(sb *strings.Builder) {
 			w("| W2 %s ≥ 0.8× ideal (%s/s) | %s/s = %s | %s |\n", x.Config, fnum(ideal), fnum(x.Rate), ratio(x.Rate, ideal), mark(x.Rate >= 0.8*ideal))
 		}
 	}
+	for _, x := range r.rows("W3") {
+		if x.System == SysPartitionq && !strings.Contains(x.Config, "drains") && x.Limit > 0 {
+			w("| W3 %s with the worker's default drains ≥ 0.8× its limit (%s/s) | %s/s = %s | %s |\n", x.Config, fnum(x.Limit), fnum(x.Rate), ratio(x.Rate, x.Limit),
+				mark(x.OK() && x.Rate >= 0.8*x.Limit))
+		}
+	}
 	for _, x := range r.rows("runs-burst") {
 		base := r.runsBase("runs-burst", x.Variant)
 		switch {
