@@ -7,8 +7,10 @@ import (
 
 func TestDrainTurnsFixed(t *testing.T) {
 	d := newDrainTurns(2, 0)
-	if !d.take(0) || !d.take(0) {
-		t.Fatal("a fixed bound of 2 refused one of its first two turns")
+	for i := range 2 {
+		if !d.take(0) {
+			t.Fatalf("a fixed bound of 2 refused turn %d", i+1)
+		}
 	}
 	if d.take(time.Hour) {
 		t.Fatal("a fixed bound of 2 gave a third turn to a drain that waited an hour")
@@ -29,8 +31,10 @@ func TestDrainTurnsFixed(t *testing.T) {
 
 func TestDrainTurnsAdaptive(t *testing.T) {
 	d := newDrainTurns(4, 2)
-	if !d.take(0) || !d.take(0) {
-		t.Fatal("an adaptive bound starting at 2 refused one of its first two turns")
+	for i := range 2 {
+		if !d.take(0) {
+			t.Fatalf("an adaptive bound starting at 2 refused turn %d", i+1)
+		}
 	}
 	if d.take(drainGrowWait - time.Millisecond) {
 		t.Fatal("the bound grew for a drain that waited less than drainGrowWait")
