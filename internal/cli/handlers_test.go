@@ -52,7 +52,7 @@ func newRig(t *testing.T, mode string, slots int) *handlerRig {
 	t.Helper()
 	h := newHarness(t)
 	h.setup(slots)
-	dir := t.TempDir()
+	dir := rigDir(t)
 	r := &handlerRig{t: t, h: h, mode: mode, dir: dir, runLog: filepath.Join(dir, "runs.log"),
 		hang: filepath.Join(dir, "hang"), sent: map[string]int{}}
 	r.setHang(true)
@@ -60,6 +60,41 @@ func newRig(t *testing.T, mode string, slots int) *handlerRig {
 		r.srv = newTestServer(t, r.runLog, r.hang)
 	}
 	return r
+}
+
+// rigDir makes the rig's directory (the run log, the hang file), removed
+// at the test's end. Not t.TempDir: its removal fails the test at once
+// when a file appears during it, and a handler process killed at the
+// worker's stop may append its last line to the run log a moment after
+// its group was killed (once in a CI run under full load). The removal
+// is tried again for 2 s; a file still appearing after that is a handler
+// process that outlived its worker, and fails the test.
+func rigDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "pqrig-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		deadline := time.Now().Add(2 * time.Second)
+		for {
+			err := os.RemoveAll(dir)
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				left, _ := os.ReadDir(dir)
+				var names []string
+				for _, e := range left {
+					names = append(names, e.Name())
+				}
+				t.Errorf("removing the rig's directory: %v (still written 2s after the worker stopped: %v)", err, names)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	return dir
 }
 
 // setHang makes handlers that hang run on (true) or end (false).
