@@ -66,7 +66,7 @@ func newRig(t *testing.T, mode string, slots int) *handlerRig {
 // at the test's end. Not t.TempDir: its removal fails the test at once
 // when a file appears during it, and a handler process killed at the
 // worker's stop may append its last line to the run log a moment after
-// its group was killed (once in a CI run under full load). The removal
+// its group was killed (seen once on a machine under full load). The removal
 // is tried again for 2 s; a file still appearing after that is a handler
 // process that outlived its worker, and fails the test.
 func rigDir(t *testing.T) string {
