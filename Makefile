@@ -116,8 +116,9 @@ vet: ## go vet ./...
 # runs the fault matrix's long form instead (make soak: the soak); CHAOS='run -h' lists the flags. The short form runs
 # in make test (test/chaos).
 CHAOS ?= run -long
-# make fuzz runs every fuzz target for FUZZTIME each (the seed corpora in
-# testdata/fuzz run in make test).
+# make fuzz runs every fuzz target for FUZZTIME each: a duration, or a
+# count of runs such as 200x (the seed corpora in testdata/fuzz run in
+# make test).
 FUZZTIME ?= 10s
 FUZZ_TARGETS := partitionq:FuzzValidateKey partitionq:FuzzMessageValidate partitionq:FuzzValidateName \
 	partitionq:FuzzSendBatch partitionq:FuzzSetup internal/cli:FuzzDecodeLine internal/cli:FuzzSendLines \
