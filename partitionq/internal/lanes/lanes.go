@@ -1,10 +1,9 @@
 // Package lanes runs work grouped by key: the items of one key strictly one
-// at a time in the order they were added, items of different keys
-// concurrently, at most a fixed number at once. After each item its key
-// goes to the back of the ready list, so keys are served round-robin. A
-// dispatcher made with NewRuns hands a key's items in runs instead: up to
-// a bound of the items its key has queued when the run starts, in order
-// (a run never waits for more).
+// run at a time in the order they were added, items of different keys
+// concurrently, at most a fixed number of runs at once. A run is up to a
+// bound of the items its key has queued when the run starts, in order (a
+// run never waits for more). After each run its key goes to the back of
+// the ready list, so keys are served round-robin.
 package lanes
 
 import "sync"
@@ -19,9 +18,8 @@ type lane[T any] struct {
 // Dispatcher is safe for concurrent use. Add items, then call Close and Wait.
 type Dispatcher[T any] struct {
 	limit int
-	work  func(key string, item T)
-	run   int                         // the most items of a run (NewRuns); 0: one item per call (New)
-	runs  func(key string, items []T) // NewRuns's work
+	run   int // the most items of a run
+	work  func(key string, items []T)
 
 	mu      sync.Mutex
 	wake    *sync.Cond // workers wait here for a ready lane
@@ -36,26 +34,15 @@ type Dispatcher[T any] struct {
 	wg      sync.WaitGroup
 }
 
-// New returns a dispatcher that calls work for every item, with at most
-// limit calls running at once (limit < 1 counts as 1).
-func New[T any](limit int, work func(key string, item T)) *Dispatcher[T] {
-	if limit < 1 {
-		limit = 1
-	}
-	d := &Dispatcher[T]{limit: limit, work: work, lanes: map[string]*lane[T]{}}
+// New returns a dispatcher that calls work with runs of a key's items: at
+// most maxRun of them (maxRun < 1 counts as 1), those queued when the run
+// starts, in the order they were added; a key's next run starts after its
+// last one returned. At most limit calls run at once (limit < 1 counts as
+// 1). work may keep the slice.
+func New[T any](limit, maxRun int, work func(key string, items []T)) *Dispatcher[T] {
+	d := &Dispatcher[T]{limit: max(limit, 1), run: max(maxRun, 1), work: work, lanes: map[string]*lane[T]{}}
 	d.wake = sync.NewCond(&d.mu)
 	d.space = sync.NewCond(&d.mu)
-	return d
-}
-
-// NewRuns returns a dispatcher that calls work with runs of a key's
-// items: at most maxRun of them (maxRun < 1 counts as 1), those queued
-// when the run starts, in the order they were added; a key's next run
-// starts after its last one returned. At most limit calls run at once.
-// work may keep the slice.
-func NewRuns[T any](limit, maxRun int, work func(key string, items []T)) *Dispatcher[T] {
-	d := New[T](limit, nil)
-	d.run, d.runs = max(maxRun, 1), work
 	return d
 }
 
@@ -68,7 +55,7 @@ func (d *Dispatcher[T]) Add(key string, item T) {
 
 // AddAll queues items[i] behind the earlier items of keys[i], in order,
 // at once: a key's items added together are there together when a run
-// of it starts (NewRuns), and the lock is taken once.
+// of it starts, and the lock is taken once.
 func (d *Dispatcher[T]) AddAll(keys []string, items []T) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -152,27 +139,14 @@ func (d *Dispatcher[T]) worker() {
 		l.queued = false
 		l.active = true
 		d.active++
-		n := 1
-		var run []T
-		var item T
-		var zero T
-		if d.run > 0 {
-			n = min(len(l.items), d.run)
-			run = make([]T, n)
-			copy(run, l.items)
-			clear(l.items[:n])
-		} else {
-			item = l.items[0]
-			l.items[0] = zero
-		}
+		n := min(len(l.items), d.run)
+		run := make([]T, n)
+		copy(run, l.items)
+		clear(l.items[:n])
 		l.items = l.items[n:]
 		d.mu.Unlock()
 
-		if d.run > 0 {
-			d.runs(l.key, run)
-		} else {
-			d.work(l.key, item)
-		}
+		d.work(l.key, run)
 
 		d.mu.Lock()
 		d.pending -= n

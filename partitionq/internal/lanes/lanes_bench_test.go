@@ -5,7 +5,8 @@ import (
 	"testing"
 )
 
-// BenchmarkDispatch: the dispatcher's own cost per item, no-op work.
+// BenchmarkDispatch: the dispatcher's own cost per item, no-op work, a
+// run of one item a call.
 func BenchmarkDispatch(b *testing.B) {
 	keys := make([]string, 1000)
 	for i := range keys {
@@ -13,7 +14,7 @@ func BenchmarkDispatch(b *testing.B) {
 	}
 	for _, limit := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("limit=%d", limit), func(b *testing.B) {
-			d := New(limit, func(string, int) {})
+			d := New(limit, 1, func(string, []int) {})
 			for i := 0; i < b.N; i++ {
 				d.Add(keys[i%len(keys)], i)
 				if i%1000 == 999 {
@@ -36,7 +37,7 @@ func BenchmarkDispatchAll(b *testing.B) {
 	items := make([]int, len(keys))
 	for _, limit := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("limit=%d", limit), func(b *testing.B) {
-			d := New(limit, func(string, int) {})
+			d := New(limit, 1, func(string, []int) {})
 			for i := 0; i < b.N; i += len(keys) {
 				d.AddAll(keys, items)
 				d.WaitBelow(2000)

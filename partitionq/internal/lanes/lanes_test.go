@@ -18,7 +18,12 @@ func TestOrderPerKeyAndLimit(t *testing.T) {
 	got := map[string][]int{}
 	inKey := map[string]bool{}
 	var running, maxRunning atomic.Int32
-	d := New(limit, func(key string, item int) {
+	d := New(limit, 1, func(key string, items []int) {
+		if len(items) != 1 {
+			t.Errorf("key %s: a run of %d items, want 1 (maxRun 1)", key, len(items))
+			return
+		}
+		item := items[0]
 		n := running.Add(1)
 		for {
 			m := maxRunning.Load()
@@ -68,7 +73,7 @@ func TestBlockingKeysRunInParallel(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	release := make(chan struct{})
-	d := New(2, func(key string, item int) {
+	d := New(2, 1, func(string, []int) {
 		wg.Done()
 		<-release
 	})
@@ -87,7 +92,7 @@ func TestBlockingKeysRunInParallel(t *testing.T) {
 
 func TestWaitBelow(t *testing.T) {
 	release := make(chan struct{})
-	d := New(1, func(string, int) { <-release })
+	d := New(1, 1, func(string, []int) { <-release })
 	for i := 0; i < 5; i++ {
 		d.Add("k", i)
 	}
@@ -109,7 +114,7 @@ func TestRunsInOrderBoundedAndOneAtATimePerKey(t *testing.T) {
 	inKey := map[string]bool{}
 	sizes := map[int]int{}
 	release := make(chan struct{})
-	d := NewRuns(limit, maxRun, func(key string, items []int) {
+	d := New(limit, maxRun, func(key string, items []int) {
 		<-release // the first runs wait, so later items queue behind them
 		mu.Lock()
 		if inKey[key] {

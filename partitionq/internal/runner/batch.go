@@ -117,9 +117,9 @@ func (r *Runner) newTicks() bool {
 func (r *Runner) newBatch(s *slotRun, info engine.BatchInfo) *batchRun {
 	b := &batchRun{s: s, info: info, out: parked.NewOutcome(s.info), keys: map[string]*keyState{}, done: make(chan struct{})}
 	if r.cfg.HandleRun != nil {
-		b.lanes = lanes.NewRuns(r.cfg.Concurrency, r.cfg.MaxRun, func(_ string, its []item) { r.handleRunInBatch(b, its) })
+		b.lanes = lanes.New(r.cfg.Concurrency, r.cfg.MaxRun, func(_ string, its []item) { r.handleRunInBatch(b, its) })
 	} else {
-		b.lanes = lanes.NewRuns(r.cfg.Concurrency, eventRunMax, func(_ string, its []item) { r.handleEventsInBatch(b, its) })
+		b.lanes = lanes.New(r.cfg.Concurrency, eventRunMax, func(_ string, its []item) { r.handleEventsInBatch(b, its) })
 	}
 	return b
 }
