@@ -76,8 +76,12 @@ func (c *callCtx) lazyErr() error {
 	return nil
 }
 
-// end cancels the call's context: the call has returned.
+// end cancels the call's context: the call has returned. A nil c (a call
+// without a timeout) has nothing to end.
 func (c *callCtx) end() {
+	if c == nil {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cancel != nil {

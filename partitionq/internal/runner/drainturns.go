@@ -58,10 +58,3 @@ func (d *drainTurns) give() {
 	d.mu.Unlock()
 	signal(d.freed)
 }
-
-// bound returns the bound now and the drains running.
-func (d *drainTurns) bound() (now, held int) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.now, d.held
-}

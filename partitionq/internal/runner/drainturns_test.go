@@ -5,6 +5,13 @@ import (
 	"time"
 )
 
+// bound returns the bound now and the drains running.
+func (d *drainTurns) bound() (now, held int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.now, d.held
+}
+
 func TestDrainTurnsFixed(t *testing.T) {
 	d := newDrainTurns(2, 0)
 	for i := range 2 {

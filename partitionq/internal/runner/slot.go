@@ -125,16 +125,9 @@ func (s *slotRun) call(c Call) (res Result, aborted bool) {
 // limits (enter), the lease found valid at now (the start of the call's
 // timeout). aborted is as call's.
 func (s *slotRun) callHeld(now time.Time, c Call) (res Result, aborted bool) {
-	ctx := s.ctx
-	var cc *callCtx
-	if t := s.r.cfg.HandlerTimeout; t > 0 {
-		cc = newCallCtx(ctx, now.Add(t))
-		ctx = cc
-	}
+	ctx, cc := s.handlerCtx(now)
 	res = safeCall(ctx, s.r.cfg.Handle, c)
-	if cc != nil {
-		cc.end()
-	}
+	cc.end()
 	if s.ctx.Err() != nil {
 		return res, true
 	}
@@ -143,6 +136,18 @@ func (s *slotRun) callHeld(now time.Time, c Call) (res Result, aborted bool) {
 		return res, false
 	}
 	return s.callFailed(ctx, res, c.Event.Key, c.Event.ID, c.Attempt), false
+}
+
+// handlerCtx is the context of one handler call that starts at now: the
+// slot's, with the handler timeout when there is one (cc, nil without;
+// cc.end must follow the call).
+func (s *slotRun) handlerCtx(now time.Time) (ctx context.Context, cc *callCtx) {
+	t := s.r.cfg.HandlerTimeout
+	if t <= 0 {
+		return s.ctx, nil
+	}
+	cc = newCallCtx(s.ctx, now.Add(t))
+	return cc, cc
 }
 
 // callRun runs the run handler for a run of events of one key with the
@@ -155,16 +160,9 @@ func (s *slotRun) callRun(c RunCall) (res RunResult, aborted bool) {
 	if err != nil {
 		return RunResult{Failed: Result{Err: err}}, true
 	}
-	ctx := s.ctx
-	var cc *callCtx
-	if t := s.r.cfg.HandlerTimeout; t > 0 {
-		cc = newCallCtx(ctx, now.Add(t))
-		ctx = cc
-	}
+	ctx, cc := s.handlerCtx(now)
 	res = safeRunCall(ctx, s.r.cfg.HandleRun, c)
-	if cc != nil {
-		cc.end()
-	}
+	cc.end()
 	if s.ctx.Err() != nil {
 		return res, true
 	}
