@@ -90,10 +90,10 @@ type generation struct {
 	consumers  []string
 	subIDs     []int32
 	parent     int     // the N of the generation before (0: none)
+	parentNum  int     // its number
 	parentSubs []int32 // its consumers' subscriptions (the new slots' reads take their retries)
 	cutover    int64
 	resizing   bool // made by a resize in flight
-	recorded   int  // its number in partitionq.generation (0: the group has no generation rows)
 }
 
 func (g generation) registered() int {
@@ -306,10 +306,7 @@ func (c *Client) lookupGroup(ctx context.Context, db engine.DB, queue, group str
 	g := Group{Queue: queue, Group: group}
 	for _, r := range rows {
 		x := generation{n: r.Slots, number: r.Number, consumers: make([]string, r.Slots), subIDs: make([]int32, r.Slots),
-			parent: r.Parent, parentSubs: r.ParentSubs, cutover: r.Cutover, resizing: r.Resizing}
-		if recorded {
-			x.recorded = r.Number
-		}
+			parent: r.Parent, parentNum: r.ParentNumber, parentSubs: r.ParentSubs, cutover: r.Cutover, resizing: r.Resizing}
 		for s, sub := range byN[r.Slots] {
 			if s < r.Slots {
 				x.consumers[s], x.subIDs[s] = sub.Consumer, sub.SubID
@@ -379,7 +376,7 @@ func genSlots(g Group, x generation) []parked.Slot {
 	var out []parked.Slot
 	for s := range x.n {
 		if x.consumers[s] != "" {
-			out = append(out, parked.Slot{Queue: g.Queue, Group: g.Group, Consumer: x.consumers[s], N: x.n, Slot: s, SubID: x.subIDs[s]})
+			out = append(out, parked.Slot{Queue: g.Queue, Group: g.Group, Consumer: x.consumers[s], N: x.n, Generation: x.number, Slot: s, SubID: x.subIDs[s]})
 		}
 	}
 	return out

@@ -351,7 +351,7 @@ func (c *Client) backlog(ctx context.Context, g Group, x generation, at map[leas
 					slots = append(slots, int32(s))
 				}
 			}
-			stats, now, err := slotstats.Read(ctx, tx, g.Queue, g.Group, x.n, slots)
+			stats, now, err := slotstats.Read(ctx, tx, g.Queue, g.Group, x.n, x.number, slots)
 			if code := db.Code(err); code == db.CodeUndefinedTable || code == db.CodeUndefinedColumn {
 				return fmt.Errorf("%w: partitionq's schema in this database is older than this version (no slot rates): run partitionq setup once as its owner to upgrade it", err)
 			}
@@ -426,7 +426,7 @@ func (c *Client) workers(ctx context.Context, g Group, owners map[lease.SlotKey]
 		return err
 	}
 	cur := g.gens[len(g.gens)-1]
-	v, _, err := lease.ReadView(ctx, c.pool, g.Queue, g.Group, cur.n, cur.recorded, 0)
+	v, _, err := lease.ReadView(ctx, c.pool, g.Queue, g.Group, cur.number, 0)
 	if err != nil {
 		return err
 	}

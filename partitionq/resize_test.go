@@ -341,7 +341,7 @@ func dumpEngine(t *testing.T, b *bundle) {
 		`select max(tick_id), max(tick_event_seq) from pgq.tick`,
 		`select ev_owner, count(*), min(ev_id), max(ev_id), min(ev_retry_after) from pgq.retry_queue group by 1 order by 1`,
 		`select slots, number, parent_slots, resize_txid, cutover_tick from partitionq.generation order by number`,
-		`select n, slot, worker_id, epoch from partitionq.slot order by n, slot`,
+		`select generation, n, slot, worker_id, epoch from partitionq.slot order by generation, slot`,
 		`select ev_extra1, min(ev_id), max(ev_id), count(*) from pgq.event_template group by 1 order by 1`,
 	} {
 		rows, err := b.pool.Query(b.ctx, b.db.SQL(q))

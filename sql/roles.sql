@@ -142,9 +142,7 @@ grant execute on function partitionq.fence(text) to partitionq_worker;
 grant select on partitionq.generation to partitionq_worker;
 grant execute on function partitionq.resize_cutover(text, text, text),
                           partitionq.resize_handoff(text, text, text, int, bigint),
-                          partitionq.has_generations(text, text),
-                          partitionq.is_generation(text, text, int, int),
-                          partitionq.resizing(text, text, int, int) to partitionq_worker;
+                          partitionq.has_generations(text, text) to partitionq_worker;
 grant execute on function partitionq.give_up(text, text, text, int, bigint, text, bigint[], int[], text[], text[]) to partitionq_worker;
 
 grant partitionq_viewer to partitionq_operator;

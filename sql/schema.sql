@@ -105,7 +105,7 @@ CREATE TABLE partitionq.worker (
 );
 CREATE INDEX worker_group ON partitionq.worker USING btree (queue, grp) WHERE (member IS NOT NULL);
 
--- migration/0003_ownership.sql, 0005_resize.sql, 0014_balance.sql
+-- migration/0003_ownership.sql, 0005_resize.sql, 0014_balance.sql, 0017_generation_keys.sql
 CREATE TABLE partitionq.slot (
     queue      text                     NOT NULL,
     grp        text                     NOT NULL,
@@ -116,11 +116,12 @@ CREATE TABLE partitionq.slot (
     since      timestamp with time zone,
     handoff_to text,
     handoff_at timestamp with time zone,
-    CONSTRAINT slot_pkey PRIMARY KEY (queue, grp, n, slot)
+    generation integer                  NOT NULL,
+    CONSTRAINT slot_pkey PRIMARY KEY (queue, grp, generation, slot)
 );
 CREATE INDEX slot_worker ON partitionq.slot USING btree (worker_id);
 
--- migration/0003_ownership.sql, 0004_record_functions.sql, 0005_resize.sql
+-- migration/0003_ownership.sql, 0004_record_functions.sql, 0005_resize.sql, 0017_generation_keys.sql
 -- Progress inside a slot's open batch (docs/guarantees.md, "What repeats
 -- after a crash"): every event of the batch's share at or below done_below,
 -- and those listed in done (delta-encoded ids above it), are resolved.
@@ -135,20 +136,20 @@ CREATE TABLE partitionq.slot_progress (
     failed      bigint                   DEFAULT 0 NOT NULL,
     updated_at  timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
     finished_at timestamp with time zone,
-    n           integer                  NOT NULL,
-    CONSTRAINT slot_progress_pkey PRIMARY KEY (queue, grp, n, slot)
+    generation  integer                  NOT NULL,
+    CONSTRAINT slot_progress_pkey PRIMARY KEY (queue, grp, generation, slot)
 );
 
--- migration/0003_ownership.sql, 0005_resize.sql
+-- migration/0003_ownership.sql, 0005_resize.sql, 0017_generation_keys.sql
 -- Events whose exactly-once handler committed in the open batch (TxHandler).
 CREATE TABLE partitionq.slot_done (
-    queue    text    NOT NULL,
-    grp      text    NOT NULL,
-    slot     integer NOT NULL,
-    batch_id bigint  NOT NULL,
-    ev_id    bigint  NOT NULL,
-    n        integer NOT NULL,
-    CONSTRAINT slot_done_pkey PRIMARY KEY (queue, grp, n, slot, ev_id)
+    queue      text    NOT NULL,
+    grp        text    NOT NULL,
+    slot       integer NOT NULL,
+    batch_id   bigint  NOT NULL,
+    ev_id      bigint  NOT NULL,
+    generation integer NOT NULL,
+    CONSTRAINT slot_done_pkey PRIMARY KEY (queue, grp, generation, slot, ev_id)
 );
 
 -- migration/0003_ownership.sql
@@ -161,42 +162,44 @@ CREATE TABLE partitionq.ticker_turn (
     CONSTRAINT ticker_turn_pkey PRIMARY KEY (name)
 );
 
--- migration/0004_record_functions.sql, 0005_resize.sql
+-- migration/0004_record_functions.sql, 0005_resize.sql, 0017_generation_keys.sql
 -- Handler outcomes per slot and second (unix seconds), added by every
 -- progress flush and batch finish of the slot's owner: the rates Status
 -- reports over the last 10 s and minute, whatever the number of workers.
 -- Rows older than two minutes are deleted by the writes that add new ones,
 -- so a slot has at most about 120 rows.
 CREATE TABLE partitionq.slot_rate (
-    queue   text    NOT NULL,
-    grp     text    NOT NULL,
-    slot    integer NOT NULL,
-    sec     bigint  NOT NULL,
-    handled bigint  DEFAULT 0 NOT NULL,
-    failed  bigint  DEFAULT 0 NOT NULL,
-    n       integer NOT NULL,
-    CONSTRAINT slot_rate_pkey PRIMARY KEY (queue, grp, n, slot, sec)
+    queue      text    NOT NULL,
+    grp        text    NOT NULL,
+    slot       integer NOT NULL,
+    sec        bigint  NOT NULL,
+    handled    bigint  DEFAULT 0 NOT NULL,
+    failed     bigint  DEFAULT 0 NOT NULL,
+    generation integer NOT NULL,
+    CONSTRAINT slot_rate_pkey PRIMARY KEY (queue, grp, generation, slot, sec)
 );
 
--- migration/0005_resize.sql
+-- migration/0005_resize.sql, 0017_generation_keys.sql
 -- The generations of a group: one row, or two while a resize is in
 -- flight (the old one, draining to the cutover, and the new one). A group
 -- set up before version 5 has none until its next setup or resize: it is
 -- its first generation, with the N of its engine consumers.
 CREATE TABLE partitionq.generation (
-    queue        text                     NOT NULL,
-    grp          text                     NOT NULL,
-    slots        integer                  NOT NULL,
-    number       integer                  NOT NULL,
-    parent_slots integer,
-    parent_subs  integer[]                DEFAULT '{}'::integer[] NOT NULL,
-    resize_txid  bigint,
-    resize_after bigint,
-    cutover_tick bigint,
-    created_at   timestamp with time zone DEFAULT now() NOT NULL,
-    created_by   text                     DEFAULT SESSION_USER NOT NULL,
-    actor        text                     DEFAULT ''::text NOT NULL,
-    reason       text                     DEFAULT ''::text NOT NULL,
+    queue         text                     NOT NULL,
+    grp           text                     NOT NULL,
+    slots         integer                  NOT NULL,
+    number        integer                  NOT NULL,
+    parent_slots  integer,
+    parent_subs   integer[]                DEFAULT '{}'::integer[] NOT NULL,
+    resize_txid   bigint,
+    resize_after  bigint,
+    cutover_tick  bigint,
+    created_at    timestamp with time zone DEFAULT now() NOT NULL,
+    created_by    text                     DEFAULT SESSION_USER NOT NULL,
+    actor         text                     DEFAULT ''::text NOT NULL,
+    reason        text                     DEFAULT ''::text NOT NULL,
+    parent_number integer,
+    aborted       integer,
     CONSTRAINT generation_pkey PRIMARY KEY (queue, grp, slots),
     CONSTRAINT generation_slots_check CHECK (((slots >= 1) AND (slots <= 256)))
 );
@@ -269,7 +272,7 @@ CREATE TABLE partitionq.census_state (
 -- what a new schema holds
 
 INSERT INTO partitionq.schema_version (version) VALUES
-    ('16');
+    ('17');
 
 INSERT INTO partitionq.ticker_turn (name, holder, until) VALUES
     ('maint', NULL, NULL),
@@ -460,9 +463,12 @@ REVOKE ALL ON FUNCTION partitionq.census_all(text,bigint) FROM PUBLIC;
 
 -- function/check_owner.sql
 -- The fencing token, for handlers' own transactions: is slot p_slot of the
--- group's generation of p_n slots still owned at epoch p_epoch? The row
--- stays locked for share until the caller's transaction ends, so a
--- takeover waits for it.
+-- group's generation of p_n slots still owned at epoch p_epoch? A group's
+-- epochs are unique across its generations (a generation's start at its
+-- number times 2^32), so the epoch names the generation too: after a
+-- resize back to an N the group had before, an epoch of the earlier
+-- generation matches no row. The row stays locked for share until the
+-- caller's transaction ends, so a takeover waits for it.
 CREATE OR REPLACE FUNCTION partitionq.check_owner(p_queue text, p_grp text, p_n integer, p_slot integer, p_epoch bigint)
  RETURNS boolean
  LANGUAGE plpgsql
@@ -824,7 +830,7 @@ begin
     end if;
     insert into partitionq.generation (queue, grp, slots, number, reason)
     values (p_queue, p_grp, v_n, 1, 'the group as set up') on conflict do nothing;
-    insert into partitionq.slot (queue, grp, n, slot) select p_queue, p_grp, v_n, s from generate_series(0, v_n - 1) s
+    insert into partitionq.slot (queue, grp, generation, n, slot) select p_queue, p_grp, 1, v_n, s from generate_series(0, v_n - 1) s
         on conflict do nothing;
 end
 $function$;
@@ -1401,23 +1407,6 @@ AS $function$
 $function$;
 REVOKE ALL ON FUNCTION partitionq.has_generations(text,text) FROM PUBLIC;
 
--- function/is_generation.sql
--- Whether the group's generation with p_slots slots is number p_number: a
--- worker takes a slot only while the generation it runs is still there.
---
--- SECURITY DEFINER: lease's claim calls it in its own statement (the
--- generation table is store's); sql/roles.sql grants it to the worker.
-CREATE OR REPLACE FUNCTION partitionq.is_generation(p_queue text, p_grp text, p_slots integer, p_number integer)
- RETURNS boolean
- LANGUAGE sql
- STABLE SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'partitionq', 'pg_temp'
-AS $function$
-    select exists (select 1 from partitionq.generation
-                    where queue = p_queue and grp = p_grp and slots = p_slots and number = p_number)
-$function$;
-REVOKE ALL ON FUNCTION partitionq.is_generation(text,text,integer,integer) FROM PUBLIC;
-
 -- function/purge_dead_letters.sql
 -- Deletes dead letters of a group (only p_ids when not null; only those
 -- dead before p_before when not null) and writes one audit entry with the
@@ -1494,13 +1483,19 @@ CREATE OR REPLACE FUNCTION partitionq.record_done(p_queue text, p_grp text, p_n 
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+declare
+    v_gen int;
 begin
-    if not partitionq.check_owner(p_queue, p_grp, p_n, p_slot, p_epoch) then
+    -- check_owner's check, which also finds the row's generation
+    select generation into v_gen from partitionq.slot
+     where queue = p_queue and grp = p_grp and n = p_n and slot = p_slot and epoch = p_epoch and worker_id is not null
+       for share;
+    if not found then
         raise exception 'slot % of % of group % on queue % is not owned at epoch %', p_slot, p_n, p_grp, p_queue, p_epoch
               using errcode = 'PQ001';
     end if;
-    insert into partitionq.slot_done (queue, grp, n, slot, batch_id, ev_id)
-    values (p_queue, p_grp, p_n, p_slot, p_batch, p_ev_id) on conflict do nothing;
+    insert into partitionq.slot_done (queue, grp, generation, slot, batch_id, ev_id)
+    values (p_queue, p_grp, v_gen, p_slot, p_batch, p_ev_id) on conflict do nothing;
 end
 $function$;
 REVOKE ALL ON FUNCTION partitionq.record_done(text,text,integer,integer,bigint,bigint,bigint) FROM PUBLIC;
@@ -1516,13 +1511,19 @@ CREATE OR REPLACE FUNCTION partitionq.record_done_all(p_queue text, p_grp text, 
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+declare
+    v_gen int;
 begin
-    if not partitionq.check_owner(p_queue, p_grp, p_n, p_slot, p_epoch) then
+    -- check_owner's check, which also finds the row's generation
+    select generation into v_gen from partitionq.slot
+     where queue = p_queue and grp = p_grp and n = p_n and slot = p_slot and epoch = p_epoch and worker_id is not null
+       for share;
+    if not found then
         raise exception 'slot % of % of group % on queue % is not owned at epoch %', p_slot, p_n, p_grp, p_queue, p_epoch
               using errcode = 'PQ001';
     end if;
-    insert into partitionq.slot_done (queue, grp, n, slot, batch_id, ev_id)
-    select p_queue, p_grp, p_n, p_slot, p_batch, id from unnest(p_ev_ids) as id on conflict do nothing;
+    insert into partitionq.slot_done (queue, grp, generation, slot, batch_id, ev_id)
+    select p_queue, p_grp, v_gen, p_slot, p_batch, id from unnest(p_ev_ids) as id on conflict do nothing;
 end
 $function$;
 REVOKE ALL ON FUNCTION partitionq.record_done_all(text,text,integer,integer,bigint,bigint,bigint[]) FROM PUBLIC;
@@ -1585,20 +1586,20 @@ REVOKE ALL ON FUNCTION partitionq.record_replay(text,text,text,bigint[],bigint[]
 
 -- function/refuse_old_worker.sql
 -- Workers say which schema version they were built for
--- (worker.schema_version). A worker of partitionq before v0.3 says
--- nothing: the trigger worker_version on partitionq.worker refuses it with
--- this function when it registers or renews its lease, with an error
--- naming the fix (it does not know generations, and would read an old
--- generation's slots past their cutover).
+-- (worker.schema_version). A worker built for a version before 17 keys
+-- slots by their N, not by their generation (a worker of partitionq before
+-- v0.3 says nothing at all): the trigger worker_version on
+-- partitionq.worker refuses it with this function when it registers or
+-- renews its lease, with an error naming the fix.
 CREATE OR REPLACE FUNCTION partitionq.refuse_old_worker()
  RETURNS trigger
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 begin
-    if new.schema_version is null or new.schema_version < 5 then
-        raise exception 'partitionq''s schema in this database is version 5 or newer, which workers of partitionq before v0.3 do not know (they cannot follow a resize): stop this worker (%, on %) and run partitionq v0.3 or later (docs/operations.md, "Upgrading partitionq''s schema")',
-              new.identity, new.host using errcode = 'PQ005';
+    if new.schema_version is null or new.schema_version < 17 then
+        raise exception 'partitionq''s schema in this database is version 17 or newer, which names slots by their generation; this worker (%, on %) was built for %: stop it and run a partitionq that knows schema version 17 or later (docs/operations.md, "Upgrading partitionq''s schema")',
+              new.identity, new.host, coalesce('version ' || new.schema_version, 'a version before 5') using errcode = 'PQ005';
     end if;
     return new;
 end
@@ -1630,6 +1631,7 @@ declare
     v_gen    partitionq.generation;
     v_newest bigint;
     v_old    text;
+    v_number int;
 begin
     if p_slots is null or p_slots < 1 or p_slots > 256 then
         raise exception 'a group has 1 to 256 slots, not %', p_slots using errcode = '22023';
@@ -1656,16 +1658,19 @@ begin
     execute format('select max(t.tick_id) from %1$I.tick t join %1$I.queue q on q.queue_id = t.tick_queue where q.queue_name = $1', p_engine)
        into v_newest using p_queue;
     -- Every old slot has its ownership row until it is handed off.
-    insert into partitionq.slot (queue, grp, n, slot) select p_queue, p_grp, v_gen.slots, s from generate_series(0, v_gen.slots - 1) s
+    insert into partitionq.slot (queue, grp, generation, n, slot)
+    select p_queue, p_grp, v_gen.number, v_gen.slots, s from generate_series(0, v_gen.slots - 1) s
         on conflict do nothing;
-    insert into partitionq.generation (queue, grp, slots, number, parent_slots, resize_txid, resize_after, actor, reason)
-    values (p_queue, p_grp, p_slots, v_gen.number + 1, v_gen.slots, txid_current(), coalesce(v_newest, 0),
+    -- A number is never used twice in a group: past one an aborted resize used.
+    v_number := greatest(v_gen.number, coalesce(v_gen.aborted, 0)) + 1;
+    insert into partitionq.generation (queue, grp, slots, number, parent_slots, parent_number, resize_txid, resize_after, actor, reason)
+    values (p_queue, p_grp, p_slots, v_number, v_gen.slots, v_gen.number, txid_current(), coalesce(v_newest, 0),
             coalesce(p_actor, ''), coalesce(p_reason, ''));
     insert into partitionq.audit (db_role, actor, action, queue, grp, reason, outcome)
     values (session_user, coalesce(p_actor, ''), 'resize', p_queue, p_grp, coalesce(p_reason, ''),
-            format('started: %s to %s slots (generation %s)', v_gen.slots, p_slots, v_gen.number + 1));
+            format('started: %s to %s slots (generation %s)', v_gen.slots, p_slots, v_number));
     perform pg_notify('partitionq_slots', p_queue || '/' || p_grp);
-    return v_gen.number + 1;
+    return v_number;
 end
 $function$;
 REVOKE ALL ON FUNCTION partitionq.resize(text,text,text,integer,text,text) FROM PUBLIC;
@@ -1674,7 +1679,8 @@ REVOKE ALL ON FUNCTION partitionq.resize(text,text,text,integer,text,text) FROM 
 -- Aborts a resize whose cutover has not begun: no old slot handed off
 -- (PQ009 otherwise). The new generation's consumers, registered at the
 -- cutover, hold nothing yet (their slots wait for their parents): they are
--- unregistered, and the old generation goes on past the cutover.
+-- unregistered, and the old generation goes on past the cutover; the
+-- aborted generation's number is never used again (resize.sql).
 -- A step of a resize, run as the schema's owner like the others
 -- (resize.sql says how).
 CREATE OR REPLACE FUNCTION partitionq.resize_abort(p_engine text, p_queue text, p_grp text, p_actor text, p_reason text)
@@ -1693,7 +1699,7 @@ begin
     if not found then
         raise exception 'group % on queue % has no resize in flight: nothing to abort', p_grp, p_queue using errcode = 'PQ002';
     end if;
-    select count(*) into v_left from partitionq.slot where queue = p_queue and grp = p_grp and n = v_gen.parent_slots;
+    select count(*) into v_left from partitionq.slot where queue = p_queue and grp = p_grp and generation = v_gen.parent_number;
     if v_left < v_gen.parent_slots then
         raise exception 'the resize of group % on queue % from % to % slots is past its cutover: % old slots were handed off to the new ones, so it can only complete (partitionq resize --wait)',
               p_grp, p_queue, v_gen.parent_slots, v_gen.slots, v_gen.parent_slots - v_left using errcode = 'PQ009';
@@ -1703,10 +1709,14 @@ begin
             execute format('select %I.unregister_consumer($1, $2)', p_engine) using p_queue, p_grp || '#' || i || '/' || v_gen.slots;
         end loop;
     end if;
-    delete from partitionq.slot_progress where queue = p_queue and grp = p_grp and n = v_gen.slots;
-    delete from partitionq.slot_rate where queue = p_queue and grp = p_grp and n = v_gen.slots;
-    delete from partitionq.slot where queue = p_queue and grp = p_grp and n = v_gen.slots;
+    delete from partitionq.slot_progress where queue = p_queue and grp = p_grp and generation = v_gen.number;
+    delete from partitionq.slot_done where queue = p_queue and grp = p_grp and generation = v_gen.number;
+    delete from partitionq.slot_rate where queue = p_queue and grp = p_grp and generation = v_gen.number;
+    delete from partitionq.slot where queue = p_queue and grp = p_grp and generation = v_gen.number;
     delete from partitionq.generation where queue = p_queue and grp = p_grp and slots = v_gen.slots;
+    -- The aborted number is not used again (resize.sql).
+    update partitionq.generation set aborted = greatest(v_gen.number, coalesce(aborted, 0))
+     where queue = p_queue and grp = p_grp and slots = v_gen.parent_slots;
     insert into partitionq.audit (db_role, actor, action, queue, grp, reason, outcome)
     values (session_user, coalesce(p_actor, ''), 'resize', p_queue, p_grp, coalesce(p_reason, ''),
             format('aborted: %s to %s slots', v_gen.parent_slots, v_gen.slots));
@@ -1723,9 +1733,9 @@ REVOKE ALL ON FUNCTION partitionq.resize_abort(text,text,text,text,text) FROM PU
 -- existing consumer at a tick would reposition it) with their ownership
 -- rows, and the subscriptions of the old slots are recorded for the new
 -- slots' reads. Idempotent; returns the cutover tick, or null while there
--- is none (or no resize). The new slots' epochs start at the generation's number times 2^32,
--- above every epoch of the generations before it: a resize back to an N
--- the group had before makes slot rows an earlier generation had.
+-- is none (or no resize). The new slots' epochs start at the generation's
+-- number times 2^32, above every epoch of the generations before it: an
+-- epoch names one generation of the group (check_owner).
 -- A step of a resize, run as the schema's owner like the others
 -- (resize.sql says how).
 CREATE OR REPLACE FUNCTION partitionq.resize_cutover(p_engine text, p_queue text, p_grp text)
@@ -1767,9 +1777,9 @@ begin
         end if;
     end loop;
     -- Epochs start at the generation's number times 2^32: above any epoch
-    -- of an earlier generation with the same N, whose slot rows are gone.
-    insert into partitionq.slot (queue, grp, n, slot, epoch)
-    select p_queue, p_grp, v_gen.slots, s, v_gen.number::bigint << 32 from generate_series(0, v_gen.slots - 1) s
+    -- of an earlier generation.
+    insert into partitionq.slot (queue, grp, generation, n, slot, epoch)
+    select p_queue, p_grp, v_gen.number, v_gen.slots, s, v_gen.number::bigint << 32 from generate_series(0, v_gen.slots - 1) s
         on conflict do nothing;
     update partitionq.generation set cutover_tick = v_tick, parent_subs = coalesce(v_subs, '{}')
      where queue = p_queue and grp = p_grp and slots = v_gen.slots;
@@ -1813,7 +1823,7 @@ begin
               using errcode = 'PQ002';
     end if;
     perform 1 from partitionq.slot
-     where queue = p_queue and grp = p_grp and n = v_gen.parent_slots and slot = p_slot and epoch = p_epoch and worker_id is not null
+     where queue = p_queue and grp = p_grp and generation = v_gen.parent_number and slot = p_slot and epoch = p_epoch and worker_id is not null
        for update;
     if not found then
         raise exception 'slot % of % of group % on queue % is not owned at epoch %', p_slot, v_gen.parent_slots, p_grp, p_queue, p_epoch
@@ -1842,11 +1852,11 @@ begin
        using v_sub.sub_id, p_queue, p_grp, v_gen.slots;
     execute format('delete from %I.retry_queue where ev_owner = $1', p_engine) using v_sub.sub_id;
     execute format('select %I.unregister_consumer($1, $2)', p_engine) using p_queue, v_old;
-    delete from partitionq.slot_progress where queue = p_queue and grp = p_grp and n = v_gen.parent_slots and slot = p_slot;
-    delete from partitionq.slot_done where queue = p_queue and grp = p_grp and n = v_gen.parent_slots and slot = p_slot;
-    delete from partitionq.slot_rate where queue = p_queue and grp = p_grp and n = v_gen.parent_slots and slot = p_slot;
-    delete from partitionq.slot where queue = p_queue and grp = p_grp and n = v_gen.parent_slots and slot = p_slot;
-    select count(*) into v_left from partitionq.slot where queue = p_queue and grp = p_grp and n = v_gen.parent_slots;
+    delete from partitionq.slot_progress where queue = p_queue and grp = p_grp and generation = v_gen.parent_number and slot = p_slot;
+    delete from partitionq.slot_done where queue = p_queue and grp = p_grp and generation = v_gen.parent_number and slot = p_slot;
+    delete from partitionq.slot_rate where queue = p_queue and grp = p_grp and generation = v_gen.parent_number and slot = p_slot;
+    delete from partitionq.slot where queue = p_queue and grp = p_grp and generation = v_gen.parent_number and slot = p_slot;
+    select count(*) into v_left from partitionq.slot where queue = p_queue and grp = p_grp and generation = v_gen.parent_number;
     if v_left = 0 then
         delete from partitionq.generation where queue = p_queue and grp = p_grp and slots = v_gen.parent_slots;
         update partitionq.generation set resize_txid = null
@@ -1860,25 +1870,6 @@ begin
 end
 $function$;
 REVOKE ALL ON FUNCTION partitionq.resize_handoff(text,text,text,integer,bigint) FROM PUBLIC;
-
--- function/resizing.sql
--- Whether a resize of the group from p_parent to p_slots slots is in
--- flight: the new slots wait for their parents' handoffs only then.
---
--- SECURITY DEFINER: lease's claim and RemainingSlots call it in their own
--- statements (the generation table is store's); sql/roles.sql grants it to
--- the worker.
-CREATE OR REPLACE FUNCTION partitionq.resizing(p_queue text, p_grp text, p_parent integer, p_slots integer)
- RETURNS boolean
- LANGUAGE sql
- STABLE SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'partitionq', 'pg_temp'
-AS $function$
-    select exists (select 1 from partitionq.generation
-                    where queue = p_queue and grp = p_grp and slots = p_slots
-                      and parent_slots = p_parent and resize_txid is not null)
-$function$;
-REVOKE ALL ON FUNCTION partitionq.resizing(text,text,integer,integer) FROM PUBLIC;
 
 -- function/send.sql
 -- A send from any language (docs/handlers.md, "Producing in SQL"): one

@@ -70,8 +70,6 @@ var matrix = map[string]map[string]string{
 	// What a worker's claim and a resize's waiting slots ask of the
 	// generations (schema version 11).
 	"function has_generations": {"worker": "X"},
-	"function is_generation":   {"worker": "X"},
-	"function resizing":        {"worker": "X"},
 	// Any language (schema version 15): a send in SQL, a handler's fence.
 	"function send":  {"producer": "X"},
 	"function fence": {"worker": "X"},

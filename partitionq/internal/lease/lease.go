@@ -77,11 +77,10 @@ type Config struct {
 	Log          *slog.Logger
 	Queue, Group string
 	N            int // the generation's number of slots
-	// Generation is the generation's number (0: the group has no
-	// generation rows, as before version 5): slots are taken only while
-	// the group's generation with N slots is this one. A generation that
-	// ended leaves its runs stopping for a moment, and a later resize may
-	// make a generation with the same N whose slot rows they must not take.
+	// Generation is the generation's number (1 for a group that has no
+	// generation rows, as before version 5): the slot rows the holder
+	// takes and keeps are this generation's. A generation that ended has
+	// no rows left to take, and its number is never used again.
 	Generation int
 	// Resized says the generation was made by a resize: a first owner of
 	// its slots counts as a move (reason "resize").
@@ -482,7 +481,7 @@ func (h *Holder) renew(ctx context.Context) bool {
 		}
 		// A new statement, so a new snapshot: a takeover that the update
 		// above waited for is visible here.
-		if mine, err = ownedSlots(ctx, tx, id, h.cfg.Queue, h.cfg.Group, h.cfg.N); err != nil {
+		if mine, err = ownedSlots(ctx, tx, id, h.cfg.Queue, h.cfg.Group, h.cfg.Generation); err != nil {
 			return err
 		}
 		if h.cfg.OnRenew != nil {
@@ -517,8 +516,9 @@ func (h *Holder) renew(ctx context.Context) bool {
 	return true
 }
 
-func ownedSlots(ctx context.Context, q db.DB, id int64, queue, group string, n int) (map[int]int64, error) {
-	rows, err := q.Query(ctx, `select slot, epoch from partitionq.slot where worker_id = $1 and queue = $2 and grp = $3 and n = $4`, id, queue, group, n)
+func ownedSlots(ctx context.Context, q db.DB, id int64, queue, group string, generation int) (map[int]int64, error) {
+	rows, err := q.Query(ctx, `select slot, epoch from partitionq.slot where worker_id = $1 and queue = $2 and grp = $3 and generation = $4`,
+		id, queue, group, generation)
 	if err != nil {
 		return nil, err
 	}
@@ -598,7 +598,7 @@ func (h *Holder) step(ctx context.Context) {
 // readView reads one step's picture (View) of the generation's slots and
 // the group's live workers, and which slots' rows name this worker.
 func (h *Holder) readView(ctx context.Context, tx pgx.Tx) (View, map[int]bool, error) {
-	v, mine, err := ReadView(ctx, tx, h.cfg.Queue, h.cfg.Group, h.cfg.N, h.cfg.Generation, h.WorkerID())
+	v, mine, err := ReadView(ctx, tx, h.cfg.Queue, h.cfg.Group, h.cfg.Generation, h.WorkerID())
 	if err != nil {
 		return v, nil, err
 	}
@@ -619,11 +619,11 @@ func (h *Holder) readView(ctx context.Context, tx pgx.Tx) (View, map[int]bool, e
 }
 
 // ReadView reads the picture every worker of a group plans on (View) for
-// the generation with n slots and the given number: its slots, with their
+// the generation with the given number: its slots, with their
 // live owners and reservations, and the group's live workers (the
 // balancing ones of every generation, the pinned ones of this one); and
 // which slots' rows name worker id (none for 0).
-func ReadView(ctx context.Context, q db.DB, queue, group string, n, generation int, id int64) (View, map[int]bool, error) {
+func ReadView(ctx context.Context, q db.DB, queue, group string, generation int, id int64) (View, map[int]bool, error) {
 	var v View
 	mine := map[int]bool{}
 	rows, err := q.Query(ctx, `
@@ -634,8 +634,8 @@ func ReadView(ctx context.Context, q db.DB, queue, group string, n, generation i
 		                                   where t.queue = $1 and t.grp = $2 and t.member = s.handoff_to
 		                                     and t.lease_until > clock_timestamp()) then s.handoff_to end, '')
 		  from partitionq.slot s left join partitionq.worker w on w.id = s.worker_id
-		 where s.queue = $1 and s.grp = $2 and s.n = $3
-		 order by s.slot`, queue, group, n, id)
+		 where s.queue = $1 and s.grp = $2 and s.generation = $3
+		 order by s.slot`, queue, group, generation, id)
 	if err != nil {
 		return v, nil, err
 	}
@@ -658,7 +658,7 @@ func ReadView(ctx context.Context, q db.DB, queue, group string, n, generation i
 	rows, err = q.Query(ctx, `
 		select distinct member, balance, coalesce(pins, '{}') from partitionq.worker
 		 where queue = $1 and grp = $2 and member is not null and lease_until > clock_timestamp()
-		   and (balance or (n = $3 and generation is not distinct from $4))`, queue, group, n, generation)
+		   and (balance or generation = $3)`, queue, group, generation)
 	if err != nil {
 		return v, nil, err
 	}
@@ -738,8 +738,8 @@ func (h *Holder) give(ctx context.Context, moves []Move) {
 				continue
 			}
 			tag, err := tx.Exec(ctx, `update partitionq.slot set handoff_to = $6, handoff_at = clock_timestamp()
-				 where queue = $1 and grp = $2 and n = $3 and slot = $4 and worker_id = $5 and epoch = $7`,
-				h.cfg.Queue, h.cfg.Group, h.cfg.N, m.Slot, id, m.To, epoch)
+				 where queue = $1 and grp = $2 and generation = $3 and slot = $4 and worker_id = $5 and epoch = $7`,
+				h.cfg.Queue, h.cfg.Group, h.cfg.Generation, m.Slot, id, m.To, epoch)
 			if err != nil {
 				return err
 			}
@@ -785,8 +785,8 @@ func (h *Holder) HandOver(ctx context.Context, slot int, epoch int64) error {
 	id := h.WorkerID()
 	err := pgx.BeginFunc(ctx, h.cfg.Pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `update partitionq.slot set worker_id = null, since = null
-			where queue = $1 and grp = $2 and n = $3 and slot = $4 and worker_id = $5 and epoch = $6`,
-			h.cfg.Queue, h.cfg.Group, h.cfg.N, slot, id, epoch); err != nil {
+			where queue = $1 and grp = $2 and generation = $3 and slot = $4 and worker_id = $5 and epoch = $6`,
+			h.cfg.Queue, h.cfg.Group, h.cfg.Generation, slot, id, epoch); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `select pg_notify($1, $2)`, SlotsChannel, h.cfg.Queue+"/"+h.cfg.Group)
@@ -830,10 +830,10 @@ func (h *Holder) claim(ctx context.Context, slots []int) {
 		// group set up before generations were recorded. A slot handed off
 		// in a resize has no row any more and is not made again (its
 		// generation has a row): its consumer is gone.
-		if _, err := tx.Exec(ctx, `insert into partitionq.slot (queue, grp, n, slot)
-			select $1, $2, $4, s from unnest($3::int4[]) s
+		if _, err := tx.Exec(ctx, `insert into partitionq.slot (queue, grp, generation, n, slot)
+			select $1, $2, $5, $4, s from unnest($3::int4[]) s
 			 where not partitionq.has_generations($1, $2)
-			on conflict do nothing`, h.cfg.Queue, h.cfg.Group, want, h.cfg.N); err != nil {
+			on conflict do nothing`, h.cfg.Queue, h.cfg.Group, want, h.cfg.N, h.cfg.Generation); err != nil {
 			return err
 		}
 		// Lock the wanted rows first, and judge them in the next statement,
@@ -843,8 +843,8 @@ func (h *Holder) claim(ctx context.Context, slots []int) {
 		// a moment before, as every generation's run does at a cutover) may
 		// not exist yet, and would take the slot from a live owner.
 		if _, err := tx.Exec(ctx, `select 1 from partitionq.slot
-			 where queue = $1 and grp = $2 and n = $4 and slot = any($3::int4[])
-			 order by slot for update`, h.cfg.Queue, h.cfg.Group, want, h.cfg.N); err != nil {
+			 where queue = $1 and grp = $2 and generation = $4 and slot = any($3::int4[])
+			 order by slot for update`, h.cfg.Queue, h.cfg.Group, want, h.cfg.Generation); err != nil {
 			return err
 		}
 		// A slot reserved for another member (a handoff) is that member's
@@ -853,7 +853,7 @@ func (h *Holder) claim(ctx context.Context, slots []int) {
 			with gone as (
 			    select w.id from partitionq.worker w
 			     where w.id in (select worker_id from partitionq.slot
-			                     where queue = $1 and grp = $2 and n = $5 and slot = any($3::int4[]) and worker_id <> $4)
+			                     where queue = $1 and grp = $2 and generation = $5 and slot = any($3::int4[]) and worker_id <> $4)
 			       and w.lease_until < clock_timestamp()
 			       and not exists (select 1 from pg_stat_activity a
 			                        where a.pid = w.backend_pid
@@ -861,20 +861,19 @@ func (h *Holder) claim(ctx context.Context, slots []int) {
 			       for update of w skip locked
 			), old as (
 			    select slot, worker_id, epoch, handoff_to from partitionq.slot
-			     where queue = $1 and grp = $2 and n = $5 and slot = any($3::int4[])
+			     where queue = $1 and grp = $2 and generation = $5 and slot = any($3::int4[])
 			)
 			update partitionq.slot s
 			   set worker_id = $4, epoch = s.epoch + 1, since = clock_timestamp(), handoff_to = null, handoff_at = null
 			  from old o
-			 where s.queue = $1 and s.grp = $2 and s.n = $5 and s.slot = o.slot
+			 where s.queue = $1 and s.grp = $2 and s.generation = $5 and s.slot = o.slot
 			   and (s.worker_id is null or s.worker_id = $4 or s.worker_id in (select id from gone)
 			        or not exists (select 1 from partitionq.worker w where w.id = s.worker_id))
-			   and (s.worker_id = $4 or s.handoff_to is null or s.handoff_to = $7
+			   and (s.worker_id = $4 or s.handoff_to is null or s.handoff_to = $6
 			        or not exists (select 1 from partitionq.worker t
 			                        where t.queue = $1 and t.grp = $2 and t.member = s.handoff_to and t.lease_until > clock_timestamp()))
-			   and ($6 = 0 or partitionq.is_generation($1, $2, $5, $6))
 			returning s.slot, s.epoch, coalesce(o.worker_id, 0), o.epoch, coalesce(o.handoff_to, '')`,
-			h.cfg.Queue, h.cfg.Group, want, id, h.cfg.N, h.cfg.Generation, member)
+			h.cfg.Queue, h.cfg.Group, want, id, h.cfg.Generation, member)
 		if err != nil {
 			return err
 		}
@@ -1001,7 +1000,7 @@ func (h *Holder) Release(ctx context.Context, slots []int) error {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `update partitionq.slot set worker_id = null, since = null
-			where queue = $1 and grp = $2 and n = $5 and slot = any($3::int4[]) and worker_id = $4`, h.cfg.Queue, h.cfg.Group, ss, id, h.cfg.N); err != nil {
+			where queue = $1 and grp = $2 and generation = $5 and slot = any($3::int4[]) and worker_id = $4`, h.cfg.Queue, h.cfg.Group, ss, id, h.cfg.Generation); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `select pg_notify($1, $2)`, SlotsChannel, h.cfg.Queue+"/"+h.cfg.Group)
@@ -1046,23 +1045,23 @@ func (h *Holder) Close(ctx context.Context) error {
 	return err
 }
 
-// ownedRows is the rows of slots $3 (of queue $1, group $2, the
-// generation with $5 slots) owned at epochs $4, each locked for share, as
+// ownedRows is the rows of slots $3 (of queue $1, group $2, generation
+// $5) owned at epochs $4, each locked for share, as
 // x(slot). Each slot is looked up by the primary key, one at a time: the
 // planner cannot join the arrays with the table well on a table it has no
 // statistics of yet (a group just set up), and scanned every slot row of
 // the group for each one wanted (0.6 ms instead of 0.06 at N = 256).
 const ownedRows = `unnest($3::int4[], $4::int8[]) u(slot, epoch),
 	lateral (select s.slot from partitionq.slot s
-	          where s.queue = $1 and s.grp = $2 and s.n = $5 and s.slot = u.slot
+	          where s.queue = $1 and s.grp = $2 and s.generation = $5 and s.slot = u.slot
 	            and s.epoch = u.epoch and s.worker_id is not null
 	            for share) x`
 
 // Fence checks, inside tx, that the worker still owns slots (of the
-// generation with n slots) at their epochs, and holds the slot rows (for
+// generation with that number) at their epochs, and holds the slot rows (for
 // share) until tx ends, so that a takeover waits for tx and cannot happen
 // between the check and the commit. It fails with ErrNotOwner otherwise.
-func Fence(ctx context.Context, tx db.DB, queue, group string, n int, slots []int, epochs []int64) error {
+func Fence(ctx context.Context, tx db.DB, queue, group string, generation int, slots []int, epochs []int64) error {
 	if len(slots) == 0 {
 		return nil
 	}
@@ -1071,7 +1070,7 @@ func Fence(ctx context.Context, tx db.DB, queue, group string, n int, slots []in
 		ss[i] = int32(s)
 	}
 	var found int
-	err := tx.QueryRow(ctx, `select count(*) from `+ownedRows, queue, group, ss, epochs, n).Scan(&found)
+	err := tx.QueryRow(ctx, `select count(*) from `+ownedRows, queue, group, ss, epochs, generation).Scan(&found)
 	if err != nil {
 		return err
 	}
@@ -1091,29 +1090,27 @@ func CheckOwner(ctx context.Context, tx db.DB, queue, group string, n, slot int,
 	return ok, err
 }
 
-// Owned reads which of slots (of the generation with n slots) are still
+// Owned reads which of slots (of the generation with that number) are still
 // owned at their epochs (holding those rows for share until tx ends), for
 // transactions that finish several slots at once and must leave out the
 // ones taken over.
-func Owned(ctx context.Context, tx db.DB, queue, group string, n int, slots []int, epochs []int64) (map[int]bool, error) {
+func Owned(ctx context.Context, tx db.DB, queue, group string, generation int, slots []int, epochs []int64) (map[int]bool, error) {
 	ss := make([]int32, len(slots))
 	for i, s := range slots {
 		ss[i] = int32(s)
 	}
-	rows, err := tx.Query(ctx, `select x.slot from `+ownedRows, queue, group, ss, epochs, n)
+	rows, err := tx.Query(ctx, `select x.slot from `+ownedRows, queue, group, ss, epochs, generation)
 	return slotSet(rows, err)
 }
 
-// RemainingSlots returns which slots of the generation with n slots still
-// have an ownership row (not handed off), for the new slots of the
-// generation with m slots waiting for their parents: none once the resize
-// from n to m slots has ended. (A generation keeps its parent's N after
-// its resize; a later resize may make a generation with that N again,
-// whose slots are not its parents.)
-func RemainingSlots(ctx context.Context, q db.DB, queue, group string, n, m int) (map[int]bool, error) {
-	rows, err := q.Query(ctx, `select s.slot from partitionq.slot s
-		where s.queue = $1 and s.grp = $2 and s.n = $3 and partitionq.resizing($1, $2, $3, $4)`,
-		queue, group, n, m)
+// RemainingSlots returns which slots of the generation numbered parent
+// still have an ownership row (not handed off), for the new slots of the
+// generation after it, waiting for their parents: none once the resize has
+// ended (the parent generation's rows are gone, and its number is never
+// used again).
+func RemainingSlots(ctx context.Context, q db.DB, queue, group string, parent int) (map[int]bool, error) {
+	rows, err := q.Query(ctx, `select s.slot from partitionq.slot s where s.queue = $1 and s.grp = $2 and s.generation = $3`,
+		queue, group, parent)
 	return slotSet(rows, err)
 }
 

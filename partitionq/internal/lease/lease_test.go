@@ -47,18 +47,18 @@ func owned(h *Holder) int {
 	return len(h.owned)
 }
 
-// A worker takes a slot only while the group's generation with the slot's
-// N is the one it runs: a run of an earlier generation with the same N (4
-// slots, then 8, then 4 again), still stopping, must not take the new
-// generation's slots, whose parents it does not wait for. The control:
-// the same claim takes them while its generation is the current one.
+// A worker takes only the slot rows of the generation it runs, by number:
+// a run of an earlier generation with the same N (4 slots, then 8, then 4
+// again), still stopping, must not take the new generation's slots, whose
+// parents it does not wait for. The control: the same claim takes them
+// while its generation is the current one.
 func TestClaimTakesOnlyTheSlotsOfItsGeneration(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := migrated(t)
 	// Generation 1 of the group: 4 slots, their rows free.
 	if _, err := pool.Exec(ctx, `insert into partitionq.generation (queue, grp, slots, number) values ('q', 'g', 4, 1);
-		insert into partitionq.slot (queue, grp, n, slot) select 'q', 'g', 4, s from generate_series(0, 3) s`); err != nil {
+		insert into partitionq.slot (queue, grp, generation, n, slot) select 'q', 'g', 1, 4, s from generate_series(0, 3) s`); err != nil {
 		t.Fatal(err)
 	}
 	first := newHolder(t, pool, "first", 4, 1)
@@ -77,7 +77,7 @@ func TestClaimTakesOnlyTheSlotsOfItsGeneration(t *testing.T) {
 	// are new, at the epochs of generation 3.
 	if _, err := pool.Exec(ctx, `delete from partitionq.slot where queue = 'q' and grp = 'g';
 		update partitionq.generation set number = 3 where queue = 'q' and grp = 'g' and slots = 4;
-		insert into partitionq.slot (queue, grp, n, slot, epoch) select 'q', 'g', 4, s, 3::bigint << 32 from generate_series(0, 3) s`); err != nil {
+		insert into partitionq.slot (queue, grp, generation, n, slot, epoch) select 'q', 'g', 3, 4, s, 3::bigint << 32 from generate_series(0, 3) s`); err != nil {
 		t.Fatal(err)
 	}
 	first.step(ctx)
@@ -109,7 +109,7 @@ func TestAClaimDoesNotTakeASlotFromAWorkerThatRegisteredWhileItWaited(t *testing
 	ctx := context.Background()
 	pool := migrated(t)
 	if _, err := pool.Exec(ctx, `insert into partitionq.generation (queue, grp, slots, number) values ('q', 'g', 1, 1);
-		insert into partitionq.slot (queue, grp, n, slot, epoch) values ('q', 'g', 1, 0, 1::bigint << 32)`); err != nil {
+		insert into partitionq.slot (queue, grp, generation, n, slot, epoch) values ('q', 'g', 1, 1, 0, 0)`); err != nil {
 		t.Fatal(err)
 	}
 	late := newHolder(t, pool, "late", 1, 1)
@@ -177,7 +177,7 @@ func TestOwnershipChecksReadOnlyTheirSlotsRows(t *testing.T) {
 	pool := migrated(t)
 	const n = 256
 	if _, err := pool.Exec(ctx, `insert into partitionq.generation (queue, grp, slots, number) values ('q', 'g', 256, 1);
-		insert into partitionq.slot (queue, grp, n, slot, epoch) select 'q', 'g', 256, s, 1::bigint << 32 from generate_series(0, 255) s`); err != nil {
+		insert into partitionq.slot (queue, grp, generation, n, slot, epoch) select 'q', 'g', 1, 256, s, 0 from generate_series(0, 255) s`); err != nil {
 		t.Fatal(err)
 	}
 	h := newHolder(t, pool, "w", n, 1)
@@ -195,14 +195,14 @@ func TestOwnershipChecksReadOnlyTheirSlotsRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	owned, err := Owned(ctx, tx, "q", "g", n, slots, epochs)
+	owned, err := Owned(ctx, tx, "q", "g", 1, slots, epochs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(owned) != len(slots) {
 		t.Fatalf("Owned found %d of the %d slots owned", len(owned), len(slots))
 	}
-	if err := Fence(ctx, tx, "q", "g", n, slots, epochs); err != nil {
+	if err := Fence(ctx, tx, "q", "g", 1, slots, epochs); err != nil {
 		t.Fatal(err)
 	}
 	if read, want := pgtest.RowsRead(t, tx, "partitionq.slot"), int64(2*len(slots)); read > want {
@@ -210,7 +210,7 @@ func TestOwnershipChecksReadOnlyTheirSlotsRows(t *testing.T) {
 	}
 	// The control: a stale epoch is refused.
 	epochs[0]--
-	if err := Fence(ctx, tx, "q", "g", n, slots, epochs); err != ErrNotOwner {
+	if err := Fence(ctx, tx, "q", "g", 1, slots, epochs); err != ErrNotOwner {
 		t.Errorf("Fence with a stale epoch: %v, want ErrNotOwner", err)
 	}
 }

@@ -46,6 +46,7 @@ type Slot struct {
 	Queue, Group string
 	Consumer     string
 	N            int // the slot's generation has N slots
+	Generation   int // and this number
 	Slot         int
 	SubID        int32
 	// Epoch is the slot's ownership epoch, for a worker's writes (a dead
@@ -608,7 +609,7 @@ func resolve(ctx context.Context, tx pgx.Tx, eng *engine.Engine, s Slot, ids []i
 		if err := deleteFailures(ctx, tx, s, ids); err != nil {
 			return err
 		}
-		if err := slotstats.ForgetDrained(ctx, tx, s.Queue, s.Group, s.N, s.Slot, ids); err != nil {
+		if err := slotstats.ForgetDrained(ctx, tx, s.Queue, s.Group, s.Generation, s.Slot, ids); err != nil {
 			return err
 		}
 	}
@@ -618,7 +619,7 @@ func resolve(ctx context.Context, tx pgx.Tx, eng *engine.Engine, s Slot, ids []i
 // doneInDrains returns which of the parked events of slot s an exactly-once
 // handler (TxHandler) committed in an earlier drain that did not commit.
 func doneInDrains(ctx context.Context, q db.DB, s Slot, ids []int64) (map[int64]bool, error) {
-	return slotstats.DrainedDone(ctx, q, s.Queue, s.Group, s.N, s.Slot, ids)
+	return slotstats.DrainedDone(ctx, q, s.Queue, s.Group, s.Generation, s.Slot, ids)
 }
 
 // ---------------------------------------------------------------- failure records

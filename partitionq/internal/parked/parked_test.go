@@ -130,7 +130,7 @@ func newFixture(t *testing.T, keys ...string) *fixture {
 		t.Fatalf("the batch has %d events, %d were sent", len(read), len(keys))
 	}
 	f := &fixture{t: t, ctx: ctx, eng: eng, tx: tx, ev: map[string][]engine.Event{},
-		slot: parked.Slot{Queue: queue, Group: group, Consumer: consumer, N: 1, Slot: 0, SubID: sub, Epoch: epoch}}
+		slot: parked.Slot{Queue: queue, Group: group, Consumer: consumer, N: 1, Generation: 1, Slot: 0, SubID: sub, Epoch: epoch}}
 	for _, ev := range read {
 		f.ev[ev.Key] = append(f.ev[ev.Key], ev.Event)
 	}
@@ -139,7 +139,7 @@ func newFixture(t *testing.T, keys ...string) *fixture {
 	if _, err := tx.Exec(ctx, `with w as (insert into partitionq.worker (identity, lease_until, schema_version)
 		                               values ('parked_test', now() + interval '1 hour', $1) returning id)
 		update partitionq.slot s set worker_id = w.id, epoch = $2, since = now() from w
-		 where s.queue = $3 and s.grp = $4 and s.n = 1 and s.slot = 0`, store.Latest(), epoch, queue, group); err != nil {
+		 where s.queue = $3 and s.grp = $4 and s.generation = 1 and s.slot = 0`, store.Latest(), epoch, queue, group); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -211,7 +211,7 @@ func (f *fixture) count(table string) int {
 
 // fence is a worker's ownership check of the slot (package lease).
 func (f *fixture) fence(ctx context.Context, tx pgx.Tx) error {
-	return lease.Fence(ctx, tx, f.slot.Queue, f.slot.Group, f.slot.N, []int{f.slot.Slot}, []int64{f.slot.Epoch})
+	return lease.Fence(ctx, tx, f.slot.Queue, f.slot.Group, f.slot.Generation, []int{f.slot.Slot}, []int64{f.slot.Epoch})
 }
 
 // call is one handler call of a drain.

@@ -787,7 +787,7 @@ func (r *Runner) finishTx(ctx context.Context, bs []*batchRun, cs []counts) (don
 		if _, err := r.cfg.Eng.FinishBatches(ctx, tx, ids); err != nil {
 			return err
 		}
-		return slotstats.Finish(ctx, tx, r.cfg.Queue, r.cfg.Group, r.cfg.N, ps, ids, handled, failed)
+		return slotstats.Finish(ctx, tx, r.cfg.Queue, r.cfg.Group, r.cfg.Generation, ps, ids, handled, failed)
 	})
 	if err != nil {
 		return nil, nil, err

@@ -10,7 +10,7 @@ import (
 )
 
 // Calls counts the handler calls in flight in one worker process, by slot:
-// a slot of a generation (its number, and its number of slots), across
+// a slot of a generation (its number), across
 // every run of the slot in the process (a run lost whose handlers are
 // still returning, the run that took the slot again) and every runner of
 // the worker (both generations of a resize). A slot run starts nothing
@@ -28,13 +28,13 @@ type Calls struct {
 	n  map[callsKey]*atomic.Int64
 }
 
-type callsKey struct{ generation, n, slot int }
+type callsKey struct{ generation, slot int }
 
-// counter returns the counter of a slot, made on first use.
-func (c *Calls) counter(generation, n, slot int) *atomic.Int64 {
+// counter returns the counter of slot of generation, made on first use.
+func (c *Calls) counter(generation, slot int) *atomic.Int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := callsKey{generation, n, slot}
+	k := callsKey{generation, slot}
 	if c.n == nil {
 		c.n = map[callsKey]*atomic.Int64{}
 	}
@@ -53,7 +53,7 @@ func (s *slotRun) waitRuns() {
 	waits := []*atomic.Int64{s.calls}
 	if r.cfg.Parent != 0 {
 		for _, p := range store.Parents(r.cfg.Parent, r.cfg.N, s.slot) {
-			waits = append(waits, r.calls.counter(r.cfg.Generation-1, r.cfg.Parent, p))
+			waits = append(waits, r.calls.counter(r.cfg.ParentGeneration, p))
 		}
 	}
 	start := time.Now()

@@ -16,21 +16,22 @@ func TestARunWaitsForTheCallsOfItsSlotAndItsParents(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	calls := &Calls{}
-	r := &Runner{cfg: Config{Generation: 2, N: 8, Parent: 4}, calls: calls, stop: ctx, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	s := &slotRun{r: r, slot: 5, calls: calls.counter(2, 8, 5)}
+	r := &Runner{cfg: Config{Generation: 3, N: 8, Parent: 4, ParentGeneration: 1}, calls: calls, stop: ctx, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &slotRun{r: r, slot: 5, calls: calls.counter(3, 5)}
 
 	for _, c := range []struct {
-		what                string
-		generation, n, slot int
-		holds               bool
+		what             string
+		generation, slot int
+		holds            bool
 	}{
-		{"an earlier run of the slot", 2, 8, 5, true},
-		{"a run of its parent slot", 1, 4, 1, true},
-		{"another old slot", 1, 4, 2, false},
-		{"another new slot", 2, 8, 1, false},
-		{"the same slot number of another generation", 3, 8, 5, false},
+		{"an earlier run of the slot", 3, 5, true},
+		{"a run of its parent slot (generation 1: the resize that made generation 2 was aborted)", 1, 1, true},
+		{"another old slot", 1, 2, false},
+		{"another new slot", 3, 1, false},
+		{"the same slot number of the aborted generation", 2, 5, false},
+		{"the same slot number of a later generation", 4, 5, false},
 	} {
-		counter := calls.counter(c.generation, c.n, c.slot)
+		counter := calls.counter(c.generation, c.slot)
 		counter.Add(1)
 		done := make(chan struct{})
 		go func() { s.waitRuns(); close(done) }()

@@ -125,7 +125,7 @@ func (s *slotRun) fence(ctx context.Context, tx pgx.Tx) error {
 	if !s.active() {
 		return lease.ErrNotOwner
 	}
-	return lease.Fence(ctx, tx, s.r.cfg.Queue, s.r.cfg.Group, s.r.cfg.N, []int{s.slot}, []int64{s.epoch})
+	return lease.Fence(ctx, tx, s.r.cfg.Queue, s.r.cfg.Group, s.r.cfg.Generation, []int{s.slot}, []int64{s.epoch})
 }
 
 // startDrain drains key of slot s from headID on (dead-lettering the head

@@ -130,7 +130,7 @@ func (r *Runner) openBatches() bool {
 			return err
 		}
 		infos, probeInfos = all[:len(direct):len(direct)], all[len(direct):]
-		if cutover, err = store.Cutover(r.stop, tx, r.cfg.Eng.Schema(), r.cfg.Queue, r.cfg.Group, r.cfg.N); err != nil {
+		if cutover, err = store.Cutover(r.stop, tx, r.cfg.Eng.Schema(), r.cfg.Queue, r.cfg.Group, r.cfg.Generation); err != nil {
 			return err
 		}
 		if cutover == 0 {
@@ -448,7 +448,7 @@ func (r *Runner) peek(tx pgx.Tx, cohorts []cohort, probeInfos []engine.BatchInfo
 	// These batches were opened after the resize was read: one that began
 	// since (its cutover tick could be among their ticks) undoes the look,
 	// which runs again at once, on the resize's path.
-	if cutover, err := store.Cutover(r.stop, tx, r.cfg.Eng.Schema(), r.cfg.Queue, r.cfg.Group, r.cfg.N); err != nil {
+	if cutover, err := store.Cutover(r.stop, tx, r.cfg.Eng.Schema(), r.cfg.Queue, r.cfg.Group, r.cfg.Generation); err != nil {
 		return peeked{}, err
 	} else if cutover != 0 {
 		return peeked{}, errResizeBegan
@@ -534,7 +534,7 @@ func (r *Runner) fence(tx pgx.Tx, ss []*slotRun) error {
 		}
 		slots[i], epochs[i] = s.slot, s.epoch
 	}
-	return lease.Fence(r.stop, tx, r.cfg.Queue, r.cfg.Group, r.cfg.N, slots, epochs)
+	return lease.Fence(r.stop, tx, r.cfg.Queue, r.cfg.Group, r.cfg.Generation, slots, epochs)
 }
 
 // advanceIdle moves the consumers of idle slots that cohort reads skipped

@@ -88,7 +88,7 @@ func (r *Runner) settleDrained(s *slotRun, done []int64) {
 }
 
 func (r *Runner) leaseOwned(ctx context.Context, tx db.DB, slots []int, epochs []int64) (map[int]bool, error) {
-	return lease.Owned(ctx, tx, r.cfg.Queue, r.cfg.Group, r.cfg.N, slots, epochs)
+	return lease.Owned(ctx, tx, r.cfg.Queue, r.cfg.Group, r.cfg.Generation, slots, epochs)
 }
 
 // loadProgress reads what previous owners recorded of the batches just
@@ -104,7 +104,7 @@ func (r *Runner) loadProgress(bs []*batchRun) error {
 	err := pgx.BeginFunc(r.stop, r.cfg.Pool, func(tx pgx.Tx) error {
 		var unreadable []int
 		var err error
-		sets, unreadable, err = slotstats.LoadProgress(r.stop, tx, r.cfg.Queue, r.cfg.Group, r.cfg.N, slots, ids)
+		sets, unreadable, err = slotstats.LoadProgress(r.stop, tx, r.cfg.Queue, r.cfg.Group, r.cfg.Generation, slots, ids)
 		for _, s := range unreadable {
 			r.log.Warn("partitionq: recorded progress of a batch is unreadable; running the batch whole", slog.Int("slot", s))
 		}
@@ -242,7 +242,7 @@ func (r *Runner) flushLocked(ctx context.Context) error {
 		}
 		// The progress and the slots' rate buckets, in one round trip.
 		batch := &pgx.Batch{}
-		slotstats.QueueProgress(batch, r.cfg.Queue, r.cfg.Group, r.cfg.N, slotstats.Progress{Slots: ps, Batches: batches,
+		slotstats.QueueProgress(batch, r.cfg.Queue, r.cfg.Group, r.cfg.Generation, slotstats.Progress{Slots: ps, Batches: batches,
 			Belows: belows, Dones: dones, Handled: hs, Failed: fs, Keep: keep})
 		var kps []int32
 		var khs, kfs []int64
@@ -251,7 +251,7 @@ func (r *Runner) flushLocked(ctx context.Context) error {
 				kps, khs, kfs = append(kps, ps[i]), append(khs, hs[i]), append(kfs, fs[i])
 			}
 		}
-		slotstats.QueueRecord(batch, r.cfg.Queue, r.cfg.Group, r.cfg.N, kps, khs, kfs)
+		slotstats.QueueRecord(batch, r.cfg.Queue, r.cfg.Group, r.cfg.Generation, kps, khs, kfs)
 		var dslots []int32
 		var dids []int64
 		for _, d := range drained {
@@ -261,7 +261,7 @@ func (r *Runner) flushLocked(ctx context.Context) error {
 				}
 			}
 		}
-		slotstats.QueueDrained(batch, r.cfg.Queue, r.cfg.Group, r.cfg.N, dslots, dids)
+		slotstats.QueueDrained(batch, r.cfg.Queue, r.cfg.Group, r.cfg.Generation, dslots, dids)
 		return tx.SendBatch(tctx, batch).Close()
 	})
 	if err != nil {

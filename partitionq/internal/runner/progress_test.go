@@ -23,7 +23,7 @@ func (g *groupRig) recorded(s int) (batch int64, done progress.Set) {
 	var below int64
 	var enc []byte
 	err := g.pool.QueryRow(g.ctx, `select batch_id, done_below, done from partitionq.slot_progress
-		where queue = $1 and grp = $2 and n = $3 and slot = $4`, g.queue, group, g.n, s).Scan(&b, &below, &enc)
+		where queue = $1 and grp = $2 and generation = 1 and slot = $3`, g.queue, group, s).Scan(&b, &below, &enc)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, progress.Set{}
 	}
@@ -123,7 +123,7 @@ func TestFinishResetsTheProgressAndCountsOutcomes(t *testing.T) {
 	// after the finish (it took them before): wait for them.
 	waitFor(t, "the slot's counters have every outcome", func() bool {
 		err := g.pool.QueryRow(g.ctx, `select batch_id, done_below, done, handled, failed, finished_at is not null from partitionq.slot_progress
-			where queue = $1 and grp = $2 and n = 1 and slot = 0`, g.queue, group).Scan(&batch, &below, &done, &handled, &failed, &finished)
+			where queue = $1 and grp = $2 and generation = 1 and slot = 0`, g.queue, group).Scan(&batch, &below, &done, &handled, &failed, &finished)
 		if err != nil {
 			t.Fatal(err)
 		}

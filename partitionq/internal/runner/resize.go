@@ -43,7 +43,7 @@ func (r *Runner) parentsDone(idle []*slotRun) ([]*slotRun, error) {
 	if len(waiting) == 0 {
 		return idle, nil
 	}
-	left, err := lease.RemainingSlots(r.stop, r.cfg.Pool, r.cfg.Queue, r.cfg.Group, r.cfg.Parent, r.cfg.N)
+	left, err := lease.RemainingSlots(r.stop, r.cfg.Pool, r.cfg.Queue, r.cfg.Group, r.cfg.ParentGeneration)
 	if err != nil {
 		return nil, err
 	}

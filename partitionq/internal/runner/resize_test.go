@@ -110,7 +110,7 @@ func TestANewSlotWaitsForItsParentsHandoff(t *testing.T) {
 		}
 		return runner.Result{}
 	})
-	newCfg.Parent, newCfg.ParentSubs = 2, g.subs
+	newCfg.Parent, newCfg.ParentGeneration, newCfg.ParentSubs = 2, g.gen, g.subs
 	ng.start(newCfg)
 	ids := g.send(k, l)
 	kNew, lNew := ids[0], ids[1]

@@ -119,12 +119,14 @@ type Config struct {
 	SubIDs       []int32  // subscription of every slot of the group, by slot
 	Stats        map[int]*Stats
 	Identity     string
-	// Parent is the N of the generation before this one (0: none), and
-	// ParentSubs its consumers' subscriptions: a new slot opens no batch
-	// before its parent slots are handed off (store.Parents), and its reads
-	// take the retries the engine re-delivers for those subscriptions.
-	Parent     int
-	ParentSubs []int32
+	// Parent is the N of the generation before this one (0: none),
+	// ParentGeneration its number, and ParentSubs its consumers'
+	// subscriptions: a new slot opens no batch before its parent slots are
+	// handed off (store.Parents), and its reads take the retries the engine
+	// re-delivers for those subscriptions.
+	Parent           int
+	ParentGeneration int
+	ParentSubs       []int32
 	// SchemaVersion is recorded with the lease; OnRenew runs in every lease
 	// renewal's transaction (lease.Config).
 	SchemaVersion int
@@ -510,5 +512,5 @@ func errText(err error) string {
 }
 
 func (r *Runner) slotInfo(n int) parked.Slot {
-	return parked.Slot{Queue: r.cfg.Queue, Group: r.cfg.Group, Consumer: r.cfg.Consumers[n], N: r.cfg.N, Slot: n, SubID: r.cfg.SubIDs[n]}
+	return parked.Slot{Queue: r.cfg.Queue, Group: r.cfg.Group, Consumer: r.cfg.Consumers[n], N: r.cfg.N, Generation: r.cfg.Generation, Slot: n, SubID: r.cfg.SubIDs[n]}
 }

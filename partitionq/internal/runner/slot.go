@@ -76,7 +76,7 @@ func newSlotRun(r *Runner, n int, epoch int64) *slotRun {
 	info := r.slotInfo(n)
 	info.Epoch = epoch
 	return &slotRun{r: r, slot: n, epoch: epoch, info: info, stats: r.cfg.Stats[n], ctx: ctx, cancel: cancel,
-		sem: make(chan struct{}, r.cfg.Concurrency), calls: r.calls.counter(r.cfg.Generation, r.cfg.N, n),
+		sem: make(chan struct{}, r.cfg.Concurrency), calls: r.calls.counter(r.cfg.Generation, n),
 		blocked: map[string]uint64{}, draining: map[string]bool{}}
 }
 

@@ -37,13 +37,13 @@ const (
 // progress or finishes their batches, after it checked they are owned, with
 // that transaction's other writes in one round trip. Slots with nothing to
 // add are left out; with none, nothing is queued.
-func QueueRecord(b *pgx.Batch, queue, group string, n int, slots []int32, handled, failed []int64) {
-	if sql, args, ok := recordStmt(queue, group, n, slots, handled, failed); ok {
+func QueueRecord(b *pgx.Batch, queue, group string, generation int, slots []int32, handled, failed []int64) {
+	if sql, args, ok := recordStmt(queue, group, generation, slots, handled, failed); ok {
 		b.Queue(sql, args...)
 	}
 }
 
-func recordStmt(queue, group string, n int, slots []int32, handled, failed []int64) (string, []any, bool) {
+func recordStmt(queue, group string, generation int, slots []int32, handled, failed []int64) (string, []any, bool) {
 	var ss []int32
 	var hs, fs []int64
 	for i, s := range slots {
@@ -64,14 +64,14 @@ func recordStmt(queue, group string, n int, slots []int32, handled, failed []int
 		     gone as (delete from partitionq.slot_rate r where r.ctid = any(array(
 		               select x.ctid from unnest($3::int4[]) u(slot),
 		                 lateral (select x.ctid from partitionq.slot_rate x
-		                           where x.queue = $1 and x.grp = $2 and x.n = $7 and x.slot = u.slot
+		                           where x.queue = $1 and x.grp = $2 and x.generation = $7 and x.slot = u.slot
 		                             and x.sec < floor(extract(epoch from now()))::bigint - $6
 		                          offset 0) x)))
-		insert into partitionq.slot_rate as r (queue, grp, n, slot, sec, handled, failed)
+		insert into partitionq.slot_rate as r (queue, grp, generation, slot, sec, handled, failed)
 		select $1, $2, $7, u.slot, now.sec, u.h, u.f from now, unnest($3::int4[], $4::int8[], $5::int8[]) u(slot, h, f)
 		 order by u.slot -- in slot order: two writers never deadlock
-		on conflict (queue, grp, n, slot, sec) do update set handled = r.handled + excluded.handled, failed = r.failed + excluded.failed`,
-		[]any{queue, group, ss, hs, fs, int64(Keep / time.Second), n}, true
+		on conflict (queue, grp, generation, slot, sec) do update set handled = r.handled + excluded.handled, failed = r.failed + excluded.failed`,
+		[]any{queue, group, ss, hs, fs, int64(Keep / time.Second), generation}, true
 }
 
 // Rates are handler calls per second over the last ShortWindow and
@@ -102,27 +102,27 @@ type Slot struct {
 	Rates       Rates
 }
 
-// Read returns slots (of the generation with n slots) of a group, in slot
-// order: their recorded progress, last finish and rates, in one
-// statement, and the database's time the rates end at (now() of q's
-// transaction; zero when slots is empty). A progress row that cannot be
-// decoded reads as no progress.
-func Read(ctx context.Context, q db.DB, queue, group string, n int, slots []int32) ([]Slot, time.Time, error) {
+// Read returns slots (of the generation with that number, which has n
+// slots) of a group, in slot order: their recorded progress, last finish
+// and rates, in one statement, and the database's time the rates end at
+// (now() of q's transaction; zero when slots is empty). A progress row
+// that cannot be decoded reads as no progress.
+func Read(ctx context.Context, q db.DB, queue, group string, n, generation int, slots []int32) ([]Slot, time.Time, error) {
 	rows, err := q.Query(ctx, `
 		with now as (select floor(extract(epoch from now()))::bigint as sec)
-		select s.n, s.slot, coalesce(p.batch_id, 0), coalesce(p.done_below, 0), coalesce(p.done, ''::bytea),
+		select $7::int, s.slot, coalesce(p.batch_id, 0), coalesce(p.done_below, 0), coalesce(p.done, ''::bytea),
 		       coalesce(now() - p.finished_at, interval '-1 second'),
 		       (select coalesce(array_agg(d.ev_id order by d.ev_id), '{}') from partitionq.slot_done d
-		         where d.queue = s.queue and d.grp = s.grp and d.n = s.n and d.slot = s.slot and d.batch_id = p.batch_id),
+		         where d.queue = s.queue and d.grp = s.grp and d.generation = s.generation and d.slot = s.slot and d.batch_id = p.batch_id),
 		       coalesce(r.h10, 0), coalesce(r.f10, 0), coalesce(r.h60, 0), coalesce(r.f60, 0), now()
-		  from (select $1::text as queue, $2::text as grp, $5::int as n, u.slot from unnest($6::int4[]) u(slot)) s
-		  left join partitionq.slot_progress p on p.queue = s.queue and p.grp = s.grp and p.n = s.n and p.slot = s.slot
+		  from (select $1::text as queue, $2::text as grp, $5::int as generation, u.slot from unnest($6::int4[]) u(slot)) s
+		  left join partitionq.slot_progress p on p.queue = s.queue and p.grp = s.grp and p.generation = s.generation and p.slot = s.slot
 		  left join lateral (
 		        select sum(x.handled) filter (where x.sec >= now.sec - $3) as h10, sum(x.failed) filter (where x.sec >= now.sec - $3) as f10,
 		               sum(x.handled) as h60, sum(x.failed) as f60
 		          from partitionq.slot_rate x, now
-		         where x.queue = s.queue and x.grp = s.grp and x.n = s.n and x.slot = s.slot and x.sec >= now.sec - $4 and x.sec < now.sec) r on true
-		 order by s.slot`, queue, group, int64(ShortWindow/time.Second), int64(LongWindow/time.Second), n, slots)
+		         where x.queue = s.queue and x.grp = s.grp and x.generation = s.generation and x.slot = s.slot and x.sec >= now.sec - $4 and x.sec < now.sec) r on true
+		 order by s.slot`, queue, group, int64(ShortWindow/time.Second), int64(LongWindow/time.Second), generation, slots, n)
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("read slot statistics: %w", err)
 	}

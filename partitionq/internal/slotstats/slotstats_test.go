@@ -23,15 +23,14 @@ func TestSlotWritesReadOnlyTheirSlotsRows(t *testing.T) {
 	if err := store.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	const n = 256
 	// A minute of buckets for every slot, and 10 buckets past Keep for
 	// slot 3 (the write deletes them); a progress row for every slot.
 	if _, err := pool.Exec(ctx, `
-		insert into partitionq.slot_rate (queue, grp, n, slot, sec, handled, failed)
-		select 'q', 'g', 256, s, floor(extract(epoch from now()))::bigint - k, 1, 0 from generate_series(0, 255) s, generate_series(1, 60) k;
-		insert into partitionq.slot_rate (queue, grp, n, slot, sec, handled, failed)
-		select 'q', 'g', 256, 3, floor(extract(epoch from now()))::bigint - 200 - k, 1, 0 from generate_series(1, 10) k;
-		insert into partitionq.slot_progress (queue, grp, n, slot, batch_id) select 'q', 'g', 256, s, 1000 + s from generate_series(0, 255) s`); err != nil {
+		insert into partitionq.slot_rate (queue, grp, generation, slot, sec, handled, failed)
+		select 'q', 'g', 1, s, floor(extract(epoch from now()))::bigint - k, 1, 0 from generate_series(0, 255) s, generate_series(1, 60) k;
+		insert into partitionq.slot_rate (queue, grp, generation, slot, sec, handled, failed)
+		select 'q', 'g', 1, 3, floor(extract(epoch from now()))::bigint - 200 - k, 1, 0 from generate_series(1, 10) k;
+		insert into partitionq.slot_progress (queue, grp, generation, slot, batch_id) select 'q', 'g', 1, s, 1000 + s from generate_series(0, 255) s`); err != nil {
 		t.Fatal(err)
 	}
 	slots := []int32{3, 40, 41, 100, 170, 200, 254, 255}
@@ -42,7 +41,7 @@ func TestSlotWritesReadOnlyTheirSlotsRows(t *testing.T) {
 	}
 	defer tx.Rollback(ctx)
 	b := &pgx.Batch{}
-	QueueRecord(b, "q", "g", n, slots, ones, make([]int64, len(slots)))
+	QueueRecord(b, "q", "g", 1, slots, ones, make([]int64, len(slots)))
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +63,7 @@ func TestSlotWritesReadOnlyTheirSlotsRows(t *testing.T) {
 		batches[i] = 1000 + int64(s)
 	}
 	batches[0] = 1 // not slot 3's open batch: no progress of it
-	sets, unreadable, err := LoadProgress(ctx, tx, "q", "g", n, slots, batches)
+	sets, unreadable, err := LoadProgress(ctx, tx, "q", "g", 1, slots, batches)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,12 +19,13 @@ import (
 type Generation struct {
 	Slots  int // N
 	Number int // 1 for a group's first generation
-	// Parent is the N of the generation before this one (0: none), and
-	// ParentSubs its slot consumers' subscriptions, whose timed retries the
-	// engine may re-deliver after the cutover: this generation's reads take
-	// them.
-	Parent     int
-	ParentSubs []int32
+	// Parent is the N of the generation before this one (0: none),
+	// ParentNumber its number, and ParentSubs its slot consumers'
+	// subscriptions, whose timed retries the engine may re-deliver after
+	// the cutover: this generation's reads take them.
+	Parent       int
+	ParentNumber int
+	ParentSubs   []int32
 	// Resizing is set while the resize that made this generation is in
 	// flight (the parent generation still has slots).
 	Resizing bool
@@ -44,7 +45,7 @@ func Generations(ctx context.Context, q db.DB, queue, group string) ([]Generatio
 	if ok, err := readable(ctx, q); err != nil || !ok {
 		return nil, err
 	}
-	rows, err := q.Query(ctx, `select slots, number, coalesce(parent_slots, 0), parent_subs, resize_txid is not null,
+	rows, err := q.Query(ctx, `select slots, number, coalesce(parent_slots, 0), coalesce(parent_number, 0), parent_subs, resize_txid is not null,
 		coalesce(cutover_tick, 0), created_at, created_by, actor, reason
 		from partitionq.generation where queue = $1 and grp = $2 order by number`, queue, group)
 	if err != nil {
@@ -52,7 +53,7 @@ func Generations(ctx context.Context, q db.DB, queue, group string) ([]Generatio
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Generation, error) {
 		var g Generation
-		err := r.Scan(&g.Slots, &g.Number, &g.Parent, &g.ParentSubs, &g.Resizing, &g.Cutover, &g.CreatedAt, &g.CreatedBy, &g.Actor, &g.Reason)
+		err := r.Scan(&g.Slots, &g.Number, &g.Parent, &g.ParentNumber, &g.ParentSubs, &g.Resizing, &g.Cutover, &g.CreatedAt, &g.CreatedBy, &g.Actor, &g.Reason)
 		return g, err
 	})
 }
@@ -119,14 +120,14 @@ func AbortResize(ctx context.Context, q db.DB, engineSchema, queue, group, actor
 }
 
 // Cutover returns the cutover tick of the resize in flight whose old
-// generation has n slots: 0 when there is no such resize, or while no tick
+// generation is number parent: 0 when there is no such resize, or while no tick
 // sees it committed. When the tick has just appeared, it registers the new
 // slots' consumers at it (partitionq.resize_cutover, idempotent).
-func Cutover(ctx context.Context, q db.DB, engineSchema, queue, group string, n int) (int64, error) {
+func Cutover(ctx context.Context, q db.DB, engineSchema, queue, group string, parent int) (int64, error) {
 	var known *int64
 	var resizing bool
 	err := q.QueryRow(ctx, `select true, cutover_tick from partitionq.generation
-		where queue = $1 and grp = $2 and parent_slots = $3 and resize_txid is not null`, queue, group, n).Scan(&resizing, &known)
+		where queue = $1 and grp = $2 and parent_number = $3 and resize_txid is not null`, queue, group, parent).Scan(&resizing, &known)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}
@@ -189,7 +190,7 @@ func AllGenerations(ctx context.Context, q db.DB, queue string) ([]GroupGenerati
 	if ok, err := readable(ctx, q); err != nil || !ok {
 		return nil, err
 	}
-	rows, err := q.Query(ctx, `select queue, grp, slots, number, coalesce(parent_slots, 0), parent_subs, resize_txid is not null,
+	rows, err := q.Query(ctx, `select queue, grp, slots, number, coalesce(parent_slots, 0), coalesce(parent_number, 0), parent_subs, resize_txid is not null,
 		coalesce(cutover_tick, 0), created_at, created_by, actor, reason
 		from partitionq.generation where $1::text = '' or queue = $1 order by queue, grp, number`, queue)
 	if err != nil {
@@ -197,7 +198,7 @@ func AllGenerations(ctx context.Context, q db.DB, queue string) ([]GroupGenerati
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (GroupGeneration, error) {
 		var g GroupGeneration
-		err := r.Scan(&g.Queue, &g.Group, &g.Slots, &g.Number, &g.Parent, &g.ParentSubs, &g.Resizing, &g.Cutover,
+		err := r.Scan(&g.Queue, &g.Group, &g.Slots, &g.Number, &g.Parent, &g.ParentNumber, &g.ParentSubs, &g.Resizing, &g.Cutover,
 			&g.CreatedAt, &g.CreatedBy, &g.Actor, &g.Reason)
 		return g, err
 	})

@@ -283,8 +283,8 @@ func TestAbortResizeKeepsTheOldGeneration(t *testing.T) {
 		if err != nil {
 			t.Fatalf("a resize after the abort: %v", err)
 		}
-		if gen != 2 {
-			t.Errorf("the resize after the abort made generation %d, want 2", gen)
+		if gen != 3 { // 2 was the aborted one's: a number names one generation only
+			t.Errorf("the resize after the abort made generation %d, want 3", gen)
 		}
 	})
 }
@@ -301,7 +301,7 @@ func TestCutoverRegistersTheNewSlotsAtTheFirstTickThatSeesTheResize(t *testing.T
 	if _, err := store.StartResize(ctx, pool, eng.Schema(), queue, resizeGroup, 4, "alice", ""); err != nil {
 		t.Fatal(err)
 	}
-	tick, err := store.Cutover(ctx, pool, eng.Schema(), queue, resizeGroup, 2)
+	tick, err := store.Cutover(ctx, pool, eng.Schema(), queue, resizeGroup, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +322,7 @@ func TestCutoverRegistersTheNewSlotsAtTheFirstTickThatSeesTheResize(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tick, err = store.Cutover(ctx, pool, eng.Schema(), queue, resizeGroup, 2); err != nil {
+	if tick, err = store.Cutover(ctx, pool, eng.Schema(), queue, resizeGroup, 1); err != nil {
 		t.Fatal(err)
 	}
 	if tick == 0 || tick != last {
@@ -331,7 +331,7 @@ func TestCutoverRegistersTheNewSlotsAtTheFirstTickThatSeesTheResize(t *testing.T
 	if got, want := consumers(t, ctx, pool, eng, queue), []string{"g#0/2", "g#0/4", "g#1/2", "g#1/4", "g#2/4", "g#3/4"}; !slices.Equal(got, want) {
 		t.Errorf("consumers at the cutover = %v, want %v", got, want)
 	}
-	if again, err := store.Cutover(ctx, pool, eng.Schema(), queue, resizeGroup, 2); err != nil || again != tick {
+	if again, err := store.Cutover(ctx, pool, eng.Schema(), queue, resizeGroup, 1); err != nil || again != tick {
 		t.Errorf("the cutover read again: %d, %v; want the same tick %d", again, err, tick)
 	}
 	gs, got := gens(t, ctx, pool, queue)
@@ -354,7 +354,7 @@ func TestCutoverRegistersTheNewSlotsAtTheFirstTickThatSeesTheResize(t *testing.T
 	if gs[1].Cutover != tick || !slices.Equal(parentSubs, oldSubs) {
 		t.Errorf("the new generation: cutover %d, parent subscriptions %v; want %d, %v", gs[1].Cutover, gs[1].ParentSubs, tick, oldSubs)
 	}
-	remaining, err := lease.RemainingSlots(ctx, pool, queue, resizeGroup, 2, 4)
+	remaining, err := lease.RemainingSlots(ctx, pool, queue, resizeGroup, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +389,7 @@ func TestAResizePastItsFirstHandoffCanOnlyComplete(t *testing.T) {
 	if _, err := eng.TickAndAnnounce(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	cutover, err := store.Cutover(ctx, pool, eng.Schema(), queue, resizeGroup, 2)
+	cutover, err := store.Cutover(ctx, pool, eng.Schema(), queue, resizeGroup, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +418,7 @@ func TestAResizePastItsFirstHandoffCanOnlyComplete(t *testing.T) {
 		_, err = tx.Exec(ctx, `with w as (insert into partitionq.worker (identity, lease_until, schema_version)
 			                              values ('store_test', now() + interval '1 hour', $1) returning id)
 			update partitionq.slot s set worker_id = w.id, epoch = 5, since = now() from w
-			 where s.queue = $2 and s.grp = $3 and s.n = 2`, store.Latest(), queue, resizeGroup)
+			 where s.queue = $2 and s.grp = $3 and s.generation = 1`, store.Latest(), queue, resizeGroup)
 		return err
 	})
 	if err != nil {
@@ -440,7 +440,7 @@ func TestAResizePastItsFirstHandoffCanOnlyComplete(t *testing.T) {
 	if done {
 		t.Error("the handoff of the first of two old slots completed the resize")
 	}
-	remaining, err := lease.RemainingSlots(ctx, pool, queue, resizeGroup, 2, 4)
+	remaining, err := lease.RemainingSlots(ctx, pool, queue, resizeGroup, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -467,7 +467,7 @@ func TestAResizePastItsFirstHandoffCanOnlyComplete(t *testing.T) {
 	if got, want := consumers(t, ctx, pool, eng, queue), []string{"g#0/4", "g#1/4", "g#2/4", "g#3/4"}; !slices.Equal(got, want) {
 		t.Errorf("consumers after the resize = %v, want %v", got, want)
 	}
-	if remaining, err := lease.RemainingSlots(ctx, pool, queue, resizeGroup, 2, 4); err != nil || len(remaining) != 0 {
+	if remaining, err := lease.RemainingSlots(ctx, pool, queue, resizeGroup, 1); err != nil || len(remaining) != 0 {
 		t.Errorf("old slots after the resize = %v (%v), want none", remaining, err)
 	}
 }

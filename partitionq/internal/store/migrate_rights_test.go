@@ -41,8 +41,9 @@ var oldRights = []struct {
 	                              partitionq.resize_handoff(text, text, text, int, bigint) to %[1]s`},
 	{7, 0, `grant execute on function partitionq.event_fate(text, text, text, text, bigint) to %[2]s`},
 	{8, 0, `grant execute on function partitionq.give_up(text, text, text, int, bigint, text, bigint[], int[], text[], text[]) to %[1]s`},
-	{11, 0, `grant execute on function partitionq.has_generations(text, text), partitionq.is_generation(text, text, int, int),
-	                               partitionq.resizing(text, text, int, int) to %[1]s`},
+	{11, 16, `grant execute on function partitionq.has_generations(text, text), partitionq.is_generation(text, text, int, int),
+	                                partitionq.resizing(text, text, int, int) to %[1]s`},
+	{17, 0, `grant execute on function partitionq.has_generations(text, text) to %[1]s`},
 }
 
 // rightsAfter are the rights the roles of oldRights have once their
@@ -51,17 +52,17 @@ var oldRights = []struct {
 // version 8) and a new function a role needs (version 11) are granted to
 // the roles that had what they replace; a function dropped with its old
 // signature (check_owner and record_done, version 5) takes its grants
-// with it (sql/roles.sql grants the new ones); every other grant stays.
+// with it (sql/roles.sql grants the new ones), and so do functions
+// dropped (is_generation and resizing, version 17); every other grant
+// stays.
 func rightsAfter(v int) []string {
 	w := []string{"worker give_up(text,text,text,integer,bigint,text,bigint[],integer[],text[],text[])"}
 	if v >= 5 {
 		w = append(w, "worker check_owner(text,text,integer,integer,bigint)",
 			"worker has_generations(text,text)",
-			"worker is_generation(text,text,integer,integer)",
 			"worker record_done(text,text,integer,integer,bigint,bigint,bigint)",
 			"worker resize_cutover(text,text,text)",
-			"worker resize_handoff(text,text,text,integer,bigint)",
-			"worker resizing(text,text,integer,integer)")
+			"worker resize_handoff(text,text,text,integer,bigint)")
 	}
 	o := []string{"operator record_action(text,text,text,text,text,bigint,text,text)",
 		"operator record_replay(text,text,text,bigint[],bigint[],text,text,text)",

@@ -126,15 +126,23 @@ var oldRows = []struct {
 	{1, 0, `insert into partitionq.audit (actor, action, queue, grp, key, ev_id, reason, outcome) values ('alice', 'skip', 'q', 'g', 'tenant-1', 5, 'bad', 'skipped')`},
 	// From version 5 on, a worker says its schema version (or is refused).
 	{3, 4, `insert into partitionq.worker (identity, lease_until) values ('w1', now())`},
-	{5, 0, `insert into partitionq.worker (identity, lease_until, schema_version) values ('w1', now(), 5)`},
-	{3, 0, `insert into partitionq.slot (queue, grp, slot, n, worker_id, epoch) select 'q', 'g', s, 2, (select min(id) from partitionq.worker), 4 from generate_series(0, 1) s`},
-	// From version 5 on, progress, completions and rates name their slot's N.
+	// From version 17 on, a worker built for an earlier one is refused.
+	{5, 16, `insert into partitionq.worker (identity, lease_until, schema_version) values ('w1', now(), 5)`},
+	{17, 0, `insert into partitionq.worker (identity, lease_until, schema_version) values ('w1', now(), 17)`},
+	{3, 16, `insert into partitionq.slot (queue, grp, slot, n, worker_id, epoch) select 'q', 'g', s, 2, (select min(id) from partitionq.worker), 4 from generate_series(0, 1) s`},
+	// From version 5 on, progress, completions and rates name their slot's
+	// N; from version 17 on, their slot's generation instead.
 	{3, 4, `insert into partitionq.slot_progress (queue, grp, slot, batch_id, done_below, handled) values ('q', 'g', 0, 11, 100, 42)`},
-	{5, 0, `insert into partitionq.slot_progress (queue, grp, n, slot, batch_id, done_below, handled) values ('q', 'g', 2, 0, 11, 100, 42)`},
+	{5, 16, `insert into partitionq.slot_progress (queue, grp, n, slot, batch_id, done_below, handled) values ('q', 'g', 2, 0, 11, 100, 42)`},
 	{3, 4, `insert into partitionq.slot_done (queue, grp, slot, batch_id, ev_id) values ('q', 'g', 1, 12, 9)`},
-	{5, 0, `insert into partitionq.slot_done (queue, grp, n, slot, batch_id, ev_id) values ('q', 'g', 2, 1, 12, 9)`},
+	{5, 16, `insert into partitionq.slot_done (queue, grp, n, slot, batch_id, ev_id) values ('q', 'g', 2, 1, 12, 9)`},
 	{4, 4, `insert into partitionq.slot_rate (queue, grp, slot, sec, handled, failed) values ('q', 'g', 0, 1764547200, 10, 1)`},
-	{5, 0, `insert into partitionq.slot_rate (queue, grp, n, slot, sec, handled, failed) values ('q', 'g', 2, 0, 1764547200, 10, 1)`},
+	{5, 16, `insert into partitionq.slot_rate (queue, grp, n, slot, sec, handled, failed) values ('q', 'g', 2, 0, 1764547200, 10, 1)`},
+	{17, 0, `insert into partitionq.slot (queue, grp, generation, slot, n, worker_id, epoch)
+	         select 'q', 'g', 1, s, 2, (select min(id) from partitionq.worker), 4 from generate_series(0, 1) s`},
+	{17, 0, `insert into partitionq.slot_progress (queue, grp, generation, slot, batch_id, done_below, handled) values ('q', 'g', 1, 0, 11, 100, 42)`},
+	{17, 0, `insert into partitionq.slot_done (queue, grp, generation, slot, batch_id, ev_id) values ('q', 'g', 1, 1, 12, 9)`},
+	{17, 0, `insert into partitionq.slot_rate (queue, grp, generation, slot, sec, handled, failed) values ('q', 'g', 1, 0, 1764547200, 10, 1)`},
 	{5, 0, `insert into partitionq.generation (queue, grp, slots, number, parent_slots, parent_subs, resize_txid, resize_after, cutover_tick, actor, reason)
 	        values ('q', 'g', 2, 1, null, '{}', null, null, null, '', 'the group as set up'),
 	               ('q', 'h', 4, 2, 2, '{3,4}', 1234, 56, 57, 'alice', 'more')`},
@@ -390,4 +398,90 @@ func diffLines(a, b string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// Version 17 keys the slot rows by generation: a group in the middle of a
+// resize (generation 1 with 2 slots, generation 2 with 4) keeps each row
+// with its generation's number; a group set up before generations were
+// recorded has its rows in generation 1; a row of an N none of its group's
+// generations has (an ended one's) is dropped. The resize's generation
+// names its parent by number.
+func TestMigrationNumbersTheSlotRowsOfEachGeneration(t *testing.T) {
+	db := pgtest.New(t)
+	pool := pgtest.Pool(t, db, 2)
+	ctx := context.Background()
+	b, err := os.ReadFile("testdata/schema_v16.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.InTx(t, pool, func(tx pgx.Tx) {
+		if _, err := tx.Exec(ctx, string(b)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `
+			insert into partitionq.generation (queue, grp, slots, number, parent_slots, resize_txid, resize_after)
+			values ('q', 'g', 2, 1, null, null, null), ('q', 'g', 4, 2, 2, 1234, 56);
+			insert into partitionq.slot (queue, grp, n, slot, epoch)
+			select 'q', 'g', 2, s, 7 from generate_series(0, 1) s
+			union all select 'q', 'g', 4, s, 2::bigint << 32 from generate_series(0, 3) s
+			union all select 'q', 'old', 3, s, 1 from generate_series(0, 2) s;
+			insert into partitionq.slot_progress (queue, grp, n, slot, batch_id, handled)
+			values ('q', 'g', 2, 0, 11, 1), ('q', 'g', 4, 3, 12, 2), ('q', 'g', 8, 5, 13, 3), ('q', 'old', 3, 2, 14, 4);
+			insert into partitionq.slot_done (queue, grp, n, slot, batch_id, ev_id) values ('q', 'g', 2, 1, 11, 9), ('q', 'g', 4, 1, 12, 10);
+			insert into partitionq.slot_rate (queue, grp, n, slot, sec, handled, failed) values ('q', 'g', 4, 2, 1764547200, 5, 0), ('q', 'old', 3, 0, 1764547200, 6, 0)`); err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Migrate(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct{ sql, want string }{
+			{`select string_agg(concat_ws(',', grp, generation, n, slot, epoch), ';' order by grp, generation, slot) from partitionq.slot`,
+				"g,1,2,0,7;g,1,2,1,7;g,2,4,0,8589934592;g,2,4,1,8589934592;g,2,4,2,8589934592;g,2,4,3,8589934592;old,1,3,0,1;old,1,3,1,1;old,1,3,2,1"},
+			{`select string_agg(concat_ws(',', grp, generation, slot, batch_id, handled), ';' order by grp, generation, slot) from partitionq.slot_progress`,
+				"g,1,0,11,1;g,2,3,12,2;old,1,2,14,4"},
+			{`select string_agg(concat_ws(',', grp, generation, slot, ev_id), ';' order by ev_id) from partitionq.slot_done`, "g,1,1,9;g,2,1,10"},
+			{`select string_agg(concat_ws(',', grp, generation, slot, handled), ';' order by grp) from partitionq.slot_rate`, "g,2,2,5;old,1,0,6"},
+			{`select string_agg(concat_ws(',', slots, number, parent_number), ';' order by number) from partitionq.generation`, "2,1;4,2,1"},
+		} {
+			var got string
+			if err := tx.QueryRow(ctx, c.sql).Scan(&got); err != nil {
+				t.Fatalf("%v\n%s", err, c.sql)
+			}
+			if got != c.want {
+				t.Errorf("%s\n got  %s\n want %s", c.sql, got, c.want)
+			}
+		}
+	})
+}
+
+// A worker built for a schema version before 17 keys the slot rows by N: it
+// is refused when it registers (and when it renews: the same trigger), with
+// an error that names the version it was built for and the fix.
+func TestAWorkerOfAnEarlierVersionIsRefused(t *testing.T) {
+	db := pgtest.New(t)
+	pool := pgtest.Pool(t, db, 2)
+	ctx := context.Background()
+	if err := store.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		version *int
+		says    string
+	}{
+		{new(16), "built for version 16"},
+		{nil, "built for a version before 5"},
+	} {
+		_, err := pool.Exec(ctx, `insert into partitionq.worker (identity, lease_until, schema_version) values ('old', now(), $1)`, c.version)
+		if err == nil || !strings.Contains(err.Error(), c.says) || !strings.Contains(err.Error(), "run a partitionq that knows schema version 17") {
+			t.Errorf("a worker of schema version %v registered: %v; want it refused, saying %q", c.version, err, c.says)
+		}
+	}
+	var id int64
+	if err := pool.QueryRow(ctx, `insert into partitionq.worker (identity, lease_until, schema_version) values ('new', now(), $1) returning id`,
+		store.Latest()).Scan(&id); err != nil {
+		t.Fatalf("a worker of the newest version: %v", err)
+	}
+	if _, err := pool.Exec(ctx, `update partitionq.worker set schema_version = 16, lease_until = now() where id = $1`, id); err == nil {
+		t.Error("a renewal of a worker of schema version 16 went through")
+	}
 }

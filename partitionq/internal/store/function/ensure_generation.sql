@@ -29,7 +29,7 @@ begin
     end if;
     insert into partitionq.generation (queue, grp, slots, number, reason)
     values (p_queue, p_grp, v_n, 1, 'the group as set up') on conflict do nothing;
-    insert into partitionq.slot (queue, grp, n, slot) select p_queue, p_grp, v_n, s from generate_series(0, v_n - 1) s
+    insert into partitionq.slot (queue, grp, generation, n, slot) select p_queue, p_grp, 1, v_n, s from generate_series(0, v_n - 1) s
         on conflict do nothing;
 end
 $f$;

@@ -2,13 +2,19 @@
 -- transaction, after the ownership check (SQLSTATE PQ001 when not owned).
 create or replace function partitionq.record_done(p_queue text, p_grp text, p_n int, p_slot int, p_epoch bigint, p_batch bigint, p_ev_id bigint)
 returns void language plpgsql security definer set search_path = pg_catalog, pg_temp as $f$
+declare
+    v_gen int;
 begin
-    if not partitionq.check_owner(p_queue, p_grp, p_n, p_slot, p_epoch) then
+    -- check_owner's check, which also finds the row's generation
+    select generation into v_gen from partitionq.slot
+     where queue = p_queue and grp = p_grp and n = p_n and slot = p_slot and epoch = p_epoch and worker_id is not null
+       for share;
+    if not found then
         raise exception 'slot % of % of group % on queue % is not owned at epoch %', p_slot, p_n, p_grp, p_queue, p_epoch
               using errcode = 'PQ001';
     end if;
-    insert into partitionq.slot_done (queue, grp, n, slot, batch_id, ev_id)
-    values (p_queue, p_grp, p_n, p_slot, p_batch, p_ev_id) on conflict do nothing;
+    insert into partitionq.slot_done (queue, grp, generation, slot, batch_id, ev_id)
+    values (p_queue, p_grp, v_gen, p_slot, p_batch, p_ev_id) on conflict do nothing;
 end
 $f$;
 revoke all on function partitionq.record_done(text, text, int, int, bigint, bigint, bigint) from public;

@@ -18,6 +18,7 @@ declare
     v_gen    partitionq.generation;
     v_newest bigint;
     v_old    text;
+    v_number int;
 begin
     if p_slots is null or p_slots < 1 or p_slots > 256 then
         raise exception 'a group has 1 to 256 slots, not %', p_slots using errcode = '22023';
@@ -44,16 +45,19 @@ begin
     execute format('select max(t.tick_id) from %1$I.tick t join %1$I.queue q on q.queue_id = t.tick_queue where q.queue_name = $1', p_engine)
        into v_newest using p_queue;
     -- Every old slot has its ownership row until it is handed off.
-    insert into partitionq.slot (queue, grp, n, slot) select p_queue, p_grp, v_gen.slots, s from generate_series(0, v_gen.slots - 1) s
+    insert into partitionq.slot (queue, grp, generation, n, slot)
+    select p_queue, p_grp, v_gen.number, v_gen.slots, s from generate_series(0, v_gen.slots - 1) s
         on conflict do nothing;
-    insert into partitionq.generation (queue, grp, slots, number, parent_slots, resize_txid, resize_after, actor, reason)
-    values (p_queue, p_grp, p_slots, v_gen.number + 1, v_gen.slots, txid_current(), coalesce(v_newest, 0),
+    -- A number is never used twice in a group: past one an aborted resize used.
+    v_number := greatest(v_gen.number, coalesce(v_gen.aborted, 0)) + 1;
+    insert into partitionq.generation (queue, grp, slots, number, parent_slots, parent_number, resize_txid, resize_after, actor, reason)
+    values (p_queue, p_grp, p_slots, v_number, v_gen.slots, v_gen.number, txid_current(), coalesce(v_newest, 0),
             coalesce(p_actor, ''), coalesce(p_reason, ''));
     insert into partitionq.audit (db_role, actor, action, queue, grp, reason, outcome)
     values (session_user, coalesce(p_actor, ''), 'resize', p_queue, p_grp, coalesce(p_reason, ''),
-            format('started: %s to %s slots (generation %s)', v_gen.slots, p_slots, v_gen.number + 1));
+            format('started: %s to %s slots (generation %s)', v_gen.slots, p_slots, v_number));
     perform pg_notify('partitionq_slots', p_queue || '/' || p_grp);
-    return v_gen.number + 1;
+    return v_number;
 end
 $f$;
 revoke all on function partitionq.resize(text, text, text, int, text, text) from public;

@@ -4,9 +4,9 @@
 -- existing consumer at a tick would reposition it) with their ownership
 -- rows, and the subscriptions of the old slots are recorded for the new
 -- slots' reads. Idempotent; returns the cutover tick, or null while there
--- is none (or no resize). The new slots' epochs start at the generation's number times 2^32,
--- above every epoch of the generations before it: a resize back to an N
--- the group had before makes slot rows an earlier generation had.
+-- is none (or no resize). The new slots' epochs start at the generation's
+-- number times 2^32, above every epoch of the generations before it: an
+-- epoch names one generation of the group (check_owner).
 -- A step of a resize, run as the schema's owner like the others
 -- (resize.sql says how).
 create or replace function partitionq.resize_cutover(p_engine text, p_queue text, p_grp text)
@@ -44,9 +44,9 @@ begin
         end if;
     end loop;
     -- Epochs start at the generation's number times 2^32: above any epoch
-    -- of an earlier generation with the same N, whose slot rows are gone.
-    insert into partitionq.slot (queue, grp, n, slot, epoch)
-    select p_queue, p_grp, v_gen.slots, s, v_gen.number::bigint << 32 from generate_series(0, v_gen.slots - 1) s
+    -- of an earlier generation.
+    insert into partitionq.slot (queue, grp, generation, n, slot, epoch)
+    select p_queue, p_grp, v_gen.number, v_gen.slots, s, v_gen.number::bigint << 32 from generate_series(0, v_gen.slots - 1) s
         on conflict do nothing;
     update partitionq.generation set cutover_tick = v_tick, parent_subs = coalesce(v_subs, '{}')
      where queue = p_queue and grp = p_grp and slots = v_gen.slots;

@@ -27,7 +27,7 @@ begin
               using errcode = 'PQ002';
     end if;
     perform 1 from partitionq.slot
-     where queue = p_queue and grp = p_grp and n = v_gen.parent_slots and slot = p_slot and epoch = p_epoch and worker_id is not null
+     where queue = p_queue and grp = p_grp and generation = v_gen.parent_number and slot = p_slot and epoch = p_epoch and worker_id is not null
        for update;
     if not found then
         raise exception 'slot % of % of group % on queue % is not owned at epoch %', p_slot, v_gen.parent_slots, p_grp, p_queue, p_epoch
@@ -56,11 +56,11 @@ begin
        using v_sub.sub_id, p_queue, p_grp, v_gen.slots;
     execute format('delete from %I.retry_queue where ev_owner = $1', p_engine) using v_sub.sub_id;
     execute format('select %I.unregister_consumer($1, $2)', p_engine) using p_queue, v_old;
-    delete from partitionq.slot_progress where queue = p_queue and grp = p_grp and n = v_gen.parent_slots and slot = p_slot;
-    delete from partitionq.slot_done where queue = p_queue and grp = p_grp and n = v_gen.parent_slots and slot = p_slot;
-    delete from partitionq.slot_rate where queue = p_queue and grp = p_grp and n = v_gen.parent_slots and slot = p_slot;
-    delete from partitionq.slot where queue = p_queue and grp = p_grp and n = v_gen.parent_slots and slot = p_slot;
-    select count(*) into v_left from partitionq.slot where queue = p_queue and grp = p_grp and n = v_gen.parent_slots;
+    delete from partitionq.slot_progress where queue = p_queue and grp = p_grp and generation = v_gen.parent_number and slot = p_slot;
+    delete from partitionq.slot_done where queue = p_queue and grp = p_grp and generation = v_gen.parent_number and slot = p_slot;
+    delete from partitionq.slot_rate where queue = p_queue and grp = p_grp and generation = v_gen.parent_number and slot = p_slot;
+    delete from partitionq.slot where queue = p_queue and grp = p_grp and generation = v_gen.parent_number and slot = p_slot;
+    select count(*) into v_left from partitionq.slot where queue = p_queue and grp = p_grp and generation = v_gen.parent_number;
     if v_left = 0 then
         delete from partitionq.generation where queue = p_queue and grp = p_grp and slots = v_gen.parent_slots;
         update partitionq.generation set resize_txid = null

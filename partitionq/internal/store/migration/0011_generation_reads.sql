@@ -1,18 +1,18 @@
 -- Version 11: the ownership package (lease) no longer reads
 -- partitionq.generation itself. Each of partitionq's tables is queried by
 -- one Go package (docs/architecture.md); generation is store's, slot is
--- lease's. A worker's claim and a resize's new slots waiting for their
--- parents still need to know, in the same statement, about the group's
--- generations: these three functions answer it, and lease calls them.
+-- lease's. A worker's claim still needs to know, in the same statement,
+-- whether the group has recorded its generations: has_generations answers
+-- it, and lease calls it. (Two more, is_generation and resizing, were made
+-- here until version 17 keyed the slot rows by generation and made them
+-- needless: a database upgraded past this version never gets them.)
 -- SECURITY DEFINER like every granted function of the schema (they read
 -- only what a worker may read anyway: the group's generation rows);
 -- the roles that may hand a slot off (sql/roles.sql's worker) may call
--- them, as granted here for a database whose roles were made before.
+-- it, as granted here for a database whose roles were made before.
 --
 -- Needs function/has_generations.sql
--- Needs function/is_generation.sql
--- Needs function/resizing.sql
--- Needs function/resize_handoff.sql (whose grantees get them)
+-- Needs function/resize_handoff.sql (whose grantees get it)
 
 do $$
 declare
@@ -24,9 +24,7 @@ begin
          where p.oid = 'partitionq.resize_handoff(text, text, text, int, bigint)'::regprocedure
            and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner
     loop
-        execute format('grant execute on function partitionq.has_generations(text, text),
-                                                   partitionq.is_generation(text, text, int, int),
-                                                   partitionq.resizing(text, text, int, int) to %I', v_role);
+        execute format('grant execute on function partitionq.has_generations(text, text) to %I', v_role);
     end loop;
 end
 $$;
