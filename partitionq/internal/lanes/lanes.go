@@ -27,6 +27,7 @@ type Dispatcher[T any] struct {
 	below   int        // the smallest bound a WaitBelow waits for (0: none waits)
 	lanes   map[string]*lane[T]
 	ready   []*lane[T]
+	free    []*lane[T] // lanes of keys with nothing queued, kept for the next keys (their items' room too)
 	pending int // added, not yet worked
 	workers int
 	active  int // lanes being worked on
@@ -38,7 +39,8 @@ type Dispatcher[T any] struct {
 // most maxRun of them (maxRun < 1 counts as 1), those queued when the run
 // starts, in the order they were added; a key's next run starts after its
 // last one returned. At most limit calls run at once (limit < 1 counts as
-// 1). work may keep the slice.
+// 1). work must not keep the slice: it is the calling goroutine's, used
+// again for its next run.
 func New[T any](limit, maxRun int, work func(key string, items []T)) *Dispatcher[T] {
 	d := &Dispatcher[T]{limit: max(limit, 1), run: max(maxRun, 1), work: work, lanes: map[string]*lane[T]{}}
 	d.wake = sync.NewCond(&d.mu)
@@ -70,7 +72,14 @@ func (d *Dispatcher[T]) addLocked(key string, item T) {
 	}
 	l := d.lanes[key]
 	if l == nil {
-		l = &lane[T]{key: key}
+		if k := len(d.free); k > 0 {
+			l = d.free[k-1]
+			d.free[k-1] = nil
+			d.free = d.free[:k-1]
+			l.key = key
+		} else {
+			l = &lane[T]{key: key}
+		}
 		d.lanes[key] = l
 	}
 	l.items = append(l.items, item)
@@ -121,8 +130,12 @@ func (d *Dispatcher[T]) Wait() {
 	d.wg.Wait()
 }
 
+// freeMax bounds the lanes kept for reuse.
+const freeMax = 1024
+
 func (d *Dispatcher[T]) worker() {
 	defer d.wg.Done()
+	var buf []T // the worker's runs, one after another
 	d.mu.Lock()
 	for {
 		for len(d.ready) == 0 && !d.closed {
@@ -140,13 +153,22 @@ func (d *Dispatcher[T]) worker() {
 		l.active = true
 		d.active++
 		n := min(len(l.items), d.run)
-		run := make([]T, n)
+		if cap(buf) < n {
+			buf = make([]T, n)
+		}
+		run := buf[:n]
 		copy(run, l.items)
-		clear(l.items[:n])
-		l.items = l.items[n:]
+		if n == len(l.items) {
+			clear(l.items)
+			l.items = l.items[:0] // its room is kept for the key's next items
+		} else {
+			clear(l.items[:n])
+			l.items = l.items[n:]
+		}
 		d.mu.Unlock()
 
 		d.work(l.key, run)
+		clear(run) // the items are the caller's: keep none of them alive
 
 		d.mu.Lock()
 		d.pending -= n
@@ -157,6 +179,10 @@ func (d *Dispatcher[T]) worker() {
 			d.ready = append(d.ready, l)
 		} else {
 			delete(d.lanes, l.key)
+			if len(d.free) < freeMax {
+				l.key = ""
+				d.free = append(d.free, l)
+			}
 		}
 		if d.below > 0 && d.pending < d.below {
 			d.below = 0
