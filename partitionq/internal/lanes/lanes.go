@@ -28,7 +28,7 @@ type Dispatcher[T any] struct {
 	lanes   map[string]*lane[T]
 	ready   []*lane[T]
 	free    []*lane[T] // lanes of keys with nothing queued, kept for the next keys (their items' room too)
-	pending int // added, not yet worked
+	pending int        // added, not yet worked
 	workers int
 	active  int // lanes being worked on
 	closed  bool
