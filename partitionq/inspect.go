@@ -351,7 +351,7 @@ func (c *Client) backlog(ctx context.Context, g Group, x generation, at map[leas
 					slots = append(slots, int32(s))
 				}
 			}
-			stats, now, err := slotstats.Read(ctx, tx, g.Queue, g.Group, x.n, x.number, slots)
+			stats, now, err := slotstats.Read(ctx, tx, g.Queue, g.Group, x.number, slots)
 			if code := db.Code(err); code == db.CodeUndefinedTable || code == db.CodeUndefinedColumn {
 				return fmt.Errorf("%w: partitionq's schema in this database is older than this version (no slot rates): run partitionq setup once as its owner to upgrade it", err)
 			}
@@ -362,8 +362,8 @@ func (c *Client) backlog(ctx context.Context, g Group, x generation, at map[leas
 				gs.At = now // the rates' window ends at the read's second, not Status's first
 			}
 			for _, st := range stats {
-				i, ok := at[lease.SlotKey{N: st.N, Slot: st.Slot}]
-				if st.N != x.n || !ok {
+				i, ok := at[lease.SlotKey{N: x.n, Slot: st.Slot}]
+				if !ok {
 					continue
 				}
 				s := &gs.SlotStatus[i]

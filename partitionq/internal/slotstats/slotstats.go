@@ -89,7 +89,6 @@ func (r Rates) Add(o Rates) Rates {
 
 // Slot is what the database records of one slot of a group.
 type Slot struct {
-	N    int // the slot's generation has N slots
 	Slot int
 	// Batch is the open batch the recorded progress is of (0: none), and
 	// Done what of its share is resolved: the watermark and the ids above
@@ -102,15 +101,15 @@ type Slot struct {
 	Rates       Rates
 }
 
-// Read returns slots (of the generation with that number, which has n
-// slots) of a group, in slot order: their recorded progress, last finish
-// and rates, in one statement, and the database's time the rates end at
-// (now() of q's transaction; zero when slots is empty). A progress row
-// that cannot be decoded reads as no progress.
-func Read(ctx context.Context, q db.DB, queue, group string, n, generation int, slots []int32) ([]Slot, time.Time, error) {
+// Read returns slots (of the generation with that number) of a group, in
+// slot order: their recorded progress, last finish and rates, in one
+// statement, and the database's time the rates end at (now() of q's
+// transaction; zero when slots is empty). A progress row that cannot be
+// decoded reads as no progress.
+func Read(ctx context.Context, q db.DB, queue, group string, generation int, slots []int32) ([]Slot, time.Time, error) {
 	rows, err := q.Query(ctx, `
 		with now as (select floor(extract(epoch from now()))::bigint as sec)
-		select $7::int, s.slot, coalesce(p.batch_id, 0), coalesce(p.done_below, 0), coalesce(p.done, ''::bytea),
+		select s.slot, coalesce(p.batch_id, 0), coalesce(p.done_below, 0), coalesce(p.done, ''::bytea),
 		       coalesce(now() - p.finished_at, interval '-1 second'),
 		       (select coalesce(array_agg(d.ev_id order by d.ev_id), '{}') from partitionq.slot_done d
 		         where d.queue = s.queue and d.grp = s.grp and d.generation = s.generation and d.slot = s.slot and d.batch_id = p.batch_id),
@@ -122,7 +121,7 @@ func Read(ctx context.Context, q db.DB, queue, group string, n, generation int, 
 		               sum(x.handled) as h60, sum(x.failed) as f60
 		          from partitionq.slot_rate x, now
 		         where x.queue = s.queue and x.grp = s.grp and x.generation = s.generation and x.slot = s.slot and x.sec >= now.sec - $4 and x.sec < now.sec) r on true
-		 order by s.slot`, queue, group, int64(ShortWindow/time.Second), int64(LongWindow/time.Second), generation, slots, n)
+		 order by s.slot`, queue, group, int64(ShortWindow/time.Second), int64(LongWindow/time.Second), generation, slots)
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("read slot statistics: %w", err)
 	}
@@ -138,7 +137,7 @@ func Read(ctx context.Context, q db.DB, queue, group string, n, generation int, 
 			f60            int64
 			sinceFinishRaw time.Duration
 		)
-		if err := r.Scan(&s.N, &s.Slot, &s.Batch, &below, &enc, &sinceFinishRaw, &done, &h10, &f10, &h60, &f60, &at); err != nil {
+		if err := r.Scan(&s.Slot, &s.Batch, &below, &enc, &sinceFinishRaw, &done, &h10, &f10, &h60, &f60, &at); err != nil {
 			return Slot{}, err
 		}
 		s.SinceFinish = sinceFinishRaw
