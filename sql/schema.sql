@@ -476,10 +476,7 @@ CREATE OR REPLACE FUNCTION partitionq.check_owner(p_queue text, p_grp text, p_n 
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 begin
-    perform 1 from partitionq.slot
-     where queue = p_queue and grp = p_grp and n = p_n and slot = p_slot and epoch = p_epoch and worker_id is not null
-       for share;
-    return found;
+    return partitionq.owner_generation(p_queue, p_grp, p_n, p_slot, p_epoch) is not null;
 end
 $function$;
 REVOKE ALL ON FUNCTION partitionq.check_owner(text,text,integer,integer,bigint) FROM PUBLIC;
@@ -1407,6 +1404,30 @@ AS $function$
 $function$;
 REVOKE ALL ON FUNCTION partitionq.has_generations(text,text) FROM PUBLIC;
 
+-- function/owner_generation.sql
+-- The ownership check of a slot's owner: the generation of slot p_slot of
+-- the group's generation of p_n slots when the slot is owned at epoch
+-- p_epoch, else null. The row stays locked for share until the caller's
+-- transaction ends, so a takeover waits for it. check_owner answers with
+-- it; record_done and record_done_all record their completions in the
+-- generation it finds. Granted to nobody: those functions call it as the
+-- schema's owner.
+CREATE OR REPLACE FUNCTION partitionq.owner_generation(p_queue text, p_grp text, p_n integer, p_slot integer, p_epoch bigint)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+    v_gen int;
+begin
+    select generation into v_gen from partitionq.slot
+     where queue = p_queue and grp = p_grp and n = p_n and slot = p_slot and epoch = p_epoch and worker_id is not null
+       for share;
+    return v_gen;
+end
+$function$;
+REVOKE ALL ON FUNCTION partitionq.owner_generation(text,text,integer,integer,bigint) FROM PUBLIC;
+
 -- function/purge_dead_letters.sql
 -- Deletes dead letters of a group (only p_ids when not null; only those
 -- dead before p_before when not null) and writes one audit entry with the
@@ -1486,11 +1507,8 @@ AS $function$
 declare
     v_gen int;
 begin
-    -- check_owner's check, which also finds the row's generation
-    select generation into v_gen from partitionq.slot
-     where queue = p_queue and grp = p_grp and n = p_n and slot = p_slot and epoch = p_epoch and worker_id is not null
-       for share;
-    if not found then
+    v_gen := partitionq.owner_generation(p_queue, p_grp, p_n, p_slot, p_epoch);
+    if v_gen is null then
         raise exception 'slot % of % of group % on queue % is not owned at epoch %', p_slot, p_n, p_grp, p_queue, p_epoch
               using errcode = 'PQ001';
     end if;
@@ -1514,11 +1532,8 @@ AS $function$
 declare
     v_gen int;
 begin
-    -- check_owner's check, which also finds the row's generation
-    select generation into v_gen from partitionq.slot
-     where queue = p_queue and grp = p_grp and n = p_n and slot = p_slot and epoch = p_epoch and worker_id is not null
-       for share;
-    if not found then
+    v_gen := partitionq.owner_generation(p_queue, p_grp, p_n, p_slot, p_epoch);
+    if v_gen is null then
         raise exception 'slot % of % of group % on queue % is not owned at epoch %', p_slot, p_n, p_grp, p_queue, p_epoch
               using errcode = 'PQ001';
     end if;

@@ -67,14 +67,16 @@ var matrix = map[string]map[string]string{
 	"function engine_first_tick_seeing": {},
 	"function ensure_generation":        {},
 	"function refuse_old_worker":        {},
-	// What a worker's claim and a resize's waiting slots ask of the
-	// generations (schema version 11).
+	// What a worker's claim asks of the generations (schema version 11).
 	"function has_generations": {"worker": "X"},
 	// Any language (schema version 15): a send in SQL, a handler's fence.
 	"function send":  {"producer": "X"},
 	"function fence": {"worker": "X"},
 	// Run handlers (schema version 16): a TxRunHandler's run recorded done.
 	"function record_done_all": {"worker": "X"},
+	// The ownership check the three above share (schema version 17),
+	// called as the schema's owner.
+	"function owner_generation": {},
 }
 
 // privileges reads what role may do on every object of partitionq's schema

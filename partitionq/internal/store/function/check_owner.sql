@@ -8,10 +8,7 @@
 create or replace function partitionq.check_owner(p_queue text, p_grp text, p_n int, p_slot int, p_epoch bigint)
 returns boolean language plpgsql security definer set search_path = pg_catalog, pg_temp as $f$
 begin
-    perform 1 from partitionq.slot
-     where queue = p_queue and grp = p_grp and n = p_n and slot = p_slot and epoch = p_epoch and worker_id is not null
-       for share;
-    return found;
+    return partitionq.owner_generation(p_queue, p_grp, p_n, p_slot, p_epoch) is not null;
 end
 $f$;
 revoke all on function partitionq.check_owner(text, text, int, int, bigint) from public;

@@ -7,11 +7,8 @@ returns void language plpgsql security definer set search_path = pg_catalog, pg_
 declare
     v_gen int;
 begin
-    -- check_owner's check, which also finds the row's generation
-    select generation into v_gen from partitionq.slot
-     where queue = p_queue and grp = p_grp and n = p_n and slot = p_slot and epoch = p_epoch and worker_id is not null
-       for share;
-    if not found then
+    v_gen := partitionq.owner_generation(p_queue, p_grp, p_n, p_slot, p_epoch);
+    if v_gen is null then
         raise exception 'slot % of % of group % on queue % is not owned at epoch %', p_slot, p_n, p_grp, p_queue, p_epoch
               using errcode = 'PQ001';
     end if;
